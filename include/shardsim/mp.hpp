@@ -1,0 +1,45 @@
+// The multiprecision scalar: Boost.Multiprecision over MPFR, precision chosen at run time.
+//
+// Only translation units that instantiate kernels for Mp include this header (the *_mp.cpp files,
+// and tests), so the rest of the build never sees MPFR.
+//
+// Precision: Boost's variable-precision interface counts decimal digits, so the significand of an
+// mp<bits> run is the smallest Boost precision with at least `bits` bits: mp256 carries 257 bits,
+// mp128 carries 130. mp_significand_bits() reports what is in force and the report prints it.
+#pragma once
+
+#include <boost/multiprecision/mpfr.hpp>
+#include <cstdint>
+
+#include "shardsim/scalar.hpp"
+
+namespace shardsim {
+
+using Mp = boost::multiprecision::number<boost::multiprecision::mpfr_float_backend<0>,
+                                         boost::multiprecision::et_off>;
+
+// Makes new Mp values on this thread carry at least `bits` significand bits.
+// Returns the significand bits actually in force. REQUIRES: bits >= 2.
+unsigned set_mp_precision(unsigned bits);
+unsigned mp_significand_bits();
+
+// Correct rounding, done once: mp -> f32 goes directly (mpfr_get_flt), never through f64, so no
+// double rounding can occur. Round-to-nearest-even.
+float round_to_f32(const Mp& value);
+double round_to_f64(const Mp& value);
+
+// Distance in units of the last place of `b` at the current mp precision: |a - b| / ulp(b).
+// NaN on either side gives +inf. Used for the report's max_ulp at mp levels.
+double ulp_distance_mp(const Mp& a, const Mp& b);
+
+template <>
+struct ScalarTraits<Mp> {
+  static constexpr const char* name = "mp";
+  static double to_double(const Mp& v) { return round_to_f64(v); }
+  static double ulp(const Mp& a, const Mp& b) { return ulp_distance_mp(a, b); }
+  static bool identical(const Mp& a, const Mp& b) {
+    return !isnan(a) && a == b && signbit(a) == signbit(b);
+  }
+};
+
+}  // namespace shardsim

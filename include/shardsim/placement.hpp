@@ -1,0 +1,85 @@
+// Placements on a 1-D mesh and the split policies that decide who owns which slice.
+//
+//   Shard(axis, split)  each rank holds a contiguous slice of `axis`
+//   Replicate           each rank holds the whole tensor
+//   Partial(sum)        each rank holds an addend; the tensor is their sum
+//
+// Split policies for an axis of extent n over k ranks:
+//   chunk     torch.chunk: c = ceil(n/k), rank r owns [min(n, r*c), min(n, (r+1)*c)).
+//             13/4 -> 4,4,4,1; 5/4 -> 2,2,1,0; 3/4 -> 1,1,1,0 (trailing ranks may be empty).
+//   balanced  torch.tensor_split: the first n%k ranks own floor(n/k)+1. 13/4 -> 4,3,3,3.
+//   padded    the axis is padded to k*c (c = ceil(n/k)); every rank holds c positions, of which
+//             those at global index >= n are padding: invalid, zero-filled, never compared.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shardsim/shape.hpp"
+
+namespace shardsim {
+
+enum class SplitPolicy { chunk, balanced, padded };
+
+std::string_view split_name(SplitPolicy split);
+
+// One rank's share of a sharded axis. Global positions [begin, end) are real; the local extent
+// may exceed end - begin by trailing pad positions (padded split only).
+struct Slice {
+  std::int64_t begin = 0;
+  std::int64_t end = 0;
+  std::int64_t local_extent = 0;
+
+  std::int64_t valid() const { return end - begin; }
+  std::int64_t pad() const { return local_extent - valid(); }
+  friend bool operator==(const Slice&, const Slice&) = default;
+};
+
+// REQUIRES: extent >= 0, ranks >= 1. Returns one Slice per rank, in rank order.
+std::vector<Slice> shard_slices(std::int64_t extent, int ranks, SplitPolicy split);
+
+struct Placement {
+  enum class Kind { shard, replicate, partial };
+  Kind kind = Kind::replicate;
+  std::string axis;                        // shard only
+  SplitPolicy split = SplitPolicy::chunk;  // shard only
+
+  static Placement shard(std::string axis, SplitPolicy split = SplitPolicy::chunk) {
+    return {Kind::shard, std::move(axis), split};
+  }
+  static Placement replicate() { return {}; }
+  static Placement partial() { return {Kind::partial, {}, SplitPolicy::chunk}; }
+
+  bool is_shard() const { return kind == Kind::shard; }
+  bool is_replicate() const { return kind == Kind::replicate; }
+  bool is_partial() const { return kind == Kind::partial; }
+
+  // "Shard(seq)", "Shard(seq, balanced)", "Replicate", "Partial(sum)"
+  std::string str() const;
+  friend bool operator==(const Placement&, const Placement&) = default;
+};
+
+// Parses the str() forms. Throws InputError (without location; the caller adds it).
+Placement parse_placement(std::string_view text);
+
+// Rank `rank`'s local shape of a tensor with global shape `global`.
+Shape local_shape(const Shape& global, const Placement& placement, int ranks, int rank);
+
+// Rank `rank`'s slice along the sharded axis. REQUIRES: placement.is_shard().
+Slice rank_slice(const Shape& global, const Placement& placement, int ranks, int rank);
+
+// The local<->global identity along a sharded axis: local position i of `slice` is global
+// position slice.begin + i when i < slice.valid(), and padding otherwise.
+inline bool is_pad(const Slice& slice, std::int64_t local) { return local >= slice.valid(); }
+inline std::int64_t to_global(const Slice& slice, std::int64_t local) {
+  return slice.begin + local;
+}
+// Which rank owns global position `global` of a sharded axis. REQUIRES: 0 <= global < extent.
+int owner_of(const std::vector<Slice>& slices, std::int64_t global);
+
+// "seq[12:13)" or "seq[12:13)+3pad"
+std::string slice_str(std::string_view axis, const Slice& slice);
+
+}  // namespace shardsim

@@ -1,0 +1,45 @@
+// The runner executes a scenario at one precision. It holds the dense oracle (plain global
+// tensors) and the world of ranks running the sharded plans, side by side, and hands every
+// boundary to a sink: the trace entry, the oracle's global tensor and the ranks' local tensors.
+// It does not judge; the compare layer does (it implements the sink).
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "shardsim/scenario.hpp"
+#include "shardsim/trace.hpp"
+#include "shardsim/world.hpp"
+
+namespace shardsim {
+
+template <typename T>
+class BoundarySink {
+ public:
+  virtual ~BoundarySink() = default;
+  // `dense` is null when the boundary has no oracle counterpart.
+  virtual void on_boundary(const TraceEntry& entry, const Tensor<T>* dense,
+                           const DistTensor<T>& sharded) = 0;
+};
+
+struct RunOptions {
+  std::optional<ReduceOrder> reduce_order;  // overrides the scenario's mesh.reduce_order
+  std::optional<Schedule> schedule;         // overrides the scenario's mesh.schedule
+};
+
+// The effective mesh settings of a run.
+ReduceOrder effective_reduce_order(const Scenario& scenario, const RunOptions& options);
+Schedule effective_schedule(const Scenario& scenario, const RunOptions& options);
+
+// Runs every step of `scenario` densely and sharded, reporting each boundary to `sink`.
+// Returns the trace. For T = Mp the caller has set the mp precision (set_mp_precision).
+template <typename T>
+std::vector<TraceEntry> run_scenario(const Scenario& scenario, const RunOptions& options,
+                                     BoundarySink<T>& sink);
+
+extern template std::vector<TraceEntry> run_scenario(const Scenario&, const RunOptions&,
+                                                     BoundarySink<float>&);
+extern template std::vector<TraceEntry> run_scenario(const Scenario&, const RunOptions&,
+                                                     BoundarySink<double>&);
+
+}  // namespace shardsim

@@ -1,0 +1,68 @@
+// Precision levels, rounding and ULP distance.
+//
+// A run happens at exactly one Precision: f32 (float), f64 (double) or mp<bits> (Boost
+// Multiprecision over MPFR, see mp.hpp). This header includes nothing of ours and nothing of MPFR,
+// so every layer may use it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace shardsim {
+
+enum class ScalarKind { f32, f64, mp };
+
+struct Precision {
+  ScalarKind kind = ScalarKind::f64;
+  // Requested significand bits including the implicit bit: 24 for f32, 53 for f64, N for mpN.
+  unsigned bits = 53;
+
+  std::string name() const;  // "f32", "f64", "mp256"
+  friend bool operator==(const Precision&, const Precision&) = default;
+};
+
+inline constexpr unsigned kMinMpBits = 64;
+inline constexpr unsigned kMaxMpBits = 65536;
+
+// Parses "f32", "f64" or "mp<bits>" with kMinMpBits <= bits <= kMaxMpBits.
+// Throws InputError naming the text and the accepted forms otherwise.
+Precision parse_precision(std::string_view text);
+
+// Default per-precision tolerance: 2^(16 - bits) relative to the tensor's largest magnitude, i.e.
+// 65536 units in the last place. DESIGN.md invariant 5 asks mp runs to agree to ~2^-(bits-16).
+double default_rtol(const Precision& precision);
+
+// ULP distance by the ordered-integer mapping: the bit patterns are mapped to integers that are
+// monotone in the value, so the distance counts representable numbers between a and b.
+// +0 and -0 are at distance 0. A NaN on either side gives kUlpNaN (never equal).
+inline constexpr std::uint64_t kUlpNaN = UINT64_MAX;
+std::uint64_t ulp_distance(float a, float b);
+std::uint64_t ulp_distance(double a, double b);
+
+// Per-scalar facts the generic layers need. Specialized for float and double here, for Mp in
+// mp.hpp.
+//   name        the dtype a collective descriptor carries ("f32", "f64", "mp")
+//   to_double   round to nearest double (for printing metrics)
+//   ulp         ULP distance between two values, as a double (NaN pair -> kUlpNaN)
+//   identical   bitwise the same value (so -0 and +0 differ; NaN is never identical)
+template <typename T>
+struct ScalarTraits;
+
+template <>
+struct ScalarTraits<float> {
+  static constexpr const char* name = "f32";
+  static double to_double(float v) { return v; }
+  static double ulp(float a, float b) { return static_cast<double>(ulp_distance(a, b)); }
+  static bool identical(float a, float b);
+};
+
+template <>
+struct ScalarTraits<double> {
+  static constexpr const char* name = "f64";
+  static double to_double(double v) { return v; }
+  static double ulp(double a, double b) { return static_cast<double>(ulp_distance(a, b)); }
+  static bool identical(double a, double b);
+};
+
+}  // namespace shardsim

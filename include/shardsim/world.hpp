@@ -1,0 +1,118 @@
+// The emulated world: N ranks in one process, a scheduler, and the collectives.
+//
+// A sharded plan alternates between two things:
+//   - local phases, run by for_each_rank(): the body gets one rank id and must touch only that
+//     rank's local tensors (DESIGN.md invariant 1). The scheduler runs the ranks in rank order,
+//     reverse order or a seeded shuffle; results must not depend on it.
+//   - collectives, run by the world: every member's call is checked at a rendezvous (same
+//     collective, dtype, global shape and placements; a local shape that matches the placement),
+//     then executed, then reported to the boundary hook so that the trace records it.
+//
+// Reduce orders (the elementwise sum of the ranks' addends x_0..x_{k-1}):
+//   rank  ((x_0 + x_1) + x_2) + ... + x_{k-1}
+//   ring  the flat buffer of n elements is cut into k chunks (torch.chunk, c = ceil(n/k)); an
+//         element of chunk j is summed starting at rank (j+1) mod k and going around the ring,
+//         ending at rank j, as in NCCL's ring reduce-scatter.
+//   tree  pairwise halving: sum[lo,hi) = sum[lo,mid) + sum[mid,hi), mid = lo + ceil((hi-lo)/2).
+// The sum is computed once and copied, so every rank receives bitwise the same result.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shardsim/dist_tensor.hpp"
+#include "shardsim/trace.hpp"
+
+namespace shardsim {
+
+enum class ReduceOrder { rank, ring, tree };
+std::string_view reduce_order_name(ReduceOrder order);
+ReduceOrder parse_reduce_order(std::string_view text);  // throws InputError
+
+struct Schedule {
+  enum class Kind { rank, reverse, shuffle };
+  Kind kind = Kind::rank;
+  std::uint64_t seed = 0;  // shuffle only
+  std::string str() const;  // "rank", "reverse", "shuffle:SEED"
+};
+Schedule parse_schedule(std::string_view text);  // throws InputError
+// The order in which local phases visit the ranks. shuffle is Fisher-Yates driven by splitmix64
+// from the seed, so it is reproducible.
+std::vector<int> schedule_order(const Schedule& schedule, int ranks);
+
+// What one rank says it is calling.
+struct CallDesc {
+  int rank = 0;
+  std::string collective;
+  std::string dtype;
+  Shape global;
+  Placement from;
+  Placement to;
+  Shape local;  // the shape of the buffer this rank contributes
+};
+
+template <typename T>
+class World {
+ public:
+  using Hook = std::function<void(const BoundaryLabel&, const DistTensor<T>&)>;
+
+  // REQUIRES: ranks >= 1.
+  World(int ranks, ReduceOrder order, Schedule schedule);
+
+  int size() const { return ranks_; }
+  ReduceOrder reduce_order() const { return order_; }
+  const std::vector<int>& order() const { return visit_order_; }
+  void set_hook(Hook hook) { hook_ = std::move(hook); }
+
+  // Runs body(rank) for every rank in schedule order.
+  void for_each_rank(const std::function<void(int rank)>& body) const;
+  // Reports an op boundary to the hook.
+  void record(const BoundaryLabel& label, const DistTensor<T>& tensor) const;
+
+  // Shard(a) -> Replicate.
+  DistTensor<T> all_gather(const DistTensor<T>& in, const BoundaryLabel& label) const;
+  // Partial -> Replicate.
+  DistTensor<T> all_reduce(const DistTensor<T>& in, const BoundaryLabel& label) const;
+  // Partial -> Shard(a).
+  DistTensor<T> reduce_scatter(const DistTensor<T>& in, const Placement& target,
+                               const BoundaryLabel& label) const;
+  // Shard(a) -> Shard(b), a != b.
+  DistTensor<T> all_to_all(const DistTensor<T>& in, const Placement& target,
+                           const BoundaryLabel& label) const;
+  // Replicate (as held by `root`) -> Replicate on every rank.
+  DistTensor<T> broadcast(const DistTensor<T>& in, int root, const BoundaryLabel& label) const;
+  // Composes the collectives as DTensor does: S->R all-gather, P->R all-reduce,
+  // P->S reduce-scatter, R->S local slice, S(i)->S(j) all-to-all, R->P keep rank 0's copy.
+  DistTensor<T> redistribute(const DistTensor<T>& in, const Placement& target,
+                             const BoundaryLabel& label) const;
+
+  // Checks that all members made the same call; throws RendezvousError naming the ranks.
+  void rendezvous(const std::vector<CallDesc>& calls) const;
+
+  // Elementwise sum of `addends` (one buffer of n elements per rank, in rank order) in this
+  // world's reduce order.
+  std::vector<T> reduce_sum(const std::vector<const T*>& addends, std::int64_t n) const;
+
+ private:
+  std::vector<CallDesc> describe_calls(std::string_view collective, const DistTensor<T>& in,
+                                       const Placement& to) const;
+  void report(BoundaryLabel label, std::string_view default_op, const DistTensor<T>& out) const;
+
+  int ranks_;
+  ReduceOrder order_;
+  std::vector<int> visit_order_;
+  Hook hook_;
+};
+
+extern template class World<float>;
+extern template class World<double>;
+
+// Padding positions (Shard with the padded split) are reset to zero after each local phase so
+// that a kernel's value on a pad row never flows into a collective.
+template <typename T>
+void zero_padding(DistTensor<T>& tensor);
+
+}  // namespace shardsim

@@ -1,0 +1,22 @@
+// The subcommands. Each parses its own options and returns the process exit code:
+// 0 outcome as expected, 1 unexpected divergence, 2 bad input or usage.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace shardsim::cli {
+
+using Args = std::vector<std::string>;  // the arguments after the subcommand name
+
+int run_command(const Args& args);
+int explain_command(const Args& args);
+int validate_command(const Args& args);
+int list_command(const Args& args);
+
+// Shared helpers.
+std::vector<std::string> split_list(const std::string& text);  // "a,b" -> {"a", "b"}
+// Fails with InputError unless `path`'s directory exists and is writable.
+void check_output_path(const std::string& path);
+
+}  // namespace shardsim::cli

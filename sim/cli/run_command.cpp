@@ -1,0 +1,142 @@
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <iostream>
+
+#include "shardsim/io.hpp"
+#include "shardsim/report.hpp"
+#include "sim/cli/commands.hpp"
+
+namespace po = boost::program_options;
+
+namespace shardsim::cli {
+
+namespace {
+
+// Parses `args` with `options` plus one positional SCENARIO. Returns false after printing help.
+bool parse(const Args& args, po::options_description& options, po::variables_map& vm,
+           const char* usage) {
+  options.add_options()("help,h", "show this help");
+  po::options_description all;
+  all.add(options).add_options()("scenario", po::value<std::string>(), "scenario file");
+  po::positional_options_description positional;
+  positional.add("scenario", 1);
+  po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
+  po::notify(vm);
+  if (vm.count("help")) {
+    std::cout << usage << "\n" << options;
+    return false;
+  }
+  if (!vm.count("scenario")) throw InputError(std::string("missing SCENARIO\n") + usage);
+  return true;
+}
+
+RunOptions run_options(const po::variables_map& vm) {
+  RunOptions options;
+  if (vm.count("reduce-order")) {
+    options.reduce_order = parse_reduce_order(vm["reduce-order"].as<std::string>());
+  }
+  if (vm.count("schedule")) options.schedule = parse_schedule(vm["schedule"].as<std::string>());
+  return options;
+}
+
+void add_mesh_options(po::options_description& options) {
+  options.add_options()("reduce-order", po::value<std::string>(),
+                        "override mesh.reduce_order: rank, ring or tree")(
+      "schedule", po::value<std::string>(),
+      "override mesh.schedule: rank, reverse or shuffle:SEED");
+}
+
+}  // namespace
+
+int run_command(const Args& args) {
+  po::options_description options("run options");
+  options.add_options()("precision,p", po::value<std::string>(),
+                        "comma-separated levels, e.g. f32,f64,mp256 (default: the scenario's)")(
+      "report,r", po::value<std::string>(), "write the JSON report to this file")(
+      "quiet,q", "print only the outcome, not the per-boundary tables");
+  add_mesh_options(options);
+  po::variables_map vm;
+  if (!parse(args, options, vm, "usage: shardsim run SCENARIO [options]")) return 0;
+  const Scenario scenario = load_scenario(vm["scenario"].as<std::string>());
+  const RunOptions run = run_options(vm);
+  std::vector<Precision> precisions = scenario.precisions;
+  if (vm.count("precision")) {
+    precisions.clear();
+    for (const std::string& level : split_list(vm["precision"].as<std::string>())) {
+      precisions.push_back(parse_precision(level));
+    }
+  }
+  std::string report_path;
+  if (vm.count("report")) {
+    report_path = vm["report"].as<std::string>();
+    check_output_path(report_path);
+  }
+  std::vector<RunReport> reports;
+  for (const Precision& precision : precisions) {
+    reports.push_back(evaluate(scenario, precision, run));
+    if (!vm.count("quiet")) std::cout << format_run_table(reports.back()) << "\n";
+  }
+  const Outcome outcome = judge(scenario, reports);
+  if (!report_path.empty()) {
+    write_file_atomically(report_path, report_json(scenario, reports, outcome));
+  }
+  std::cout << format_outcome(scenario, outcome);
+  return outcome.matches_expectation ? 0 : 1;
+}
+
+int explain_command(const Args& args) {
+  po::options_description options("explain options");
+  add_mesh_options(options);
+  po::variables_map vm;
+  if (!parse(args, options, vm, "usage: shardsim explain SCENARIO [options]")) return 0;
+  const Scenario scenario = load_scenario(vm["scenario"].as<std::string>());
+  const RunReport report = evaluate(scenario, parse_precision("f64"), run_options(vm));
+  std::cout << scenario.name << ": " << scenario.mesh.ranks << " ranks, reduce order "
+            << reduce_order_name(report.reduce_order) << ", schedule " << report.schedule.str()
+            << "\n";
+  if (!scenario.description.empty()) std::cout << scenario.description << "\n";
+  std::cout << "\n";
+  std::vector<TraceEntry> trace;
+  for (const BoundaryResult& b : report.boundaries) trace.push_back(b.entry);
+  std::cout << format_trace(trace);
+  return 0;
+}
+
+int validate_command(const Args& args) {
+  po::options_description options("validate options");
+  po::variables_map vm;
+  if (!parse(args, options, vm, "usage: shardsim validate SCENARIO")) return 0;
+  const Scenario scenario = load_scenario(vm["scenario"].as<std::string>());
+  std::cout << scenario.file << ": ok: '" << scenario.name << "', " << scenario.tensors.size()
+            << " tensors, " << scenario.steps.size() << " steps, " << scenario.mesh.ranks
+            << " ranks\n";
+  return 0;
+}
+
+int list_command(const Args& args) {
+  if (!args.empty()) throw InputError("list takes no arguments, got '" + args.front() + "'");
+  std::cout << "ops:\n";
+  for (const OpSchema& op : op_schemas()) {
+    std::cout << "  " << op.name << ": " << op.summary << "\n";
+    for (const ParamSchema& p : op.params) {
+      std::cout << "      " << p.key << (p.required ? " (required)" : "") << ": " << p.help;
+      if (!p.choices.empty()) {
+        std::cout << " [";
+        for (std::size_t i = 0; i < p.choices.size(); ++i) {
+          std::cout << (i ? ", " : "") << p.choices[i];
+        }
+        std::cout << "]";
+      }
+      std::cout << "\n";
+    }
+  }
+  std::cout << "faults:\n";
+  for (const FaultInfo& f : fault_catalogue()) std::cout << "  " << f.name << ": " << f.summary << "\n";
+  std::cout << "placements: Replicate, Partial(sum), Shard(AXIS[, chunk|balanced|padded])\n"
+               "reduce orders: rank, ring, tree\n"
+               "schedules: rank, reverse, shuffle:SEED\n"
+               "precisions: f32, f64, mp<bits> (bits >= 64)\n";
+  return 0;
+}
+
+}  // namespace shardsim::cli

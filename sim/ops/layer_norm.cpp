@@ -1,0 +1,8 @@
+#include "shardsim/ops/layer_norm-inl.hpp"
+
+namespace shardsim {
+
+SHARDSIM_INSTANTIATE_LAYER_NORM(float)
+SHARDSIM_INSTANTIATE_LAYER_NORM(double)
+
+}  // namespace shardsim

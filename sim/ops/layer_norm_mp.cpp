@@ -1,0 +1,9 @@
+// The Mp instantiation of LayerNorm, in its own translation unit (DESIGN.md invariant 6).
+#include "shardsim/mp.hpp"
+#include "shardsim/ops/layer_norm-inl.hpp"
+
+namespace shardsim {
+
+SHARDSIM_INSTANTIATE_LAYER_NORM(Mp)
+
+}  // namespace shardsim

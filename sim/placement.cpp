@@ -1,0 +1,126 @@
+#include "shardsim/placement.hpp"
+
+#include "shardsim/error.hpp"
+
+namespace shardsim {
+
+std::string_view split_name(SplitPolicy split) {
+  switch (split) {
+    case SplitPolicy::chunk: return "chunk";
+    case SplitPolicy::balanced: return "balanced";
+    case SplitPolicy::padded: return "padded";
+  }
+  return "?";
+}
+
+std::vector<Slice> shard_slices(std::int64_t extent, int ranks, SplitPolicy split) {
+  SHARDSIM_ASSERT(extent >= 0 && ranks >= 1, "shard_slices domain");
+  std::vector<Slice> slices(static_cast<std::size_t>(ranks));
+  const std::int64_t k = ranks;
+  if (split == SplitPolicy::balanced) {
+    const std::int64_t base = extent / k;
+    const std::int64_t extra = extent % k;
+    std::int64_t begin = 0;
+    for (std::int64_t r = 0; r < k; ++r) {
+      const std::int64_t size = base + (r < extra ? 1 : 0);
+      slices[r] = {begin, begin + size, size};
+      begin += size;
+    }
+    return slices;
+  }
+  const std::int64_t chunk = (extent + k - 1) / k;
+  for (std::int64_t r = 0; r < k; ++r) {
+    const std::int64_t begin = std::min(extent, r * chunk);
+    const std::int64_t end = std::min(extent, (r + 1) * chunk);
+    slices[r] = {begin, end, split == SplitPolicy::padded ? chunk : end - begin};
+  }
+  return slices;
+}
+
+std::string Placement::str() const {
+  switch (kind) {
+    case Kind::replicate: return "Replicate";
+    case Kind::partial: return "Partial(sum)";
+    case Kind::shard:
+      if (split == SplitPolicy::chunk) return "Shard(" + axis + ")";
+      return "Shard(" + axis + ", " + std::string(split_name(split)) + ")";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
+  while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
+  return s;
+}
+
+bool is_identifier(std::string_view s) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    if (!(c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')))
+      return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Placement parse_placement(std::string_view text) {
+  const std::string_view s = trim(text);
+  const std::string usage =
+      "expected Replicate, Partial(sum), Shard(AXIS) or Shard(AXIS, chunk|balanced|padded)";
+  if (s == "Replicate") return Placement::replicate();
+  if (s == "Partial(sum)" || s == "Partial") return Placement::partial();
+  if (s.size() > 7 && s.substr(0, 6) == "Shard(" && s.back() == ')') {
+    std::string_view inner = s.substr(6, s.size() - 7);
+    std::string_view axis = inner;
+    SplitPolicy split = SplitPolicy::chunk;
+    if (auto comma = inner.find(','); comma != std::string_view::npos) {
+      axis = inner.substr(0, comma);
+      const std::string_view policy = trim(inner.substr(comma + 1));
+      if (policy == "chunk") {
+        split = SplitPolicy::chunk;
+      } else if (policy == "balanced") {
+        split = SplitPolicy::balanced;
+      } else if (policy == "padded") {
+        split = SplitPolicy::padded;
+      } else {
+        throw InputError("placement '" + std::string(s) + "': unknown split policy '" +
+                         std::string(policy) + "' (known: chunk, balanced, padded)");
+      }
+    }
+    axis = trim(axis);
+    if (is_identifier(axis)) return Placement::shard(std::string(axis), split);
+  }
+  throw InputError("invalid placement '" + std::string(s) + "': " + usage);
+}
+
+Slice rank_slice(const Shape& global, const Placement& placement, int ranks, int rank) {
+  SHARDSIM_ASSERT(placement.is_shard(), "rank_slice needs a Shard placement");
+  return shard_slices(global.extent(placement.axis), ranks, placement.split)[rank];
+}
+
+Shape local_shape(const Shape& global, const Placement& placement, int ranks, int rank) {
+  if (!placement.is_shard()) return global;
+  return global.with_extent(placement.axis,
+                            rank_slice(global, placement, ranks, rank).local_extent);
+}
+
+int owner_of(const std::vector<Slice>& slices, std::int64_t global) {
+  for (std::size_t r = 0; r < slices.size(); ++r) {
+    if (global >= slices[r].begin && global < slices[r].end) return static_cast<int>(r);
+  }
+  SHARDSIM_ASSERT(false, "global position owned by no rank");
+  return -1;
+}
+
+std::string slice_str(std::string_view axis, const Slice& slice) {
+  std::string out = std::string(axis) + "[" + std::to_string(slice.begin) + ":" +
+                    std::to_string(slice.end) + ")";
+  if (slice.pad() > 0) out += "+" + std::to_string(slice.pad()) + "pad";
+  return out;
+}
+
+}  // namespace shardsim

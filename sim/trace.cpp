@@ -1,0 +1,37 @@
+#include "shardsim/trace.hpp"
+
+#include <sstream>
+
+namespace shardsim {
+
+std::vector<RankExtent> rank_extents(const Shape& global, const Placement& placement, int ranks) {
+  std::vector<RankExtent> out;
+  for (int r = 0; r < ranks; ++r) {
+    RankExtent extent{r, local_shape(global, placement, ranks, r), {}, "full"};
+    if (placement.is_shard()) {
+      const Slice slice = rank_slice(global, placement, ranks, r);
+      extent.offset[placement.axis] = slice.begin;
+      extent.slice = slice_str(placement.axis, slice);
+    } else if (placement.is_partial()) {
+      extent.slice = "full (addend)";
+    }
+    out.push_back(std::move(extent));
+  }
+  return out;
+}
+
+std::string format_entry(const TraceEntry& entry) {
+  std::ostringstream out;
+  out << "#" << entry.id << " step " << entry.step << " chunk " << entry.chunk << "  "
+      << entry.op << " -> " << entry.tensor << " " << entry.global.str() << " "
+      << entry.placement.str();
+  if (entry.exact) out << "  (exact)";
+  out << "\n";
+  for (const RankExtent& rank : entry.ranks) {
+    out << "    rank " << rank.rank << ": local " << rank.local_shape.str() << " " << rank.slice
+        << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace shardsim
