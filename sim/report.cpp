@@ -132,13 +132,13 @@ std::string format_run_table(const RunReport& r) {
       << reduce_order_name(r.reduce_order) << ", schedule " << r.schedule.str() << ": "
       << (r.pass ? "pass" : "FAIL") << "\n";
   char line[256];
-  std::snprintf(line, sizeof line, "%4s %4s %5s  %-16s %-18s %-22s %-9s %9s %9s %9s\n", "id",
+  std::snprintf(line, sizeof line, "%4s %4s %5s  %-20s %-20s %-20s %-7s %9s %9s %9s\n", "id",
                 "step", "chunk", "op", "tensor", "placement", "status", "max_abs", "max_rel",
                 "max_ulp");
   out << line;
   for (const BoundaryResult& b : r.boundaries) {
     const TraceEntry& e = b.entry;
-    std::snprintf(line, sizeof line, "%4d %4d %5d  %-16s %-18s %-22s %-9s %9s %9s %9s\n", e.id,
+    std::snprintf(line, sizeof line, "%4d %4d %5d  %-20s %-20s %-20s %-7s %9s %9s %9s\n", e.id,
                   e.step, e.chunk, e.op.c_str(), e.tensor.c_str(), e.placement.str().c_str(),
                   std::string(status_name(b.status)).c_str(), fixed(b.max_abs).c_str(),
                   fixed(b.max_rel).c_str(), fixed(b.max_ulp).c_str());

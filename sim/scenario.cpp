@@ -34,6 +34,9 @@ double StepSpec::num_or(const std::string& key, double fallback) const {
 std::int64_t StepSpec::int_or(const std::string& key, std::int64_t fallback) const {
   return has(key) ? std::get<std::int64_t>(params.at(key).value) : fallback;
 }
+const std::vector<std::int64_t>& StepSpec::ints(const std::string& key) const {
+  return std::get<std::vector<std::int64_t>>(params.at(key).value);
+}
 bool StepSpec::bool_or(const std::string& key, bool fallback) const {
   return has(key) ? std::get<bool>(params.at(key).value) : fallback;
 }
@@ -368,6 +371,15 @@ class Loader {
         }
         case ParamType::number: v.value = number(*value, key_path); break;
         case ParamType::integer: v.value = integer(*value, key_path); break;
+        case ParamType::integer_list: {
+          const toml::array& list = array(*value, key_path);
+          std::vector<std::int64_t> ints;
+          for (std::size_t i = 0; i < list.size(); ++i) {
+            ints.push_back(integer(*list.get(i), key_path + "[" + std::to_string(i) + "]"));
+          }
+          v.value = std::move(ints);
+          break;
+        }
         case ParamType::boolean:
           if (!value->is_boolean()) {
             fail(*value, key_path, "expected a boolean, got " + type_name(*value));
@@ -424,7 +436,7 @@ Scenario parse_scenario(std::string text, const std::string& file) {
   Loader load(file);
   load.check_keys(root, "",
                   {"name", "description", "seed", "precisions", "mesh", "tensors", "steps",
-                   "faults", "tolerance", "expect"});
+                   "faults", "tolerance", "train_steps", "learning_rate", "expect"});
   Scenario s;
   s.file = file;
   s.text = std::move(text);
@@ -480,6 +492,18 @@ Scenario parse_scenario(std::string text, const std::string& file) {
     }
   }
   if (s.steps.empty()) throw InputError(located(file, {}, "steps", "needs at least one [[steps]]"));
+  if (const toml::node* v = root.get("train_steps")) {
+    const std::int64_t k = load.integer(*v, "train_steps");
+    if (k < 1 || k > 100000) load.fail(*v, "train_steps", "train_steps must be in [1, 100000]");
+    s.train_steps = static_cast<int>(k);
+    if (s.steps.back().op != "mse_loss") {
+      load.fail(*v, "train_steps", "training needs a loss: the last step must be op = \"mse_loss\"");
+    }
+  }
+  if (const toml::node* v = root.get("learning_rate")) {
+    s.learning_rate = load.number(*v, "learning_rate");
+    if (!(s.learning_rate > 0)) load.fail(*v, "learning_rate", "learning_rate must be > 0");
+  }
 
   if (const toml::node* v = root.get("faults")) {
     const toml::array& list = load.array(*v, "faults");

@@ -17,8 +17,9 @@ template <typename T>
 class BoundarySink {
  public:
   virtual ~BoundarySink() = default;
-  // `dense` is null when the boundary has no oracle counterpart.
-  virtual void on_boundary(const TraceEntry& entry, const Tensor<T>* dense,
+  // `dense` is null when the boundary has no oracle counterpart. Returns whether every element
+  // matched `dense` bitwise (false when there is no counterpart).
+  virtual bool on_boundary(const TraceEntry& entry, const Tensor<T>* dense,
                            const DistTensor<T>& sharded) = 0;
 };
 

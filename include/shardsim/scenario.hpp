@@ -41,7 +41,7 @@ struct TensorSpec {
 };
 
 struct StepValue {
-  std::variant<std::int64_t, double, bool, std::string> value;
+  std::variant<std::int64_t, double, bool, std::string, std::vector<std::int64_t>> value;
   SourceLoc loc;
 };
 
@@ -58,6 +58,7 @@ struct StepSpec {
   double num_or(const std::string& key, double fallback) const;
   std::int64_t int_or(const std::string& key, std::int64_t fallback) const;
   bool bool_or(const std::string& key, bool fallback) const;
+  const std::vector<std::int64_t>& ints(const std::string& key) const;
 };
 
 struct Expectation {
@@ -86,6 +87,10 @@ struct Scenario {
   std::vector<StepSpec> steps;
   std::vector<std::string> faults;
   std::map<std::string, double> tolerance;  // precision name -> rtol override
+  // Training: 0 runs the steps forward once. K >= 1 runs forward, backward and an SGD update of
+  // every parameter K times; the last step must then be a loss.
+  int train_steps = 0;
+  double learning_rate = 0.1;
   Expectation expect;
 
   const TensorSpec* find_tensor(std::string_view name) const;
@@ -99,7 +104,7 @@ Scenario load_scenario(const std::string& path);
 Scenario parse_scenario(std::string text, const std::string& file);
 
 // The vocabulary the loader accepts, for `shardsim list` and for suggestions.
-enum class ParamType { tensor, output, string, number, integer, boolean, placement };
+enum class ParamType { tensor, output, string, number, integer, boolean, placement, integer_list };
 struct ParamSchema {
   std::string key;
   ParamType type;

@@ -21,9 +21,12 @@ struct BoundaryLabel {
   // The dense-oracle tensor it must equal (defaults to `tensor`). Empty string: not compared.
   std::string dense;
   // The sharded arithmetic is the dense arithmetic in the same order, so the values must be
-  // bitwise equal (DESIGN.md invariant 5). Anything less is a failure, not noise.
+  // bitwise equal (DESIGN.md invariant 5). Anything less is a failure, not noise. The runner
+  // keeps the claim only while every tensor in `inputs` matched the oracle bitwise: the same
+  // arithmetic on different inputs need not give the same bits.
   bool exact = false;
-  std::string kind = "op";  // "input", "op", "collective", "check"
+  std::string kind = "op";  // "input", "op", "collective", "update", "check"
+  std::vector<std::string> inputs;  // the tensors this value is computed from
 
   const std::string& dense_name() const { return dense.empty() ? tensor : dense; }
 };

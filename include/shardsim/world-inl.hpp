@@ -21,16 +21,18 @@ void World<T>::for_each_rank(const std::function<void(int rank)>& body) const {
 }
 
 template <typename T>
-void World<T>::report(BoundaryLabel label, std::string_view default_op,
+void World<T>::report(BoundaryLabel label, std::string_view default_op, const DistTensor<T>& in,
                       const DistTensor<T>& out) const {
   if (label.op.empty()) label.op = std::string(default_op);
   if (label.tensor.empty()) label.tensor = out.name;
+  if (label.inputs.empty()) label.inputs = {in.name};
+  if (label.kind == "op") label.kind = "collective";
   if (hook_) hook_(label, out);
 }
 
 template <typename T>
-void World<T>::record(const BoundaryLabel& label, const DistTensor<T>& tensor) const {
-  report(label, "op", tensor);
+bool World<T>::record(const BoundaryLabel& label, const DistTensor<T>& tensor) const {
+  return hook_ ? hook_(label, tensor) : false;
 }
 
 template <typename T>
@@ -147,7 +149,7 @@ DistTensor<T> World<T>::all_gather(const DistTensor<T>& in, const BoundaryLabel&
   }
   DistTensor<T> out = make_dist<T>(in.name, in.global, Placement::replicate(), 0);
   out.locals.assign(static_cast<std::size_t>(ranks_), gathered);
-  report(label, "all_gather", out);
+  report(label, "all_gather", in, out);
   return out;
 }
 
@@ -160,7 +162,7 @@ DistTensor<T> World<T>::all_reduce(const DistTensor<T>& in, const BoundaryLabel&
   Tensor<T> reduced(in.global, reduce_sum(addends, in.global.numel()));
   DistTensor<T> out = make_dist<T>(in.name, in.global, Placement::replicate(), 0);
   out.locals.assign(static_cast<std::size_t>(ranks_), reduced);
-  report(label, "all_reduce", out);
+  report(label, "all_reduce", in, out);
   return out;
 }
 
@@ -178,7 +180,7 @@ DistTensor<T> World<T>::reduce_scatter(const DistTensor<T>& in, const Placement&
   for (int r = 0; r < ranks_; ++r) {
     copy_along(reduced, target.axis, slices[r].begin, out.local(r), 0, slices[r].valid());
   }
-  report(label, "reduce_scatter", out);
+  report(label, "reduce_scatter", in, out);
   return out;
 }
 
@@ -204,7 +206,7 @@ DistTensor<T> World<T>::all_to_all(const DistTensor<T>& in, const Placement& tar
       copy_along(block, from_axis, 0, dst, from[r].begin, from[r].valid());
     }
   }
-  report(label, "all_to_all", out);
+  report(label, "all_to_all", in, out);
   return out;
 }
 
@@ -216,7 +218,7 @@ DistTensor<T> World<T>::broadcast(const DistTensor<T>& in, int root,
   rendezvous(describe_calls("broadcast", in, Placement::replicate()));
   DistTensor<T> out = make_dist<T>(in.name, in.global, Placement::replicate(), 0);
   out.locals.assign(static_cast<std::size_t>(ranks_), in.local(root));
-  report(label, "broadcast", out);
+  report(label, "broadcast", in, out);
   return out;
 }
 
@@ -245,7 +247,7 @@ DistTensor<T> World<T>::redistribute(const DistTensor<T>& in, const Placement& t
     // Replicate -> Partial: rank 0 keeps the value, the others hold zero addends.
     out.local(0) = in.local(0);
   }
-  report(label, "redistribute", out);
+  report(label, "redistribute", in, out);
   return out;
 }
 

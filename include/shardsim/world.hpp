@@ -57,7 +57,8 @@ struct CallDesc {
 template <typename T>
 class World {
  public:
-  using Hook = std::function<void(const BoundaryLabel&, const DistTensor<T>&)>;
+  // Called for every boundary; returns whether the boundary matched the oracle bitwise.
+  using Hook = std::function<bool(const BoundaryLabel&, const DistTensor<T>&)>;
 
   // REQUIRES: ranks >= 1.
   World(int ranks, ReduceOrder order, Schedule schedule);
@@ -69,8 +70,8 @@ class World {
 
   // Runs body(rank) for every rank in schedule order.
   void for_each_rank(const std::function<void(int rank)>& body) const;
-  // Reports an op boundary to the hook.
-  void record(const BoundaryLabel& label, const DistTensor<T>& tensor) const;
+  // Reports an op boundary to the hook. Returns whether it matched the oracle bitwise.
+  bool record(const BoundaryLabel& label, const DistTensor<T>& tensor) const;
 
   // Shard(a) -> Replicate.
   DistTensor<T> all_gather(const DistTensor<T>& in, const BoundaryLabel& label) const;
@@ -99,7 +100,8 @@ class World {
  private:
   std::vector<CallDesc> describe_calls(std::string_view collective, const DistTensor<T>& in,
                                        const Placement& to) const;
-  void report(BoundaryLabel label, std::string_view default_op, const DistTensor<T>& out) const;
+  void report(BoundaryLabel label, std::string_view default_op, const DistTensor<T>& in,
+              const DistTensor<T>& out) const;
 
   int ranks_;
   ReduceOrder order_;

@@ -42,9 +42,14 @@ DistTensor<T> layer_norm_row_sharded(const World<T>& world, const DistTensor<T>&
   zero_padding(y);
   zero_padding(saved.mean);
   zero_padding(saved.rstd);
-  world.record({"layer_norm", saved.mean.name, "", true}, saved.mean);
-  world.record({"layer_norm", saved.rstd.name, "", true}, saved.rstd);
-  world.record({"layer_norm", output, "", true}, y);
+  std::vector<std::string> inputs{x.name};
+  if (weight) inputs.push_back(weight->name);
+  if (bias) inputs.push_back(bias->name);
+  world.record({.op = "layer_norm", .tensor = saved.mean.name, .exact = true, .inputs = {x.name}},
+               saved.mean);
+  world.record({.op = "layer_norm", .tensor = saved.rstd.name, .exact = true, .inputs = {x.name}},
+               saved.rstd);
+  world.record({.op = "layer_norm", .tensor = output, .exact = true, .inputs = inputs}, y);
   return y;
 }
 

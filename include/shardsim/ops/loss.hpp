@@ -1,0 +1,49 @@
+// Masked mean-squared-error loss over valid (non-padding) tokens.
+//
+//   loss = (1 / V) * sum over valid tokens t of sum_h (y[t,h] - target[t,h])^2
+//
+// V is the GLOBAL count of valid tokens, and the division happens exactly once. A token (b, s) is
+// valid iff s < valid_lengths[b] (all tokens are valid when valid_lengths is empty). Padding
+// tokens still pass through earlier ops; they contribute nothing to the loss or any gradient.
+//
+// Summation order: tokens in row-major order of the non-feature axes; within a token, features
+// in ascending order are summed first, then the token's sum is added to the running total.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shardsim/tensor.hpp"
+
+namespace shardsim {
+
+struct MaskedMseParams {
+  std::string batch_axis = "batch";
+  std::string seq_axis = "seq";
+  std::string feature_axis = "hidden";
+  std::vector<std::int64_t> valid_lengths;  // one per batch element; empty: all valid
+};
+
+// Where a local tensor sits in the global one along its one sharded axis: local position i of
+// `axis` is global position begin + i, and positions i >= valid are padding. An empty axis means
+// the local tensor is the whole global tensor.
+struct LocalFrame {
+  std::string axis;
+  std::int64_t begin = 0;
+  std::int64_t valid = 0;
+};
+
+// This rank's share: the sum over its valid tokens, and how many valid tokens it holds.
+// y, target: (batch, seq, feature) in any axis order.
+template <typename T>
+void masked_mse_partial(const Tensor<T>& y, const Tensor<T>& target, const MaskedMseParams& params,
+                        const LocalFrame& frame, T& sum, std::int64_t& valid_tokens);
+
+// dy = 2 * (y - target) / V on valid tokens, 0 elsewhere (activation grad: written, not added).
+template <typename T>
+void masked_mse_backward(const Tensor<T>& y, const Tensor<T>& target,
+                         const MaskedMseParams& params, const LocalFrame& frame,
+                         const T& global_valid_tokens, Tensor<T>& dy);
+
+}  // namespace shardsim

@@ -1,0 +1,9 @@
+// The Mp instantiation of the loss, in its own translation unit (DESIGN.md invariant 6).
+#include "shardsim/mp.hpp"
+#include "shardsim/ops/loss-inl.hpp"
+
+namespace shardsim {
+
+SHARDSIM_INSTANTIATE_LOSS(Mp)
+
+}  // namespace shardsim
