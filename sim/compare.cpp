@@ -23,6 +23,7 @@ RunReport evaluate_f64(const Scenario& s, const RunOptions& o) {
 
 RunReport evaluate(const Scenario& scenario, const Precision& precision,
                    const RunOptions& options) {
+  check_memory(scenario, precision, options);
   switch (precision.kind) {
     case ScalarKind::f32: return detail::evaluate_f32(scenario, options);
     case ScalarKind::f64: return detail::evaluate_f64(scenario, options);

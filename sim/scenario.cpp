@@ -491,6 +491,7 @@ Scenario parse_scenario(std::string text, const std::string& file) {
       s.steps.push_back(std::move(spec));
     }
   }
+  for (const auto& [name, state] : defined) s.layouts[name] = {state.shape, state.placement};
   if (s.steps.empty()) throw InputError(located(file, {}, "steps", "needs at least one [[steps]]"));
   if (const toml::node* v = root.get("train_steps")) {
     const std::int64_t k = load.integer(*v, "train_steps");

@@ -4,6 +4,7 @@
 // It does not judge; the compare layer does (it implements the sink).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <vector>
 
@@ -26,7 +27,20 @@ class BoundarySink {
 struct RunOptions {
   std::optional<ReduceOrder> reduce_order;  // overrides the scenario's mesh.reduce_order
   std::optional<Schedule> schedule;         // overrides the scenario's mesh.schedule
+  // Refuse to run when the memory estimate exceeds this many bytes (default: 3/4 of the
+  // machine's physical memory).
+  std::optional<std::uint64_t> max_memory_bytes;
 };
+
+// A lower bound on the bytes a run at `precision` holds: every tensor the program defines, once
+// for the oracle and once per rank copy in the sharded world (a Replicate tensor is held by every
+// rank), doubled for gradients when training. Computed in long double and saturated, so it cannot overflow.
+std::uint64_t estimate_memory_bytes(const Scenario& scenario, const Precision& precision);
+std::uint64_t default_memory_limit_bytes();
+
+// Throws InputError, before anything is allocated, when the estimate exceeds the limit; the
+// message says how many GiB would be needed.
+void check_memory(const Scenario& scenario, const Precision& precision, const RunOptions& options);
 
 // The effective mesh settings of a run.
 ReduceOrder effective_reduce_order(const Scenario& scenario, const RunOptions& options);

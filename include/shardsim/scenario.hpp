@@ -92,6 +92,14 @@ struct Scenario {
   int train_steps = 0;
   double learning_rate = 0.1;
   Expectation expect;
+  // The global shape and starting placement of every tensor the program defines (inputs and
+  // step outputs), as inferred by the loader. Used to estimate memory before anything is
+  // allocated.
+  struct Layout {
+    Shape shape;
+    Placement placement;
+  };
+  std::map<std::string, Layout> layouts;
 
   const TensorSpec* find_tensor(std::string_view name) const;
   bool has_fault(std::string_view fault) const;

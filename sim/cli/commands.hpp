@@ -2,6 +2,7 @@
 // 0 outcome as expected, 1 unexpected divergence, 2 bad input or usage.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,9 @@ int list_command(const Args& args);
 
 // Shared helpers.
 std::vector<std::string> split_list(const std::string& text);  // "a,b" -> {"a", "b"}
+// "8GiB", "512MiB", "2G", "1000000" -> bytes (K/M/G/T are powers of 1024, as are KiB...).
+// Throws InputError on anything else.
+std::uint64_t parse_bytes(const std::string& text);
 // Fails with InputError unless `path`'s directory exists and is writable.
 void check_output_path(const std::string& path);
 

@@ -2,6 +2,9 @@
 
 #include <sys/stat.h>
 
+#include <cctype>
+#include <stdexcept>
+
 #include "shardsim/error.hpp"
 #include "sim/cli/commands.hpp"
 
@@ -19,6 +22,43 @@ std::vector<std::string> split_list(const std::string& text) {
     begin = end + 1;
   }
   return out;
+}
+
+std::uint64_t parse_bytes(const std::string& text) {
+  std::size_t end = 0;
+  while (end < text.size() && (std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '.')) {
+    ++end;
+  }
+  const std::string number = text.substr(0, end);
+  const std::string unit = text.substr(end);
+  double value = 0;
+  try {
+    std::size_t used = 0;
+    value = std::stod(number, &used);
+    if (used != number.size()) throw std::invalid_argument("trailing");
+  } catch (const std::exception&) {
+    throw InputError("invalid size '" + text + "': expected e.g. 8GiB, 512MiB or 1000000");
+  }
+  double scale = 1;
+  if (unit == "" || unit == "B") {
+    scale = 1;
+  } else if (unit == "K" || unit == "KiB" || unit == "KB") {
+    scale = 1024.0;
+  } else if (unit == "M" || unit == "MiB" || unit == "MB") {
+    scale = 1024.0 * 1024;
+  } else if (unit == "G" || unit == "GiB" || unit == "GB") {
+    scale = 1024.0 * 1024 * 1024;
+  } else if (unit == "T" || unit == "TiB" || unit == "TB") {
+    scale = 1024.0 * 1024 * 1024 * 1024;
+  } else {
+    throw InputError("invalid size '" + text + "': unknown unit '" + unit +
+                     "' (known: B, K/KiB, M/MiB, G/GiB, T/TiB)");
+  }
+  const double bytes = value * scale;
+  if (!(bytes >= 1) || bytes > 1.8e19) {
+    throw InputError("invalid size '" + text + "': must be at least 1 byte and fit in 64 bits");
+  }
+  return static_cast<std::uint64_t>(bytes);
 }
 
 void check_output_path(const std::string& path) {

@@ -36,6 +36,9 @@ RunOptions run_options(const po::variables_map& vm) {
     options.reduce_order = parse_reduce_order(vm["reduce-order"].as<std::string>());
   }
   if (vm.count("schedule")) options.schedule = parse_schedule(vm["schedule"].as<std::string>());
+  if (vm.count("max-memory")) {
+    options.max_memory_bytes = parse_bytes(vm["max-memory"].as<std::string>());
+  }
   return options;
 }
 
@@ -43,7 +46,9 @@ void add_mesh_options(po::options_description& options) {
   options.add_options()("reduce-order", po::value<std::string>(),
                         "override mesh.reduce_order: rank, ring or tree")(
       "schedule", po::value<std::string>(),
-      "override mesh.schedule: rank, reverse or shuffle:SEED");
+      "override mesh.schedule: rank, reverse or shuffle:SEED")(
+      "max-memory", po::value<std::string>(),
+      "refuse scenarios estimated above this size, e.g. 8GiB (default: 3/4 of physical memory)");
 }
 
 }  // namespace
@@ -71,6 +76,8 @@ int run_command(const Args& args) {
     report_path = vm["report"].as<std::string>();
     check_output_path(report_path);
   }
+  // Refuse oversized runs before any of them starts.
+  for (const Precision& precision : precisions) check_memory(scenario, precision, run);
   std::vector<RunReport> reports;
   for (const Precision& precision : precisions) {
     reports.push_back(evaluate(scenario, precision, run));
