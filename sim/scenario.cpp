@@ -523,8 +523,9 @@ Scenario parse_scenario(std::string text, const std::string& file) {
   }
   if (const toml::node* v = root.get("tolerance")) {
     for (auto&& [key, node] : load.table(*v, "tolerance")) {
-      const std::string path = "tolerance." + std::string(key.str());
-      const Precision p = load.wrap(node, path, [&] { return parse_precision(key.str()); });
+      const std::string name(key.str());
+      const std::string path = "tolerance." + name;
+      const Precision p = load.wrap(node, path, [&] { return parse_precision(name); });
       const double rtol = load.number(node, path);
       if (!(rtol > 0)) load.fail(node, path, "a tolerance must be > 0");
       s.tolerance[p.name()] = rtol;
