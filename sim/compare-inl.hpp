@@ -3,16 +3,41 @@
 
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "shardsim/compare.hpp"
 #include "shardsim/scalar.hpp"
 
 namespace shardsim {
 
+// Converts a tensor's values once to f32 and f64 with correct rounding (and, at mp, to exact
+// text). The mp branch is only instantiated where mp.hpp and mp_exact.hpp are included
+// (compare_mp.cpp).
+template <typename T>
+CapturedValues capture_values(const Tensor<T>& tensor) {
+  CapturedValues out;
+  out.f32.reserve(static_cast<std::size_t>(tensor.numel()));
+  out.f64.reserve(static_cast<std::size_t>(tensor.numel()));
+  for (const T& v : tensor.values()) {
+    if constexpr (std::is_same_v<T, float>) {
+      out.f32.push_back(v);
+      out.f64.push_back(v);
+    } else if constexpr (std::is_same_v<T, double>) {
+      out.f32.push_back(static_cast<float>(v));  // IEEE conversion: round to nearest even
+      out.f64.push_back(v);
+    } else {
+      out.f32.push_back(round_to_f32(v));
+      out.f64.push_back(round_to_f64(v));
+      out.exact.push_back(mp_exact_text(v));
+    }
+  }
+  return out;
+}
+
 template <typename T>
 class Comparator final : public BoundarySink<T> {
  public:
-  explicit Comparator(double rtol) : rtol_(rtol) {}
+  explicit Comparator(double rtol, bool capture = false) : rtol_(rtol), capture_(capture) {}
 
   bool on_boundary(const TraceEntry& entry, const Tensor<T>* dense,
                    const DistTensor<T>& sharded) override {
@@ -20,12 +45,24 @@ class Comparator final : public BoundarySink<T> {
     result.entry = entry;
     result.rtol = rtol_;
     if (dense) measure(*dense, sharded, result);
+    if (capture_) {
+      auto captured = std::make_shared<CapturedBoundary>();
+      captured->has_dense = dense != nullptr;
+      if (dense) captured->dense = capture_values(*dense);
+      for (int r = 0; r < sharded.ranks(); ++r) {
+        captured->ranks.push_back(capture_values(sharded.local(r)));
+      }
+      result.captured = std::move(captured);
+    }
     const bool identical = result.status == Status::exact;
     results_.push_back(std::move(result));
     return identical;
   }
 
   std::vector<BoundaryResult>& results() { return results_; }
+
+  void on_activation_memory(const ActivationMemory& memory) override { activation_ = memory; }
+  ActivationMemory& activation() { return activation_; }
 
  private:
   using Traits = ScalarTraits<T>;
@@ -154,13 +191,15 @@ class Comparator final : public BoundarySink<T> {
   }
 
   double rtol_;
+  bool capture_;
   std::vector<BoundaryResult> results_;
+  ActivationMemory activation_;
 };
 
 template <typename T>
 RunReport evaluate_at(const Scenario& scenario, const Precision& precision,
                       unsigned significand_bits, const RunOptions& options) {
-  Comparator<T> comparator(scenario.rtol(precision));
+  Comparator<T> comparator(scenario.rtol(precision), options.capture_tensors);
   run_scenario<T>(scenario, options, comparator);
   RunReport report;
   report.scenario = scenario.name;
@@ -169,6 +208,7 @@ RunReport evaluate_at(const Scenario& scenario, const Precision& precision,
   report.reduce_order = effective_reduce_order(scenario, options);
   report.schedule = effective_schedule(scenario, options);
   report.boundaries = std::move(comparator.results());
+  report.activation = std::move(comparator.activation());
   for (const BoundaryResult& b : report.boundaries) {
     if (b.status == Status::fail) {
       report.pass = false;

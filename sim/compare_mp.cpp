@@ -1,5 +1,6 @@
 // The Mp instantiation of the comparator, in its own translation unit (DESIGN.md invariant 6).
 #include "shardsim/mp.hpp"
+#include "shardsim/mp_exact.hpp"
 #include "sim/compare-inl.hpp"
 
 namespace shardsim::detail {

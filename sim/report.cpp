@@ -59,7 +59,8 @@ Json boundary_json(const BoundaryResult& b) {
               {"max_rel", metric(b.max_rel)},
               {"max_ulp", metric(b.max_ulp)},
               {"rtol", b.rtol},
-              {"status", status_name(b.status)}};
+              {"status", status_name(b.status)},
+              {"notes", e.notes}};
 }
 
 std::string fixed(double value) {
@@ -112,6 +113,13 @@ std::string report_json(const Scenario& scenario, const std::vector<RunReport>& 
                                                  ? divergence_json(*r.first_divergence)
                                                  : Json(nullptr)},
                         {"boundaries", boundaries}});
+    Json steps = Json::array();
+    for (const ActivationMemory::StepShare& share : r.activation.steps) {
+      steps.push_back(Json{{"step", share.step}, {"op", share.op}, {"output", share.output},
+                           {"bytes", share.bytes}});
+    }
+    runs.back()["activation_bytes"] = r.activation.per_rank;
+    runs.back()["activation_steps"] = steps;
   }
   Json root{{"scenario", scenario.name},
             {"file", scenario.file},
@@ -143,6 +151,16 @@ std::string format_run_table(const RunReport& r) {
                   std::string(status_name(b.status)).c_str(), fixed(b.max_abs).c_str(),
                   fixed(b.max_rel).c_str(), fixed(b.max_ulp).c_str());
     out << line;
+    for (const std::string& note : e.notes) out << "           note: " << note << "\n";
+  }
+  if (!r.activation.steps.empty()) {
+    std::int64_t total = 0;
+    out << "activation memory kept for backward, bytes per rank:";
+    for (std::int64_t bytes : r.activation.per_rank) {
+      out << " " << bytes;
+      total += bytes;
+    }
+    out << " (total " << total << ")\n";
   }
   if (r.first_divergence) out << "first divergence: " << format_divergence(*r.first_divergence) << "\n";
   return out.str();

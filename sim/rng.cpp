@@ -1,7 +1,13 @@
 #include "shardsim/rng.hpp"
 
+#include <algorithm>
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <cstdio>
 #include <numbers>
+
+#include "shardsim/error.hpp"
 
 namespace shardsim {
 
@@ -51,12 +57,121 @@ float init_value(const InitSpec& spec, std::uint64_t seed, std::uint64_t index) 
   const PhiloxCounter out = philox4x32_10(ctr, key);
   const double u = std::ldexp(static_cast<double>(out[0] >> 8), -24);
   if (spec.dist == InitDist::uniform) {
-    return static_cast<float>(spec.low + (spec.high - spec.low) * u);
+    // Rounding to float can reach `high` when the float spacing near it is coarse; clamp to the
+    // largest float below high so the range stays half-open.
+    float below_high = static_cast<float>(spec.high);
+    if (static_cast<double>(below_high) >= spec.high) {
+      below_high = std::nextafter(below_high, -std::numeric_limits<float>::infinity());
+    }
+    return std::min(static_cast<float>(spec.low + (spec.high - spec.low) * u), below_high);
   }
   const double u1 = 1.0 - u;
   const double u2 = std::ldexp(static_cast<double>(out[1] >> 8), -24);
   return static_cast<float>(spec.mean + spec.stddev * std::sqrt(-2.0 * std::log(u1)) *
                                             std::cos(2.0 * std::numbers::pi * u2));
+}
+
+std::string_view dropout_policy_name(DropoutPolicy policy) {
+  switch (policy) {
+    case DropoutPolicy::global: return "global";
+    case DropoutPolicy::same_seed: return "same_seed";
+    case DropoutPolicy::rank_offset: return "rank_offset";
+  }
+  return "?";
+}
+
+DropoutPolicy parse_dropout_policy(std::string_view text) {
+  for (DropoutPolicy policy :
+       {DropoutPolicy::global, DropoutPolicy::same_seed, DropoutPolicy::rank_offset}) {
+    if (text == dropout_policy_name(policy)) return policy;
+  }
+  throw InputError("unknown dropout policy '" + std::string(text) +
+                   "' (known: global, same_seed, rank_offset)");
+}
+
+std::uint32_t dropout_threshold(double p) {
+  SHARDSIM_ASSERT(p >= 0 && p < 1, "dropout probability must be in [0, 1)");
+  // p * 2^32 is exact (a power-of-two scaling) and below 2^32, so the floor fits.
+  return static_cast<std::uint32_t>(std::floor(std::ldexp(p, 32)));
+}
+
+std::uint64_t dropout_rank_seed(DropoutPolicy policy, std::uint64_t seed, int rank) {
+  if (policy != DropoutPolicy::rank_offset) return seed;
+  return seed + kRankOffsetSeedOffset + static_cast<std::uint64_t>(rank);
+}
+
+std::uint32_t dropout_word(std::uint64_t seed, std::uint32_t stream, std::uint32_t forward_pass,
+                           std::uint64_t index) {
+  const PhiloxKey key{static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32)};
+  const PhiloxCounter ctr{static_cast<std::uint32_t>(index),
+                          static_cast<std::uint32_t>(index >> 32), stream, forward_pass};
+  return philox4x32_10(ctr, key)[0];
+}
+
+double binomial_upper_tail(std::int64_t n, std::int64_t k, double prob) {
+  SHARDSIM_ASSERT(prob >= 0 && prob <= 1 && n >= 0, "binomial tail needs 0 <= prob <= 1, n >= 0");
+  if (k <= 0) return 1;
+  if (k > n) return 0;
+  if (prob == 1) return 1;
+  if (prob == 0) return 0;
+  const double log_p = std::log(prob);
+  const double log_q = std::log1p(-prob);
+  const double log_n_fact = std::lgamma(static_cast<double>(n) + 1);
+  auto log_term = [&](std::int64_t j) {
+    const double jd = static_cast<double>(j);
+    const double rest = static_cast<double>(n - j);
+    return log_n_fact - std::lgamma(jd + 1) - std::lgamma(rest + 1) + jd * log_p + rest * log_q;
+  };
+  double largest = -INFINITY;
+  for (std::int64_t j = k; j <= n; ++j) largest = std::max(largest, log_term(j));
+  double sum = 0;
+  for (std::int64_t j = k; j <= n; ++j) sum += std::exp(log_term(j) - largest);
+  return std::min(1.0, std::exp(largest + std::log(sum)));
+}
+
+std::string MaskAgreement::str() const {
+  char text[200];
+  const double fraction = positions ? static_cast<double>(agree) / static_cast<double>(positions)
+                                    : 0.0;
+  std::snprintf(text, sizeof text,
+                "ranks %d,%d: %lld of %lld positions agree (%.3f) vs %.3f by chance, tail %.2g%s",
+                rank_a, rank_b, static_cast<long long>(agree), static_cast<long long>(positions),
+                fraction, chance, tail, repeated ? ": REPEATED" : "");
+  return text;
+}
+
+std::vector<MaskAgreement> mask_agreement(const std::vector<std::vector<std::uint8_t>>& keeps,
+                                          const std::vector<std::vector<std::uint8_t>>& valid,
+                                          std::uint32_t threshold) {
+  SHARDSIM_ASSERT(keeps.size() == valid.size(), "mask_agreement: one validity vector per rank");
+  const double drop = std::ldexp(static_cast<double>(threshold), -32);
+  const double chance = drop * drop + (1 - drop) * (1 - drop);
+  std::vector<MaskAgreement> pairs;
+  const int ranks = static_cast<int>(keeps.size());
+  for (int a = 0; a < ranks; ++a) {
+    for (int b = a + 1; b < ranks; ++b) {
+      const auto& ka = keeps[static_cast<std::size_t>(a)];
+      const auto& kb = keeps[static_cast<std::size_t>(b)];
+      const auto& va = valid[static_cast<std::size_t>(a)];
+      const auto& vb = valid[static_cast<std::size_t>(b)];
+      SHARDSIM_ASSERT(ka.size() == va.size() && kb.size() == vb.size(),
+                      "mask_agreement: validity and mask sizes differ");
+      MaskAgreement pair;
+      pair.rank_a = a;
+      pair.rank_b = b;
+      pair.chance = chance;
+      const std::size_t overlap = std::min(ka.size(), kb.size());
+      for (std::size_t i = 0; i < overlap; ++i) {
+        if (!va[i] || !vb[i]) continue;
+        ++pair.positions;
+        if (ka[i] == kb[i]) ++pair.agree;
+      }
+      pair.tail = binomial_upper_tail(pair.positions, pair.agree, chance);
+      pair.repeated = pair.tail < kRepetitionTail;
+      pairs.push_back(pair);
+    }
+  }
+  return pairs;
 }
 
 }  // namespace shardsim

@@ -392,6 +392,56 @@ class Loader {
     return spec;
   }
 
+  // [stream]: the chunk lengths must be positive and sum to the stream axis' extent in every
+  // input and target that has the axis.
+  StreamSpec stream(const toml::table& t, const Scenario& s) const {
+    check_keys(t, "stream", {"axis", "chunks"});
+    StreamSpec spec;
+    spec.loc = loc_of(t);
+    const toml::node* axis = t.get("axis");
+    if (!axis) fail(t, "stream", "missing required key 'axis'");
+    spec.axis = string(*axis, "stream.axis");
+    const toml::node* chunks = t.get("chunks");
+    if (!chunks) fail(t, "stream", "missing required key 'chunks'");
+    const toml::array& list = array(*chunks, "stream.chunks");
+    if (list.empty()) fail(*chunks, "stream.chunks", "needs at least one chunk length");
+    std::int64_t total = 0;
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const std::string path = "stream.chunks[" + std::to_string(i) + "]";
+      const std::int64_t n = integer(*list.get(i), path);
+      if (n < 1) {
+        fail(*list.get(i), path, "a chunk length must be positive, got " + std::to_string(n));
+      }
+      if (__builtin_add_overflow(total, n, &total)) {
+        fail(*list.get(i), path, "chunk lengths overflow a 64-bit integer");
+      }
+      spec.chunks.push_back(n);
+    }
+    bool streamed = false;
+    for (const TensorSpec& tensor : s.tensors) {
+      if (tensor.role == TensorRole::parameter || !tensor.shape.has(spec.axis)) continue;
+      streamed = true;
+      if (tensor.shape.extent(spec.axis) != total) {
+        fail(*chunks, "stream.chunks",
+             "chunk lengths sum to " + std::to_string(total) + " but tensor '" + tensor.name +
+                 "' " + tensor.shape.str() + " has " + spec.axis + "=" +
+                 std::to_string(tensor.shape.extent(spec.axis)));
+      }
+    }
+    if (!streamed) {
+      fail(*axis, "stream.axis", "no input or target has an axis '" + spec.axis + "' to stream");
+    }
+    for (const StepSpec& step : s.steps) {
+      if (step.op == "mse_loss" && step.has("valid_lengths")) {
+        throw InputError(located(file_, step.params.at("valid_lengths").loc,
+                                 "steps[" + std::to_string(step.index) + "].valid_lengths",
+                                 "valid_lengths counts tokens of the whole sequence, which "
+                                 "[stream] cuts into chunks; it is not supported with [stream]"));
+      }
+    }
+    return spec;
+  }
+
   Expectation expect(const toml::table& t) const {
     check_keys(t, "expect", {"verdict", "step", "chunk", "tensor", "op"});
     Expectation e;
@@ -436,7 +486,7 @@ Scenario parse_scenario(std::string text, const std::string& file) {
   Loader load(file);
   load.check_keys(root, "",
                   {"name", "description", "seed", "precisions", "mesh", "tensors", "steps",
-                   "faults", "tolerance", "train_steps", "learning_rate", "expect"});
+                   "faults", "tolerance", "train_steps", "learning_rate", "expect", "stream"});
   Scenario s;
   s.file = file;
   s.text = std::move(text);
@@ -532,6 +582,8 @@ Scenario parse_scenario(std::string text, const std::string& file) {
     }
   }
   if (const toml::node* v = root.get("expect")) s.expect = load.expect(load.table(*v, "expect"));
+  if (const toml::node* v = root.get("stream")) s.stream = load.stream(load.table(*v, "stream"), s);
+  check_plans(s);
   return s;
 }
 

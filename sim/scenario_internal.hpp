@@ -33,6 +33,14 @@ class StepContext {
 
 // Applies one op's shape and placement rules (scenario_schema.cpp).
 void infer_step(const StepSpec& step, StepContext& ctx);
+// The MLP-block ops' rules (scenario_schema_mlp.cpp): linear; gelu, dropout and add.
+void infer_linear(const StepSpec& step, StepContext& ctx, const TensorState& input);
+void infer_elementwise(const StepSpec& step, StepContext& ctx, const TensorState& input);
+
+// Whole-scenario plan checks once everything is loaded (scenario_schema.cpp): rules that need the
+// mesh or the faults. Throws a located InputError; prints warnings ("file:line:col: key:
+// warning: ...") to stderr for plans that are valid but pointless.
+void check_plans(const Scenario& scenario);
 
 std::string located(const std::string& file, SourceLoc loc, const std::string& path,
                     const std::string& message);

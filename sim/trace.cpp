@@ -31,6 +31,7 @@ std::string format_entry(const TraceEntry& entry) {
     out << "    rank " << rank.rank << ": local " << rank.local_shape.str() << " " << rank.slice
         << "\n";
   }
+  for (const std::string& note : entry.notes) out << "    note: " << note << "\n";
   return out.str();
 }
 

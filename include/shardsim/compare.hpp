@@ -13,6 +13,7 @@
 // NaN never matches anything; an infinity matches only the same infinity.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -38,6 +39,25 @@ struct Divergence {
   std::string reason;  // "not bitwise equal (exact boundary)", "outside tolerance", "NaN", ...
 };
 
+// One tensor's values as captured at a boundary (RunOptions::capture_tensors), row-major, each
+// converted once with correct rounding from the run's own type (round-to-nearest-even; an mp
+// value goes to f32 directly, never through f64).
+struct CapturedValues {
+  std::vector<float> f32;
+  std::vector<double> f64;
+  // mp runs only: each value exactly, as MPFR's hexadecimal "%Ra" text (e.g. "0x1.8p+0"), so a
+  // later comparison can work at any precision. Empty for f32 and f64 runs.
+  std::vector<std::string> exact;
+};
+
+// Everything a boundary held: the oracle's global tensor and each rank's local tensor (padding
+// positions included, as the rank holds them).
+struct CapturedBoundary {
+  bool has_dense = false;  // false when the boundary has no oracle counterpart
+  CapturedValues dense;
+  std::vector<CapturedValues> ranks;  // one per rank, in rank order
+};
+
 struct BoundaryResult {
   TraceEntry entry;
   Status status = Status::unchecked;
@@ -47,6 +67,7 @@ struct BoundaryResult {
   double scale = 0;  // max |d| over the boundary
   double rtol = 0;
   std::optional<Divergence> first_bad;
+  std::shared_ptr<const CapturedBoundary> captured;  // only with RunOptions::capture_tensors
 };
 
 struct RunReport {
@@ -58,6 +79,7 @@ struct RunReport {
   bool pass = true;
   std::optional<Divergence> first_divergence;
   std::vector<BoundaryResult> boundaries;
+  ActivationMemory activation;  // per-rank bytes kept for backward (runner.hpp)
 };
 
 // Runs `scenario` at `precision` (the one place precision is dispatched) and judges it.

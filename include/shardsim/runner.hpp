@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "shardsim/scenario.hpp"
@@ -13,6 +14,21 @@
 #include "shardsim/world.hpp"
 
 namespace shardsim {
+
+// Activation memory: the bytes each rank keeps from the forward pass for backward, per step and
+// summed (training step 1; shapes do not change between training steps). An activation element
+// counts 4 bytes at f32 and 8 at f64 and mp, a dropout mask one byte per element. Steps that keep
+// nothing they report (redistribute, add, mse_loss) are absent.
+struct ActivationMemory {
+  struct StepShare {
+    int step = 0;        // index in [[steps]]
+    std::string op;
+    std::string output;
+    std::vector<std::int64_t> bytes;  // per rank
+  };
+  std::vector<std::int64_t> per_rank;  // summed over steps
+  std::vector<StepShare> steps;
+};
 
 template <typename T>
 class BoundarySink {
@@ -22,11 +38,16 @@ class BoundarySink {
   // matched `dense` bitwise (false when there is no counterpart).
   virtual bool on_boundary(const TraceEntry& entry, const Tensor<T>* dense,
                            const DistTensor<T>& sharded) = 0;
+  // Called once, after the first forward pass.
+  virtual void on_activation_memory(const ActivationMemory& memory) { (void)memory; }
 };
 
 struct RunOptions {
   std::optional<ReduceOrder> reduce_order;  // overrides the scenario's mesh.reduce_order
   std::optional<Schedule> schedule;         // overrides the scenario's mesh.schedule
+  // Opt-in (off by default, for memory): the comparator keeps every boundary's values, see
+  // CapturedBoundary in compare.hpp. `shardsim precision` and `run --golden` use it.
+  bool capture_tensors = false;
   // Refuse to run when the memory estimate exceeds this many bytes (default: 3/4 of the
   // machine's physical memory).
   std::optional<std::uint64_t> max_memory_bytes;

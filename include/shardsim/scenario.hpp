@@ -75,6 +75,16 @@ struct MeshSpec {
   Schedule schedule;
 };
 
+// Streaming ([stream]): every input and target that has `axis` arrives in consecutive chunks of
+// the given lengths (positive, summing to that axis' extent). Each training step runs forward,
+// backward and the SGD update once per chunk, in order; boundaries carry the chunk (1-based).
+// Parameters are never streamed.
+struct StreamSpec {
+  std::string axis;
+  std::vector<std::int64_t> chunks;
+  SourceLoc loc;
+};
+
 struct Scenario {
   std::string file;  // as given on the command line
   std::string text;  // the full file text (goldens record it)
@@ -92,6 +102,7 @@ struct Scenario {
   int train_steps = 0;
   double learning_rate = 0.1;
   Expectation expect;
+  std::optional<StreamSpec> stream;  // none: one chunk holding the whole of every input
   // The global shape and starting placement of every tensor the program defines (inputs and
   // step outputs), as inferred by the loader. Used to estimate memory before anything is
   // allocated.

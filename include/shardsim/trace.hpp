@@ -27,6 +27,9 @@ struct BoundaryLabel {
   bool exact = false;
   std::string kind = "op";  // "input", "op", "collective", "update", "check"
   std::vector<std::string> inputs;  // the tensors this value is computed from
+  // Free-text findings shown under the boundary (report "notes", table, explain), e.g. the
+  // dropout repetition detector's per-pair agreement.
+  std::vector<std::string> notes;
 
   const std::string& dense_name() const { return dense.empty() ? tensor : dense; }
 };
@@ -50,6 +53,7 @@ struct TraceEntry {
   Shape global;
   Placement placement;
   std::vector<RankExtent> ranks;
+  std::vector<std::string> notes;  // BoundaryLabel::notes
 };
 
 // Builds the per-rank extents of a DistTensor from its metadata.

@@ -49,17 +49,32 @@ std::vector<CallDesc> World<T>::describe_calls(std::string_view collective,
 
 template <typename T>
 void World<T>::rendezvous(const std::vector<CallDesc>& calls) const {
-  if (static_cast<int>(calls.size()) != ranks_) {
+  // Every rank must arrive exactly once: a duplicate would hide a missing rank.
+  std::vector<int> arrivals(static_cast<std::size_t>(ranks_), 0);
+  std::string strangers;
+  for (const CallDesc& call : calls) {
+    if (call.rank >= 0 && call.rank < ranks_) {
+      ++arrivals[static_cast<std::size_t>(call.rank)];
+    } else {
+      strangers += " " + std::to_string(call.rank);
+    }
+  }
+  std::string missing;
+  std::string repeated;
+  for (int r = 0; r < ranks_; ++r) {
+    if (arrivals[static_cast<std::size_t>(r)] == 0) missing += " " + std::to_string(r);
+    if (arrivals[static_cast<std::size_t>(r)] > 1) repeated += " " + std::to_string(r);
+  }
+  if (static_cast<int>(calls.size()) != ranks_ || !missing.empty() || !repeated.empty() ||
+      !strangers.empty()) {
     std::ostringstream msg;
-    msg << "rendezvous: " << calls.size() << " of " << ranks_ << " ranks arrived; missing ranks:";
-    std::vector<bool> seen(static_cast<std::size_t>(ranks_), false);
-    for (const CallDesc& call : calls) {
-      if (call.rank >= 0 && call.rank < ranks_) seen[static_cast<std::size_t>(call.rank)] = true;
-    }
-    for (int r = 0; r < ranks_; ++r) {
-      if (!seen[static_cast<std::size_t>(r)]) msg << " " << r;
-    }
-    throw RendezvousError(msg.str());
+    msg << "rendezvous: " << calls.size() << " calls for " << ranks_ << " ranks;";
+    if (!missing.empty()) msg << " missing ranks:" << missing << ";";
+    if (!repeated.empty()) msg << " ranks arriving more than once:" << repeated << ";";
+    if (!strangers.empty()) msg << " ranks outside the group:" << strangers << ";";
+    std::string text = msg.str();
+    text.pop_back();
+    throw RendezvousError(text);
   }
   auto describe = [](const CallDesc& c) {
     return c.collective + "<" + c.dtype + "> " + c.global.str() + " " + c.from.str() + " -> " +
@@ -223,6 +238,33 @@ DistTensor<T> World<T>::broadcast(const DistTensor<T>& in, int root,
 }
 
 template <typename T>
+std::vector<Tensor<T>> World<T>::ring_send_recv(const std::vector<Tensor<T>>& blocks) const {
+  if (static_cast<int>(blocks.size()) != ranks_) {
+    throw RendezvousError("ring_send_recv: " + std::to_string(blocks.size()) + " blocks for " +
+                          std::to_string(ranks_) + " ranks");
+  }
+  std::string differ;
+  for (int r = 1; r < ranks_; ++r) {
+    const Shape& mine = blocks[static_cast<std::size_t>(r)].shape();
+    const Shape& first = blocks.front().shape();
+    bool same = mine.rank() == first.rank();
+    for (std::size_t a = 0; same && a < mine.rank(); ++a) same = mine[a].name == first[a].name;
+    if (!same) differ += (differ.empty() ? "" : ",") + std::to_string(r);
+  }
+  if (!differ.empty()) {
+    throw RendezvousError("rendezvous mismatch in ring_send_recv<" +
+                          std::string(ScalarTraits<T>::name) + ">: rank 0 sends " +
+                          blocks.front().shape().str() + " but ranks " + differ +
+                          " send blocks with other axes");
+  }
+  std::vector<Tensor<T>> received(static_cast<std::size_t>(ranks_));
+  for (int r = 0; r < ranks_; ++r) {
+    received[static_cast<std::size_t>((r + 1) % ranks_)] = blocks[static_cast<std::size_t>(r)];
+  }
+  return received;
+}
+
+template <typename T>
 DistTensor<T> World<T>::redistribute(const DistTensor<T>& in, const Placement& target,
                                      const BoundaryLabel& label) const {
   const Placement& from = in.placement;
@@ -233,6 +275,10 @@ DistTensor<T> World<T>::redistribute(const DistTensor<T>& in, const Placement& t
   if (from.is_shard() && target.is_shard()) {
     if (from.axis != target.axis) return all_to_all(in, target, label);
     // Same axis, different split: gather then slice locally.
+    return redistribute(all_gather(in, label), target, label);
+  }
+  if (from.is_shard() && target.is_partial()) {
+    // Gather, then rank 0 keeps the value as its addend (Replicate -> Partial below).
     return redistribute(all_gather(in, label), target, label);
   }
   DistTensor<T> out = make_dist<T>(in.name, in.global, target, ranks_);

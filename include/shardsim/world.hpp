@@ -85,8 +85,15 @@ class World {
                            const BoundaryLabel& label) const;
   // Replicate (as held by `root`) -> Replicate on every rank.
   DistTensor<T> broadcast(const DistTensor<T>& in, int root, const BoundaryLabel& label) const;
+  // Ring send/recv, one hop: rank r sends blocks[r] to rank (r + 1) mod k and receives rank
+  // (r - 1) mod k's block, as NCCL send/recv pairs around the ring (ring attention). Blocks travel
+  // unchanged and may differ in shape (uneven shards); every rank must send a block with rank 0's
+  // axis names, or a RendezvousError names the ranks that differ. A hop computes nothing, so it
+  // is not a boundary: the plan records the blocks at their owners and what it computes.
+  std::vector<Tensor<T>> ring_send_recv(const std::vector<Tensor<T>>& blocks) const;
   // Composes the collectives as DTensor does: S->R all-gather, P->R all-reduce,
-  // P->S reduce-scatter, R->S local slice, S(i)->S(j) all-to-all, R->P keep rank 0's copy.
+  // P->S reduce-scatter, R->S local slice, S(i)->S(j) all-to-all, R->P keep rank 0's copy,
+  // S->P all-gather then keep rank 0's copy.
   DistTensor<T> redistribute(const DistTensor<T>& in, const Placement& target,
                              const BoundaryLabel& label) const;
 

@@ -14,6 +14,9 @@ int run_command(const Args& args);
 int explain_command(const Args& args);
 int validate_command(const Args& args);
 int list_command(const Args& args);
+int precision_command(const Args& args);  // precision_command.cpp
+int compare_command(const Args& args);    // compare_command.cpp
+int lab_command(const Args& args);        // lab_command.cpp
 
 // Shared helpers.
 std::vector<std::string> split_list(const std::string& text);  // "a,b" -> {"a", "b"}

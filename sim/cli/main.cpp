@@ -18,6 +18,10 @@ constexpr const char* kUsage =
     "  explain SCENARIO                                       the placement plan, per boundary\n"
     "  validate SCENARIO                                      check a scenario file\n"
     "  list                                                   ops, faults, policies\n"
+    "  run SCENARIO --golden DIR [--format npy] [--reference mp256]   write golden tensors\n"
+    "  precision SCENARIO --levels f32,f64,mp256              the non-associativity table\n"
+    "  compare GOLDEN CANDIDATE [--rtol R --atol A --max-ulp U]   a backend against goldens\n"
+    "  lab [--precision P]                                    the function lab (y = a*x^2)\n"
     "\n"
     "exit codes: 0 outcome matches the scenario's [expect]; 1 unexpected divergence;\n"
     "            2 bad input or usage\n"
@@ -38,6 +42,9 @@ int main(int argc, char** argv) {
     if (command == "explain") return cli::explain_command(args);
     if (command == "validate") return cli::validate_command(args);
     if (command == "list") return cli::list_command(args);
+    if (command == "precision") return cli::precision_command(args);
+    if (command == "compare") return cli::compare_command(args);
+    if (command == "lab") return cli::lab_command(args);
     if (command == "--help" || command == "-h" || command == "help") {
       std::fputs(kUsage, stdout);
       return 0;

@@ -1,7 +1,9 @@
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
+#include "shardsim/golden.hpp"
 #include "shardsim/io.hpp"
 #include "shardsim/report.hpp"
 #include "sim/cli/commands.hpp"
@@ -51,6 +53,51 @@ void add_mesh_options(po::options_description& options) {
       "refuse scenarios estimated above this size, e.g. 8GiB (default: 3/4 of physical memory)");
 }
 
+// --golden DIR [--format safetensors|npy] [--dtype f32|f64|both] [--reference PRECISION].
+struct GoldenRequest {
+  std::string dir;
+  GoldenOptions options;
+  Precision reference;
+};
+
+void add_golden_options(po::options_description& options) {
+  options.add_options()("golden", po::value<std::string>(),
+                        "write golden tensors (goldens.safetensors + manifest.json) into DIR")(
+      "format", po::value<std::string>(), "golden format: safetensors (default) or npy")(
+      "dtype", po::value<std::string>(), "golden dtypes: f32, f64 or both (default)")(
+      "reference", po::value<std::string>(),
+      "precision of the run the goldens come from (default mp256)");
+}
+
+std::optional<GoldenRequest> golden_request(const po::variables_map& vm) {
+  if (!vm.count("golden")) {
+    for (const char* flag : {"format", "dtype", "reference"}) {
+      if (vm.count(flag)) throw InputError(std::string("--") + flag + " needs --golden DIR");
+    }
+    return std::nullopt;
+  }
+  GoldenRequest request{vm["golden"].as<std::string>(), {}, parse_precision("mp256")};
+  if (vm.count("format")) {
+    const std::string format = vm["format"].as<std::string>();
+    if (format == "npy") {
+      request.options.format = GoldenFormat::npy;
+    } else if (format != "safetensors") {
+      throw InputError("--format: expected safetensors or npy, got '" + format + "'");
+    }
+  }
+  if (vm.count("dtype")) {
+    const std::string dtype = vm["dtype"].as<std::string>();
+    if (dtype != "f32" && dtype != "f64" && dtype != "both") {
+      throw InputError("--dtype: expected f32, f64 or both, got '" + dtype + "'");
+    }
+    request.options.write_f32 = dtype != "f64";
+    request.options.write_f64 = dtype != "f32";
+  }
+  if (vm.count("reference")) request.reference = parse_precision(vm["reference"].as<std::string>());
+  prepare_golden_dir(request.dir);
+  return request;
+}
+
 }  // namespace
 
 int run_command(const Args& args) {
@@ -60,6 +107,7 @@ int run_command(const Args& args) {
       "report,r", po::value<std::string>(), "write the JSON report to this file")(
       "quiet,q", "print only the outcome, not the per-boundary tables");
   add_mesh_options(options);
+  add_golden_options(options);
   po::variables_map vm;
   if (!parse(args, options, vm, "usage: shardsim run SCENARIO [options]")) return 0;
   const Scenario scenario = load_scenario(vm["scenario"].as<std::string>());
@@ -76,14 +124,34 @@ int run_command(const Args& args) {
     report_path = vm["report"].as<std::string>();
     check_output_path(report_path);
   }
+  const std::optional<GoldenRequest> golden = golden_request(vm);
   // Refuse oversized runs before any of them starts.
   for (const Precision& precision : precisions) check_memory(scenario, precision, run);
+  if (golden) check_memory(scenario, golden->reference, run);
   std::vector<RunReport> reports;
+  std::optional<std::size_t> golden_run;  // the replay run that captured the goldens, if any
   for (const Precision& precision : precisions) {
-    reports.push_back(evaluate(scenario, precision, run));
+    RunOptions options = run;
+    options.capture_tensors = golden && precision == golden->reference && !golden_run;
+    if (options.capture_tensors) golden_run = reports.size();
+    reports.push_back(evaluate(scenario, precision, options));
     if (!vm.count("quiet")) std::cout << format_run_table(reports.back()) << "\n";
   }
   const Outcome outcome = judge(scenario, reports);
+  if (golden) {
+    // The goldens come from the replay's run at the reference precision, or from one extra run
+    // at that precision (not judged: the verdict is the replay's).
+    RunOptions options = run;
+    options.capture_tensors = true;
+    const RunReport reference =
+        golden_run ? reports[*golden_run] : evaluate(scenario, golden->reference, options);
+    const GoldenSet set = build_goldens(scenario, reference, golden->options);
+    write_goldens(golden->dir, set, golden->options);
+    std::cout << "goldens: " << set.entries.size() << " tensors from the "
+              << golden->reference.name() << " run written to " << golden->dir << " ("
+              << (golden->options.format == GoldenFormat::npy ? "npy" : "safetensors")
+              << " + manifest.json)\n";
+  }
   if (!report_path.empty()) {
     write_file_atomically(report_path, report_json(scenario, reports, outcome));
   }

@@ -19,6 +19,7 @@ class MseLossStep final : public StepOp<T> {
     faults_.averaged_twice = scenario.has_fault("loss_averaged_twice");
     faults_.padding_in_loss = scenario.has_fault("padding_in_loss");
     faults_.average_of_rank_means = scenario.has_fault("average_of_rank_means");
+    faults_.wrong_axis = scenario.has_fault("wrong_axis");
   }
 
   void forward(StepEnv<T>& env) override {

@@ -7,6 +7,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include "shardsim/runner.hpp"
 #include "shardsim/world-inl.hpp"
@@ -65,6 +67,22 @@ struct StepEnv {
   }
 };
 
+// Activation-memory accounting counts an activation element at the width of the program being
+// modelled: 4 bytes at f32; 8 at f64 and at mp (an mp run is the high-precision reference of the
+// f64 program, its limbs are not a backend's memory). Masks count one byte per element.
+template <typename T>
+constexpr std::int64_t activation_scalar_bytes() {
+  return std::is_same_v<T, float> ? 4 : 8;
+}
+
+// Per-rank bytes of a tensor's locals (padding included: a rank allocates it).
+template <typename T>
+std::vector<std::int64_t> local_bytes(const DistTensor<T>& tensor, std::int64_t element_bytes) {
+  std::vector<std::int64_t> bytes;
+  for (const Tensor<T>& local : tensor.locals) bytes.push_back(local.numel() * element_bytes);
+  return bytes;
+}
+
 // One scenario step: the dense oracle and the sharded plan, forward and backward.
 template <typename T>
 class StepOp {
@@ -73,6 +91,15 @@ class StepOp {
   virtual void forward(StepEnv<T>& env) = 0;
   // Reads grad(outputs) and adds grad(inputs). A step whose output has no gradient is skipped.
   virtual void backward(StepEnv<T>& env) = 0;
+  // Called at the start of every training step, before its first streamed chunk: a step that
+  // carries state from chunk to chunk (a KV cache) resets it here.
+  virtual void begin_stream() {}
+  // The bytes each rank keeps from forward for this step's backward, one entry per rank, after
+  // forward has run (see activation_scalar_bytes). Empty: the step keeps nothing it reports.
+  virtual std::vector<std::int64_t> saved_bytes(const StepEnv<T>& env) const {
+    (void)env;
+    return {};
+  }
 };
 
 }  // namespace shardsim

@@ -79,6 +79,152 @@ void layer_norm_backward(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T
   }
 }
 
+// ---- Building blocks for a row split over ranks ----
+
+template <typename T>
+void layer_norm_partial_sums(const Tensor<T>& x, const LayerNormParams& params,
+                             std::int64_t valid, Tensor<T>& sum, Tensor<T>& sum_sq) {
+  const AxisView view = AxisView::of(x.shape(), params.axis);
+  SHARDSIM_ASSERT(valid >= 0 && valid <= view.extent, "valid positions out of range");
+  sum = Tensor<T>(x.shape().without(params.axis));
+  sum_sq = Tensor<T>(x.shape().without(params.axis));
+  for (std::int64_t o = 0; o < view.outer; ++o) {
+    for (std::int64_t j = 0; j < view.inner; ++j) {
+      T s = T(0);
+      T ss = T(0);
+      for (std::int64_t i = 0; i < valid; ++i) {
+        const T v = x[view.flat(o, i, j)];
+        s += v;
+        ss += v * v;
+      }
+      sum[o * view.inner + j] = s;
+      sum_sq[o * view.inner + j] = ss;
+    }
+  }
+}
+
+template <typename T>
+void layer_norm_partial_moments(const Tensor<T>& x, const LayerNormParams& params,
+                                std::int64_t valid, Tensor<T>& mean, Tensor<T>& m2) {
+  const AxisView view = AxisView::of(x.shape(), params.axis);
+  SHARDSIM_ASSERT(valid >= 0 && valid <= view.extent, "valid positions out of range");
+  mean = Tensor<T>(x.shape().without(params.axis));
+  m2 = Tensor<T>(x.shape().without(params.axis));
+  if (valid == 0) return;  // the empty triple (0, 0, 0)
+  const T count = T(valid);
+  for (std::int64_t o = 0; o < view.outer; ++o) {
+    for (std::int64_t j = 0; j < view.inner; ++j) {
+      T sum = T(0);
+      for (std::int64_t i = 0; i < valid; ++i) sum += x[view.flat(o, i, j)];
+      const T m = sum / count;
+      T sum_sq = T(0);
+      for (std::int64_t i = 0; i < valid; ++i) {
+        const T centered = x[view.flat(o, i, j)] - m;
+        sum_sq += centered * centered;
+      }
+      mean[o * view.inner + j] = m;
+      m2[o * view.inner + j] = sum_sq;
+    }
+  }
+}
+
+template <typename T>
+void welford_merge(T& count_a, T& mean_a, T& m2_a, const T& count_b, const T& mean_b,
+                   const T& m2_b) {
+  if (count_b == T(0)) return;
+  if (count_a == T(0)) {
+    count_a = count_b;
+    mean_a = mean_b;
+    m2_a = m2_b;
+    return;
+  }
+  const T count = count_a + count_b;
+  const T delta = mean_b - mean_a;
+  mean_a = mean_a + delta * (count_b / count);
+  m2_a = (m2_a + m2_b) + (delta * delta) * ((count_a * count_b) / count);
+  count_a = count;
+}
+
+template <typename T>
+void layer_norm_apply(const Tensor<T>& x, const Tensor<T>* weight, const Tensor<T>* bias,
+                      const LayerNormSaved<T>& stats, const LayerNormParams& params,
+                      std::int64_t valid, Tensor<T>& y) {
+  const AxisView view = AxisView::of(x.shape(), params.axis);
+  SHARDSIM_ASSERT(valid >= 0 && valid <= view.extent, "valid positions out of range");
+  y = Tensor<T>(x.shape());
+  for (std::int64_t o = 0; o < view.outer; ++o) {
+    for (std::int64_t j = 0; j < view.inner; ++j) {
+      const T mean = stats.mean[o * view.inner + j];
+      const T rstd = stats.rstd[o * view.inner + j];
+      for (std::int64_t i = 0; i < valid; ++i) {
+        const std::int64_t at = view.flat(o, i, j);
+        T out = (x[at] - mean) * rstd;
+        if (weight) out = out * (*weight)[i];
+        if (bias) out = out + (*bias)[i];
+        y[at] = out;
+      }
+    }
+  }
+}
+
+template <typename T>
+void layer_norm_backward_sums(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T>* weight,
+                              const LayerNormSaved<T>& stats, const LayerNormParams& params,
+                              std::int64_t valid, Tensor<T>& sum_dnorm,
+                              Tensor<T>& sum_dnorm_norm) {
+  const AxisView view = AxisView::of(x.shape(), params.axis);
+  SHARDSIM_ASSERT(valid >= 0 && valid <= view.extent, "valid positions out of range");
+  sum_dnorm = Tensor<T>(x.shape().without(params.axis));
+  sum_dnorm_norm = Tensor<T>(x.shape().without(params.axis));
+  for (std::int64_t o = 0; o < view.outer; ++o) {
+    for (std::int64_t j = 0; j < view.inner; ++j) {
+      const T mean = stats.mean[o * view.inner + j];
+      const T rstd = stats.rstd[o * view.inner + j];
+      T s = T(0);
+      T sn = T(0);
+      for (std::int64_t i = 0; i < valid; ++i) {
+        const std::int64_t at = view.flat(o, i, j);
+        const T norm = (x[at] - mean) * rstd;
+        const T dnorm = weight ? dy[at] * (*weight)[i] : dy[at];
+        s += dnorm;
+        sn += dnorm * norm;
+      }
+      sum_dnorm[o * view.inner + j] = s;
+      sum_dnorm_norm[o * view.inner + j] = sn;
+    }
+  }
+}
+
+template <typename T>
+void layer_norm_backward_apply(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T>* weight,
+                               const LayerNormSaved<T>& stats, const Tensor<T>& sum_dnorm,
+                               const Tensor<T>& sum_dnorm_norm, std::int64_t count,
+                               const LayerNormParams& params, std::int64_t valid, Tensor<T>& dx,
+                               Tensor<T>* dweight, Tensor<T>* dbias) {
+  const AxisView view = AxisView::of(x.shape(), params.axis);
+  SHARDSIM_ASSERT(valid >= 0 && valid <= view.extent, "valid positions out of range");
+  const T n = T(count);
+  dx = Tensor<T>(x.shape());
+  for (std::int64_t o = 0; o < view.outer; ++o) {
+    for (std::int64_t j = 0; j < view.inner; ++j) {
+      const std::int64_t row = o * view.inner + j;
+      const T mean = stats.mean[row];
+      const T rstd = stats.rstd[row];
+      const T dnorm_mean = sum_dnorm[row] / n;
+      const T dnorm_norm_mean = sum_dnorm_norm[row] / n;
+      for (std::int64_t i = 0; i < valid; ++i) {
+        const std::int64_t at = view.flat(o, i, j);
+        const T norm = (x[at] - mean) * rstd;
+        const T dnorm = weight ? dy[at] * (*weight)[i] : dy[at];
+        if (dbias) (*dbias)[i] += dy[at];
+        if (dweight) (*dweight)[i] += dy[at] * norm;
+        // The dense kernel's terms: dnorm, - mean(dnorm), - norm * mean(dnorm * norm).
+        dx[at] = ((dnorm - dnorm_mean) - norm * dnorm_norm_mean) * rstd;
+      }
+    }
+  }
+}
+
 }  // namespace shardsim
 
 // Explicit instantiation list, used by layer_norm.cpp (float, double) and layer_norm_mp.cpp.
@@ -87,4 +233,20 @@ void layer_norm_backward(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T
                                    const LayerNormParams&, Tensor<T>&, LayerNormSaved<T>&);    \
   template void layer_norm_backward(const Tensor<T>&, const Tensor<T>&, const Tensor<T>*,      \
                                     const LayerNormSaved<T>&, const LayerNormParams&,          \
-                                    Tensor<T>&, Tensor<T>*, Tensor<T>*);
+                                    Tensor<T>&, Tensor<T>*, Tensor<T>*);                       \
+  template void layer_norm_partial_sums(const Tensor<T>&, const LayerNormParams&, std::int64_t, \
+                                        Tensor<T>&, Tensor<T>&);                               \
+  template void layer_norm_partial_moments(const Tensor<T>&, const LayerNormParams&,           \
+                                           std::int64_t, Tensor<T>&, Tensor<T>&);              \
+  template void welford_merge(T&, T&, T&, const T&, const T&, const T&);                       \
+  template void layer_norm_apply(const Tensor<T>&, const Tensor<T>*, const Tensor<T>*,         \
+                                 const LayerNormSaved<T>&, const LayerNormParams&,             \
+                                 std::int64_t, Tensor<T>&);                                    \
+  template void layer_norm_backward_sums(const Tensor<T>&, const Tensor<T>&, const Tensor<T>*, \
+                                         const LayerNormSaved<T>&, const LayerNormParams&,     \
+                                         std::int64_t, Tensor<T>&, Tensor<T>&);                \
+  template void layer_norm_backward_apply(const Tensor<T>&, const Tensor<T>&, const Tensor<T>*, \
+                                          const LayerNormSaved<T>&, const Tensor<T>&,           \
+                                          const Tensor<T>&, std::int64_t,                       \
+                                          const LayerNormParams&, std::int64_t, Tensor<T>&,     \
+                                          Tensor<T>*, Tensor<T>*);

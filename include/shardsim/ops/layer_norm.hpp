@@ -5,11 +5,22 @@
 //   var_r  = (sum_i (x_ri - mean_r)^2) / H       biased (two-pass), eps inside the sqrt
 //   rstd_r = 1 / sqrt(var_r + eps)
 //   y_ri   = ((x_ri - mean_r) * rstd_r) * w_i + b_i
+// The biased variance (divide by H, not H - 1) is the only convention LayerNorm uses; the
+// unbiased one is a seeded fault (unbiased_variance), never an option. weight and bias are each
+// optional (affine on/off, bias on/off).
+//
 // The kernel sees one rank's rows; a rank that owns whole rows has everything it needs. It is
 // also the dense oracle, applied to the global tensor: same arithmetic, same order, which is why
 // the sequence-sharded plan must match it bitwise.
+//
+// The second half of this header holds the building blocks of the hidden-sharded plans
+// (layer_norm_hidden_plan.hpp), where a rank holds only a slice of every row: partial row
+// statistics, the finishing formulas, and the normalize/backward passes given the statistics.
+// Each works on positions [0, valid) of the normalized axis (a padded slice has pad positions
+// after them) and sums in ascending position order.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "shardsim/tensor.hpp"
@@ -21,11 +32,12 @@ struct LayerNormParams {
   double eps = 1e-5;  // f32 runs use float(eps); f64 and mp use this double exactly
 };
 
-// What forward keeps for backward. Both have shape x.shape().without(axis).
+// What forward keeps for backward. Both have shape x.shape().without(axis): (rows).
+// (RMSNorm keeps a different statistic, RmsNormSaved::rrms, so the two cannot be mixed up.)
 template <typename T>
 struct LayerNormSaved {
-  Tensor<T> mean;
-  Tensor<T> rstd;
+  Tensor<T> mean;  // (rows)
+  Tensor<T> rstd;  // (rows) 1 / sqrt(var + eps)
 };
 
 // x: (..., H, ...) -> y same shape. weight/bias: (H) or null.
@@ -39,5 +51,54 @@ template <typename T>
 void layer_norm_backward(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T>* weight,
                          const LayerNormSaved<T>& saved, const LayerNormParams& params,
                          Tensor<T>& dx, Tensor<T>* dweight, Tensor<T>* dbias);
+
+// ---- Building blocks for a row split over ranks (hidden-sharded plans) ----
+
+// Per row: sum = sum_i x_i and sum_sq = sum_i x_i^2 over i in [0, valid), ascending.
+// sum, sum_sq: (rows), written. REQUIRES: 0 <= valid <= extent of axis.
+template <typename T>
+void layer_norm_partial_sums(const Tensor<T>& x, const LayerNormParams& params,
+                             std::int64_t valid, Tensor<T>& sum, Tensor<T>& sum_sq);
+
+// One shard's Welford triple per row over [0, valid): count = valid, mean = sum / count (0 when
+// count is 0), m2 = sum_i (x_i - mean)^2 (two-pass, ascending). mean, m2: (rows), written.
+template <typename T>
+void layer_norm_partial_moments(const Tensor<T>& x, const LayerNormParams& params,
+                                std::int64_t valid, Tensor<T>& mean, Tensor<T>& m2);
+
+// Chan, Golub, LeVeque (1979), "Updating formulae and a pairwise algorithm for computing sample
+// variances": merges (count_a, mean_a, m2_a) with (count_b, mean_b, m2_b) into a:
+//   n = n_a + n_b,  delta = mean_b - mean_a,
+//   mean = mean_a + delta * (n_b / n),  m2 = (m2_a + m2_b) + delta^2 * (n_a * n_b / n).
+// An empty side leaves the other unchanged, bit for bit.
+template <typename T>
+void welford_merge(T& count_a, T& mean_a, T& m2_a, const T& count_b, const T& mean_b,
+                   const T& m2_b);
+
+// y = ((x - mean) * rstd) * w + b on positions [0, valid) of every row, the kernel's order;
+// positions >= valid are written 0. weight/bias: the local (H_local) slices, or null.
+template <typename T>
+void layer_norm_apply(const Tensor<T>& x, const Tensor<T>* weight, const Tensor<T>* bias,
+                      const LayerNormSaved<T>& stats, const LayerNormParams& params,
+                      std::int64_t valid, Tensor<T>& y);
+
+// The two row reductions of the backward, over [0, valid), ascending:
+//   sum_dnorm = sum_i dnorm_i,  sum_dnorm_norm = sum_i dnorm_i * norm_i,
+// with norm_i = (x_i - mean) * rstd and dnorm_i = dy_i * w_i (dy_i without weight).
+template <typename T>
+void layer_norm_backward_sums(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T>* weight,
+                              const LayerNormSaved<T>& stats, const LayerNormParams& params,
+                              std::int64_t valid, Tensor<T>& sum_dnorm,
+                              Tensor<T>& sum_dnorm_norm);
+
+// Given the full-row reductions (already summed over every shard) and the full row length
+// `count`, writes dx on [0, valid) (0 elsewhere) and accumulates this slice's dweight/dbias:
+//   dx_i = ((dnorm_i - sum_dnorm / count) - norm_i * (sum_dnorm_norm / count)) * rstd.
+template <typename T>
+void layer_norm_backward_apply(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T>* weight,
+                               const LayerNormSaved<T>& stats, const Tensor<T>& sum_dnorm,
+                               const Tensor<T>& sum_dnorm_norm, std::int64_t count,
+                               const LayerNormParams& params, std::int64_t valid, Tensor<T>& dx,
+                               Tensor<T>* dweight, Tensor<T>* dbias);
 
 }  // namespace shardsim

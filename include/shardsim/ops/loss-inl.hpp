@@ -30,7 +30,9 @@ void for_each_token(const Shape& shape, const MaskedMseParams& params, const Loc
           (frame.axis == params.batch_axis ? b : s) += frame.begin;
         }
       }
-      if (valid && !params.valid_lengths.empty()) {
+      if (valid && !params.token_valid.empty()) {
+        valid = params.token_valid[static_cast<std::size_t>(b)][static_cast<std::size_t>(s)] != 0;
+      } else if (valid && !params.valid_lengths.empty()) {
         valid = s < params.valid_lengths[static_cast<std::size_t>(b)];
       }
       visit(features.flat(o, 0, j), features.inner, features.extent, valid);

@@ -3,7 +3,10 @@
 //   loss = (1 / V) * sum over valid tokens t of sum_h (y[t,h] - target[t,h])^2
 //
 // V is the GLOBAL count of valid tokens, and the division happens exactly once. A token (b, s) is
-// valid iff s < valid_lengths[b] (all tokens are valid when valid_lengths is empty). Padding
+// valid iff s < valid_lengths[b] (all tokens are valid when valid_lengths is empty), or, when an
+// explicit mask is given, iff token_valid[b][s]. (b, s) is the token's GLOBAL identity: local
+// positions are mapped through the LocalFrame, so the mask follows the token to whichever rank
+// holds it. Padding
 // tokens still pass through earlier ops; they contribute nothing to the loss or any gradient.
 //
 // Summation order: tokens in row-major order of the non-feature axes; within a token, features
@@ -23,6 +26,9 @@ struct MaskedMseParams {
   std::string seq_axis = "seq";
   std::string feature_axis = "hidden";
   std::vector<std::int64_t> valid_lengths;  // one per batch element; empty: all valid
+  // An explicit mask by global token identity, token_valid[b][s] != 0 iff token (b, s) is
+  // valid. When non-empty it replaces valid_lengths.
+  std::vector<std::vector<std::uint8_t>> token_valid;
 };
 
 // Where a local tensor sits in the global one along its one sharded axis: local position i of

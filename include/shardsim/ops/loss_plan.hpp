@@ -2,7 +2,9 @@
 // and the division by the global valid-token count happens once, on every rank alike.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "shardsim/ops/loss.hpp"
 #include "shardsim/world.hpp"
@@ -14,7 +16,43 @@ struct LossFaults {
   bool averaged_twice = false;         // also divides by the world size
   bool padding_in_loss = false;        // ignores valid_lengths
   bool average_of_rank_means = false;  // mean over ranks of each rank's own mean
+  bool wrong_axis = false;             // mask built in [seq, batch] order (see seq_major_mask)
 };
+
+// The wrong_axis bug: a [seq, batch] vs [batch, seq] convention mismatch in the loss mask. The
+// activations are [batch, seq, ...], so token (b, s) is flat token t = b * S + s. The buggy plan
+// builds its mask the Megatron way, laid out [seq, batch] (flat t' = s' * B + b', valid iff
+// s' < valid_lengths[b']), and applies it to the flat token order unchanged: token (b, s) gets
+// the mask bit of (s', b') = (t / B, t % B). Element counts agree, so nothing fails until a
+// boundary depends on token identity: the masked loss sum. With every token valid the two masks
+// coincide, so the bug needs padding (valid_lengths) to show.
+inline std::vector<std::vector<std::uint8_t>> seq_major_mask(
+    const std::vector<std::int64_t>& valid_lengths, std::int64_t batch, std::int64_t seq) {
+  std::vector<std::vector<std::uint8_t>> mask(static_cast<std::size_t>(batch),
+                                              std::vector<std::uint8_t>(seq, 1));
+  if (valid_lengths.empty()) return mask;
+  for (std::int64_t b = 0; b < batch; ++b) {
+    for (std::int64_t s = 0; s < seq; ++s) {
+      const std::int64_t t = b * seq + s;
+      const std::int64_t believed_seq = t / batch;
+      const std::int64_t believed_batch = t % batch;
+      mask[static_cast<std::size_t>(b)][static_cast<std::size_t>(s)] =
+          believed_seq < valid_lengths[static_cast<std::size_t>(believed_batch)] ? 1 : 0;
+    }
+  }
+  return mask;
+}
+
+// The parameters the sharded plan actually uses: the scenario's, with the faults applied.
+inline MaskedMseParams faulty_params(MaskedMseParams params, const LossFaults& faults,
+                                     const Shape& global) {
+  if (faults.padding_in_loss) params.valid_lengths.clear();
+  if (faults.wrong_axis) {
+    params.token_valid = seq_major_mask(params.valid_lengths, global.extent(params.batch_axis),
+                                        global.extent(params.seq_axis));
+  }
+  return params;
+}
 
 template <typename T>
 struct LossShardedSaved {
@@ -36,7 +74,7 @@ DistTensor<T> masked_mse_sharded(const World<T>& world, const DistTensor<T>& y,
                                  const LossFaults& faults, const std::string& output,
                                  LossShardedSaved<T>& saved) {
   const int ranks = world.size();
-  if (faults.padding_in_loss) params.valid_lengths.clear();
+  params = faulty_params(std::move(params), faults, y.global);
   const Shape scalar;
   const std::vector<std::string> inputs{y.name, target.name};
   saved.divisor.assign(static_cast<std::size_t>(ranks), T(0));
@@ -91,7 +129,7 @@ DistTensor<T> masked_mse_backward_sharded(const World<T>& world, const DistTenso
                                           const LossShardedSaved<T>& saved,
                                           const std::string& output) {
   const int ranks = world.size();
-  if (faults.padding_in_loss) params.valid_lengths.clear();
+  params = faulty_params(std::move(params), faults, y.global);
   DistTensor<T> dy = make_dist<T>(output, y.global, y.placement, ranks);
   world.for_each_rank([&](int r) {
     T divisor = saved.divisor[static_cast<std::size_t>(r)];

@@ -1,0 +1,58 @@
+// Sharded plan for the residual add, and the gradient-placement rules every elementwise op's
+// backward shares.
+//
+// Gradient placements. The gradient of a Shard tensor is held with the same Shard placement. The
+// gradient of a Replicate tensor is either Replicate (every rank holds all of it) or Partial(sum)
+// (the ranks' addends sum to it, e.g. dx of a column-parallel linear). The gradient of a
+// Partial(sum) tensor is the full gradient on every rank, Replicate: the gradient of a sum is the
+// same for each addend.
+#pragma once
+
+#include <string>
+
+#include "shardsim/ops/add.hpp"
+#include "shardsim/world.hpp"
+
+namespace shardsim {
+
+// Where the gradient dy must be held so that an elementwise backward can pair it with the
+// locals of a forward input placed as `x`: Shard -> the same Shard; Replicate -> Replicate, or
+// Partial kept as Partial (an elementwise backward is linear in dy); Partial -> Replicate.
+inline Placement elementwise_grad_target(const Placement& x, const Placement& dy) {
+  if (x.is_partial()) return Placement::replicate();
+  if (x.is_replicate()) return dy.is_partial() ? Placement::partial() : Placement::replicate();
+  return x;
+}
+
+// Moves a gradient to `target` through the world's collectives, recording the boundary
+// "NAME@TARGET" (compared with the oracle's NAME: moving data does not change values). Returns
+// `dy` itself when it is already held that way.
+template <typename T>
+DistTensor<T> align_grad(const World<T>& world, const DistTensor<T>& dy, const Placement& target) {
+  if (dy.placement == target) return dy;
+  const std::string moved_name = dy.name + "@" + target.str();
+  DistTensor<T> moved =
+      world.redistribute(dy, target,
+                         {.tensor = moved_name, .dense = dy.name,
+                          .exact = !dy.placement.is_partial(), .inputs = {dy.name}});
+  moved.name = moved_name;
+  return moved;
+}
+
+// y = a + b on every rank's locals. REQUIRES: a and b have the same global shape and placement.
+// Exact unless the inputs are Partial (a sum of addend sums is a reordered sum).
+template <typename T>
+DistTensor<T> add_sharded(const World<T>& world, const DistTensor<T>& a, const DistTensor<T>& b,
+                          const std::string& output) {
+  SHARDSIM_ASSERT(a.global == b.global && a.placement == b.placement,
+                  "add: inputs differ in shape or placement");
+  DistTensor<T> y = make_dist<T>(output, a.global, a.placement, world.size());
+  world.for_each_rank([&](int r) { add_forward(a.local(r), b.local(r), y.local(r)); });
+  zero_padding(y);
+  world.record({.op = "add", .tensor = output, .exact = !a.placement.is_partial(),
+                .inputs = {a.name, b.name}},
+               y);
+  return y;
+}
+
+}  // namespace shardsim

@@ -1,0 +1,38 @@
+// Sharded plan for GELU: elementwise, so every rank applies the kernel to its locals and no
+// collective is needed. Same arithmetic as the dense oracle: exact under any placement but
+// Partial (GELU is not linear; the loader rejects a Partial input).
+#pragma once
+
+#include <string>
+
+#include "shardsim/ops/add_plan.hpp"
+#include "shardsim/ops/gelu.hpp"
+#include "shardsim/world.hpp"
+
+namespace shardsim {
+
+// REQUIRES: x is not Partial. y has x's placement.
+template <typename T>
+DistTensor<T> gelu_sharded(const World<T>& world, const DistTensor<T>& x, const GeluParams& params,
+                           const std::string& output) {
+  SHARDSIM_ASSERT(!x.placement.is_partial(), "gelu needs a Shard or Replicate input");
+  DistTensor<T> y = make_dist<T>(output, x.global, x.placement, world.size());
+  world.for_each_rank([&](int r) { gelu_forward(x.local(r), params, y.local(r)); });
+  zero_padding(y);
+  world.record({.op = "gelu", .tensor = output, .exact = true, .inputs = {x.name}}, y);
+  return y;
+}
+
+// dx = dy * gelu'(x) per rank. REQUIRES: dy is held at elementwise_grad_target(x, dy) (see
+// align_grad); dx has dy's placement. The caller records dx.
+template <typename T>
+DistTensor<T> gelu_backward_sharded(const World<T>& world, const DistTensor<T>& dy,
+                                    const DistTensor<T>& x, const GeluParams& params,
+                                    const std::string& name) {
+  DistTensor<T> dx = make_dist<T>(name, x.global, dy.placement, world.size());
+  world.for_each_rank([&](int r) { gelu_backward(dy.local(r), x.local(r), params, dx.local(r)); });
+  zero_padding(dx);
+  return dx;
+}
+
+}  // namespace shardsim

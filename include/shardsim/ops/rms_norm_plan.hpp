@@ -1,0 +1,162 @@
+// Sharded plans for RMSNorm (ops/rms_norm.hpp). Same placements as LayerNorm's plans:
+//
+//   row-sharded     x Replicate or Shard(other axis), weight Replicate: each rank normalizes its
+//                   own rows with the kernel, no collective; "<out>.rrms" and "<out>" are the
+//                   dense arithmetic and claim exactness. Backward: dx exact per row, dweight a
+//                   Partial(sum) share per rank (the runner all-reduces it); with x and dy
+//                   Replicate every rank computes the whole dweight (Replicate).
+//   hidden-sharded  x Shard(axis), weight Shard(axis) with the same split: each rank sums x^2
+//                   over its slice, the partial sums are all-reduced ("<out>.sumsq"),
+//                   rrms = 1 / sqrt(SS / H + eps). A sum of non-negative terms has no
+//                   cancellation, so one statistic suffices (no welford/redistribute modes).
+//                   Backward all-reduces the one row reduction sum(dnorm * norm)
+//                   ("grad(<out>).sum_dnorm_norm"); dweight is Shard(axis), local.
+#pragma once
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "shardsim/ops/rms_norm.hpp"
+#include "shardsim/world.hpp"
+
+namespace shardsim {
+
+template <typename T>
+struct RmsNormShardedSaved {
+  DistTensor<T> rrms;  // (rows): x's placement (row-sharded) or Replicate (hidden-sharded)
+};
+
+template <typename T>
+struct RmsNormShardedGrads {
+  DistTensor<T> dx;
+  DistTensor<T> dweight;  // Partial (row-sharded) or Shard(axis) (hidden-sharded); or empty
+};
+
+// REQUIRES: x Replicate or Shard(other axis); weight Replicate or null.
+template <typename T>
+DistTensor<T> rms_norm_row_sharded(const World<T>& world, const DistTensor<T>& x,
+                                   const DistTensor<T>* weight, const RmsNormParams& params,
+                                   const std::string& output, RmsNormShardedSaved<T>& saved) {
+  SHARDSIM_ASSERT(!x.placement.is_partial() &&
+                      !(x.placement.is_shard() && x.placement.axis == params.axis),
+                  "row-sharded RMSNorm needs whole rows on every rank");
+  const int ranks = world.size();
+  DistTensor<T> y = make_dist<T>(output, x.global, x.placement, ranks);
+  saved.rrms = make_dist<T>(output + ".rrms", x.global.without(params.axis), x.placement, ranks);
+  world.for_each_rank([&](int r) {
+    RmsNormSaved<T> local;
+    rms_norm_forward(x.local(r), weight ? &weight->local(r) : nullptr, params, y.local(r), local);
+    saved.rrms.local(r) = std::move(local.rrms);
+  });
+  zero_padding(y);
+  zero_padding(saved.rrms);
+  std::vector<std::string> inputs{x.name};
+  if (weight) inputs.push_back(weight->name);
+  world.record({.op = "rms_norm", .tensor = saved.rrms.name, .exact = true, .inputs = {x.name}},
+               saved.rrms);
+  world.record({.op = "rms_norm", .tensor = output, .exact = true, .inputs = inputs}, y);
+  return y;
+}
+
+template <typename T>
+RmsNormShardedGrads<T> rms_norm_row_sharded_backward(const World<T>& world,
+                                                     const DistTensor<T>& dy,
+                                                     const DistTensor<T>& x,
+                                                     const DistTensor<T>* weight,
+                                                     const RmsNormShardedSaved<T>& saved,
+                                                     const RmsNormParams& params,
+                                                     const std::string& dx_name,
+                                                     const std::string& dweight_name) {
+  const int ranks = world.size();
+  RmsNormShardedGrads<T> grads;
+  // A Replicate x with a Replicate dy: every rank holds every row and computes the whole
+  // parameter gradient, a Replicate, not a Partial share. A Partial dy (the backward is linear in
+  // dy) gives Partial addends of dx.
+  const Placement param_grad = x.placement.is_replicate() && dy.placement.is_replicate()
+                                   ? Placement::replicate()
+                                   : Placement::partial();
+  grads.dx = make_dist<T>(dx_name, x.global,
+                          dy.placement.is_partial() ? Placement::partial() : x.placement, ranks);
+  if (weight) grads.dweight = make_dist<T>(dweight_name, weight->global, param_grad, ranks);
+  world.for_each_rank([&](int r) {
+    const RmsNormSaved<T> local{saved.rrms.local(r)};
+    rms_norm_backward(dy.local(r), x.local(r), weight ? &weight->local(r) : nullptr, local,
+                      params, grads.dx.local(r), weight ? &grads.dweight.local(r) : nullptr);
+  });
+  zero_padding(grads.dx);
+  return grads;
+}
+
+// REQUIRES: x Shard(params.axis); weight Shard(params.axis) with x's split, or null.
+template <typename T>
+DistTensor<T> rms_norm_hidden_sharded(const World<T>& world, const DistTensor<T>& x,
+                                      const DistTensor<T>* weight, const RmsNormParams& params,
+                                      const std::string& output, RmsNormShardedSaved<T>& saved) {
+  SHARDSIM_ASSERT(x.placement.is_shard() && x.placement.axis == params.axis,
+                  "hidden-sharded RMSNorm needs x sharded on the normalized axis");
+  using std::sqrt;
+  const int ranks = world.size();
+  const std::int64_t count = x.global.extent(params.axis);
+  const std::vector<Slice> slices = x.slices();
+  const Shape stats_shape = x.global.without(params.axis);
+  DistTensor<T> sums_sq = make_dist<T>(output + ".sumsq", stats_shape, Placement::partial(), ranks);
+  world.for_each_rank([&](int r) {
+    rms_norm_partial_sum_sq(x.local(r), params, slices[r].valid(), sums_sq.local(r));
+  });
+  const DistTensor<T> total = world.all_reduce(
+      sums_sq, {.op = "all_reduce", .tensor = sums_sq.name, .inputs = {x.name}});
+  saved.rrms = make_dist<T>(output + ".rrms", stats_shape, Placement::replicate(), ranks);
+  DistTensor<T> y = make_dist<T>(output, x.global, x.placement, ranks);
+  world.for_each_rank([&](int r) {
+    for (std::int64_t row = 0; row < stats_shape.numel(); ++row) {
+      saved.rrms.local(r)[row] = T(1) / sqrt(total.local(r)[row] / T(count) + T(params.eps));
+    }
+    rms_norm_apply(x.local(r), weight ? &weight->local(r) : nullptr,
+                   RmsNormSaved<T>{saved.rrms.local(r)}, params, slices[r].valid(), y.local(r));
+  });
+  zero_padding(y);
+  std::vector<std::string> inputs{x.name};
+  if (weight) inputs.push_back(weight->name);
+  world.record({.op = "rms_norm", .tensor = saved.rrms.name, .inputs = {x.name}}, saved.rrms);
+  world.record({.op = "rms_norm", .tensor = output, .inputs = inputs}, y);
+  return y;
+}
+
+template <typename T>
+RmsNormShardedGrads<T> rms_norm_hidden_sharded_backward(const World<T>& world,
+                                                        const DistTensor<T>& dy,
+                                                        const DistTensor<T>& x,
+                                                        const DistTensor<T>* weight,
+                                                        const RmsNormShardedSaved<T>& saved,
+                                                        const RmsNormParams& params,
+                                                        const std::string& dx_name,
+                                                        const std::string& dweight_name) {
+  const int ranks = world.size();
+  const std::int64_t count = x.global.extent(params.axis);
+  const std::vector<Slice> slices = x.slices();
+  RmsNormShardedGrads<T> grads;
+  grads.dx = make_dist<T>(dx_name, x.global, x.placement, ranks);
+  if (weight) grads.dweight = make_dist<T>(dweight_name, weight->global, weight->placement, ranks);
+  DistTensor<T> partial = make_dist<T>(dy.name + ".sum_dnorm_norm",
+                                       x.global.without(params.axis), Placement::partial(), ranks);
+  world.for_each_rank([&](int r) {
+    rms_norm_backward_sum(dy.local(r), x.local(r), weight ? &weight->local(r) : nullptr,
+                          RmsNormSaved<T>{saved.rrms.local(r)}, params, slices[r].valid(),
+                          partial.local(r));
+  });
+  std::vector<std::string> inputs{x.name, dy.name};
+  if (weight) inputs.push_back(weight->name);
+  const DistTensor<T> total = world.all_reduce(
+      partial, {.op = "all_reduce", .tensor = partial.name, .inputs = inputs});
+  world.for_each_rank([&](int r) {
+    rms_norm_backward_apply(dy.local(r), x.local(r), weight ? &weight->local(r) : nullptr,
+                            RmsNormSaved<T>{saved.rrms.local(r)}, total.local(r), count, params,
+                            slices[r].valid(), grads.dx.local(r),
+                            weight ? &grads.dweight.local(r) : nullptr);
+  });
+  zero_padding(grads.dx);
+  return grads;
+}
+
+}  // namespace shardsim

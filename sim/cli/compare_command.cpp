@@ -1,0 +1,79 @@
+// shardsim compare GOLDEN CANDIDATE [--rtol R] [--atol A] [--max-ulp U] [--map GOLDEN=CANDIDATE]
+#include <boost/program_options.hpp>
+#include <iostream>
+
+#include "shardsim/error.hpp"
+#include "shardsim/golden_compare.hpp"
+#include "sim/cli/commands.hpp"
+
+namespace po = boost::program_options;
+
+namespace shardsim::cli {
+
+namespace {
+
+constexpr const char* kCompareUsage =
+    "usage: shardsim compare GOLDEN CANDIDATE [options]\n"
+    "  GOLDEN     a directory written by 'shardsim run --golden' (manifest.json + goldens)\n"
+    "  CANDIDATE  a safetensors file, or a directory of .npy files (named like the goldens'\n"
+    "             npy files), written by the backend under test\n"
+    "exit codes: 0 every compared tensor within tolerance; 1 some outside; 2 bad input\n";
+
+double non_negative(const po::variables_map& vm, const char* flag) {
+  const double v = vm[flag].as<double>();
+  if (!(v >= 0)) throw InputError(std::string("--") + flag + " must be >= 0");
+  return v;
+}
+
+}  // namespace
+
+int compare_command(const Args& args) {
+  po::options_description options("compare options");
+  options.add_options()("rtol", po::value<double>(), "relative tolerance (see README)")(
+      "atol", po::value<double>(), "absolute tolerance")(
+      "max-ulp", po::value<double>(), "also accept elements within this many ULPs")(
+      "map", po::value<std::vector<std::string>>()->composing(),
+      "GOLDEN_NAME=CANDIDATE_NAME, repeatable (split at the first '=' outside [...])")("help,h", "show this help");
+  po::options_description all;
+  all.add(options).add_options()("golden", po::value<std::string>(), "")(
+      "candidate", po::value<std::string>(), "");
+  po::positional_options_description positional;
+  positional.add("golden", 1).add("candidate", 1);
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
+  po::notify(vm);
+  if (vm.count("help")) {
+    std::cout << kCompareUsage << "\n" << options;
+    return 0;
+  }
+  if (!vm.count("golden") || !vm.count("candidate")) {
+    throw InputError(std::string("missing GOLDEN or CANDIDATE\n") + kCompareUsage);
+  }
+  CompareOptions compare;
+  if (vm.count("rtol")) compare.rtol = non_negative(vm, "rtol");
+  if (vm.count("atol")) compare.atol = non_negative(vm, "atol");
+  if (vm.count("max-ulp")) compare.max_ulp = non_negative(vm, "max-ulp");
+  if (vm.count("map")) {
+    for (const std::string& pair : vm["map"].as<std::vector<std::string>>()) {
+      // Golden names hold '=' inside their [SLICE]: split at the first '=' outside brackets.
+      std::size_t eq = std::string::npos;
+      int depth = 0;
+      for (std::size_t i = 0; i < pair.size() && eq == std::string::npos; ++i) {
+        if (pair[i] == '[') ++depth;
+        if (pair[i] == ']' && depth > 0) --depth;
+        if (pair[i] == '=' && depth == 0) eq = i;
+      }
+      if (eq == std::string::npos || eq == 0 || eq + 1 == pair.size()) {
+        throw InputError("--map '" + pair + "': expected GOLDEN_NAME=CANDIDATE_NAME");
+      }
+      compare.map.emplace_back(pair.substr(0, eq), pair.substr(eq + 1));
+    }
+  }
+  const GoldenDir golden = load_golden_dir(vm["golden"].as<std::string>());
+  const Candidate candidate = load_candidate(vm["candidate"].as<std::string>());
+  const ComparisonReport report = compare_candidate(golden, candidate, compare);
+  std::cout << format_comparison(report);
+  return report.pass ? 0 : 1;
+}
+
+}  // namespace shardsim::cli

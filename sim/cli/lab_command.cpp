@@ -1,0 +1,50 @@
+// shardsim lab [--precision P]: the function lab (shardsim/lab.hpp), commands read from stdin.
+//
+// Interactive (stdin is a terminal): a prompt, and a bad command prints its message and the lab
+// goes on. Scripted (stdin is a pipe or file): a bad command stops the lab with
+// "stdin:LINE: message" on stderr and exit code 2, so a script with a typo never passes silently.
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+#include <iostream>
+#include <string>
+
+#include "shardsim/error.hpp"
+#include "shardsim/lab.hpp"
+#include "sim/cli/commands.hpp"
+
+namespace po = boost::program_options;
+
+namespace shardsim::cli {
+
+int lab_command(const Args& args) {
+  po::options_description options("lab options");
+  options.add_options()("precision,p", po::value<std::string>()->default_value("f64"),
+                        "evaluate in f32, f64 or mp<bits>")("help,h", "show this help");
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(options).run(), vm);
+  po::notify(vm);
+  if (vm.count("help")) {
+    std::cout << "usage: shardsim lab [--precision P] < commands\n\n" << options;
+    return 0;
+  }
+  Lab lab(parse_precision(vm["precision"].as<std::string>()));
+  const bool interactive = ::isatty(STDIN_FILENO) != 0;
+  std::cout << lab.banner();
+  std::string line;
+  int number = 0;
+  while (!lab.finished()) {
+    if (interactive) std::cout << "lab> " << std::flush;
+    if (!std::getline(std::cin, line)) break;
+    ++number;
+    try {
+      std::cout << lab.execute(line) << std::flush;
+    } catch (const InputError& e) {
+      if (!interactive) throw InputError("stdin:" + std::to_string(number) + ": " + e.what());
+      std::cerr << "lab: " << e.what() << "\n";
+    }
+  }
+  return 0;
+}
+
+}  // namespace shardsim::cli

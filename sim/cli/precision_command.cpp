@@ -1,0 +1,102 @@
+// shardsim precision SCENARIO [--levels LIST] [--reduce-order LIST] [--json FILE] [--html FILE]
+//                             [--heatmap BOUNDARY]
+#include <boost/program_options.hpp>
+#include <iostream>
+
+#include "shardsim/error.hpp"
+#include "shardsim/html_report.hpp"
+#include "shardsim/io.hpp"
+#include "shardsim/precision_diff.hpp"
+#include "sim/cli/commands.hpp"
+
+namespace po = boost::program_options;
+
+namespace shardsim::cli {
+
+namespace {
+
+constexpr const char* kPrecisionUsage =
+    "usage: shardsim precision SCENARIO [options]\n"
+    "Runs SCENARIO at every level and prints, per boundary, each level's error against the\n"
+    "highest level and the sharded-vs-dense gap, with a verdict: exact, noise or bug.\n"
+    "exit codes: 0 unless a boundary's verdict is 'bug' in a scenario that expects to pass;\n"
+    "            1 then; 2 bad input or usage\n";
+
+}  // namespace
+
+int precision_command(const Args& args) {
+  po::options_description options("precision options");
+  options.add_options()("levels,l", po::value<std::string>()->default_value("f32,f64,mp128,mp256"),
+                        "comma-separated precision levels; the one with most bits is the top")(
+      "reduce-order", po::value<std::string>(),
+      "comma-separated reduce orders (rank, ring, tree): the first is used for the levels; with "
+      "two or more, the f32/f64 reduce-order sweep runs over all of them")(
+      "schedule", po::value<std::string>(), "override mesh.schedule")(
+      "json", po::value<std::string>(), "write the JSON report to this file")(
+      "html", po::value<std::string>(), "write the self-contained HTML report to this file")(
+      "heatmap", po::value<std::string>(),
+      "the boundary the HTML heatmaps show: #ID, ID or a tensor name (default: the largest gap)")(
+      "quiet,q", "print only the verdict summary")("help,h", "show this help");
+  po::options_description all;
+  all.add(options).add_options()("scenario", po::value<std::string>(), "");
+  po::positional_options_description positional;
+  positional.add("scenario", 1);
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
+  po::notify(vm);
+  if (vm.count("help")) {
+    std::cout << kPrecisionUsage << "\n" << options;
+    return 0;
+  }
+  if (!vm.count("scenario")) throw InputError(std::string("missing SCENARIO\n") + kPrecisionUsage);
+  const Scenario scenario = load_scenario(vm["scenario"].as<std::string>());
+  PrecisionDiffOptions diff_options;
+  for (const std::string& level : split_list(vm["levels"].as<std::string>())) {
+    diff_options.levels.push_back(parse_precision(level));
+  }
+  if (vm.count("reduce-order")) {
+    std::vector<ReduceOrder> orders;
+    for (const std::string& order : split_list(vm["reduce-order"].as<std::string>())) {
+      orders.push_back(parse_reduce_order(order));
+    }
+    diff_options.run.reduce_order = orders.front();
+    if (orders.size() > 1) diff_options.sweep_orders = orders;
+  }
+  if (vm.count("schedule")) diff_options.run.schedule = parse_schedule(vm["schedule"].as<std::string>());
+  std::string json_path, html_path;
+  if (vm.count("json")) check_output_path(json_path = vm["json"].as<std::string>());
+  if (vm.count("html")) check_output_path(html_path = vm["html"].as<std::string>());
+  if (vm.count("heatmap") && html_path.empty()) throw InputError("--heatmap needs --html FILE");
+
+  const PrecisionDiff diff = precision_diff(scenario, diff_options);
+  std::vector<Heatmap> heatmaps;
+  if (!html_path.empty()) {
+    std::optional<std::size_t> chosen;
+    if (vm.count("heatmap")) {
+      const std::string selector = vm["heatmap"].as<std::string>();
+      chosen = find_boundary(diff, selector);
+      if (!chosen) {
+        throw InputError("--heatmap '" + selector +
+                         "': no such boundary (give #ID or a tensor name; 'shardsim explain' lists them)");
+      }
+    } else {
+      chosen = default_heatmap_boundary(diff);
+    }
+    if (chosen) {
+      for (std::size_t l = 0; l < diff.levels.size(); ++l) heatmaps.push_back(make_heatmap(diff, l, *chosen));
+    }
+  }
+  const std::string text = format_precision_diff(diff);
+  if (vm.count("quiet")) {
+    std::cout << text.substr(text.find("\nverdicts: ") + 1);
+  } else {
+    std::cout << text;
+  }
+  if (!json_path.empty()) write_file_atomically(json_path, precision_diff_json(diff));
+  if (!html_path.empty()) write_file_atomically(html_path, precision_html(diff, heatmaps));
+  bool any_bug = false;
+  for (const BoundaryDiff& b : diff.boundaries) any_bug = any_bug || b.verdict == "bug";
+  return any_bug && scenario.expect.pass ? 1 : 0;
+}
+
+}  // namespace shardsim::cli

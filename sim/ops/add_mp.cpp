@@ -1,0 +1,9 @@
+// The Mp instantiation of add, in its own translation unit (DESIGN.md invariant 6).
+#include "shardsim/mp.hpp"
+#include "shardsim/ops/add-inl.hpp"
+
+namespace shardsim {
+
+SHARDSIM_INSTANTIATE_ADD(Mp)
+
+}  // namespace shardsim

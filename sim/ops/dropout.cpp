@@ -1,0 +1,42 @@
+#include "shardsim/ops/dropout-inl.hpp"
+
+namespace shardsim {
+
+DropoutMask dropout_mask(const Shape& local, const DropoutFrame& frame,
+                         const DropoutParams& params, DropoutPolicy policy) {
+  const std::uint32_t threshold = dropout_threshold(params.p);
+  const std::uint64_t seed = dropout_rank_seed(policy, params.seed, frame.rank);
+  DropoutMask mask;
+  const auto n = static_cast<std::size_t>(local.numel());
+  mask.keep.assign(n, 0);
+  mask.valid.assign(n, 1);
+  // Local positions as (outer, i, inner) around the sharded axis; the whole tensor is one
+  // "axis" of extent 1 when the local tensor is the global one.
+  const bool sharded = !frame.axis.empty();
+  const AxisView lv = sharded ? AxisView::of(local, frame.axis) : AxisView{1, 1, local.numel()};
+  const AxisView gv =
+      sharded ? AxisView::of(frame.global, frame.axis) : AxisView{1, 1, local.numel()};
+  for (std::int64_t o = 0; o < lv.outer; ++o) {
+    for (std::int64_t i = 0; i < lv.extent; ++i) {
+      const bool pad = sharded && i >= frame.valid;
+      for (std::int64_t j = 0; j < lv.inner; ++j) {
+        const std::int64_t at = lv.flat(o, i, j);
+        if (pad) {
+          mask.valid[static_cast<std::size_t>(at)] = 0;
+          continue;
+        }
+        const std::int64_t index =
+            policy == DropoutPolicy::global ? gv.flat(o, frame.begin + i, j) : at;
+        const std::uint32_t word = dropout_word(seed, params.stream, params.forward_pass,
+                                                static_cast<std::uint64_t>(index));
+        mask.keep[static_cast<std::size_t>(at)] = dropout_keep(word, threshold) ? 1 : 0;
+      }
+    }
+  }
+  return mask;
+}
+
+SHARDSIM_INSTANTIATE_DROPOUT(float)
+SHARDSIM_INSTANTIATE_DROPOUT(double)
+
+}  // namespace shardsim

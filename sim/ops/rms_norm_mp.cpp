@@ -1,0 +1,9 @@
+// The Mp instantiation of RMSNorm, in its own translation unit (DESIGN.md invariant 6).
+#include "shardsim/mp.hpp"
+#include "shardsim/ops/rms_norm-inl.hpp"
+
+namespace shardsim {
+
+SHARDSIM_INSTANTIATE_RMS_NORM(Mp)
+
+}  // namespace shardsim

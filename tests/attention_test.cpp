@@ -1,0 +1,353 @@
+// Tests for the kernels of ops/attention.hpp: hand-derived known answers for the mask rule and
+// the softmax, the log-sum-exp merge (fully masked blocks merge without NaN; block merges agree
+// with the dense softmax in mp), and finite-difference gradients in mp for the dense and the
+// block backward; and the streamed oracle of ops/attention_stream.hpp: the cache convention (K
+// after RoPE, window - 1 keys) and the detached-cache gradient of a chunk (central differences).
+#include "shardsim/ops/attention.hpp"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "shardsim/mp.hpp"
+#include "shardsim/ops/attention_stream.hpp"
+#include "shardsim/ops/rope.hpp"
+#include "shardsim/rng.hpp"
+
+using shardsim::AttentionParams;
+using shardsim::AttentionSaved;
+using shardsim::head_shape;
+using shardsim::Mp;
+using shardsim::position_range;
+using shardsim::Shape;
+using shardsim::Tensor;
+
+namespace {
+
+template <typename T>
+Tensor<T> seeded(Shape shape, std::uint64_t seed, double stddev = 1.0) {
+  shardsim::InitSpec spec;
+  spec.dist = shardsim::InitDist::normal;
+  spec.stddev = stddev;
+  Tensor<T> t(std::move(shape));
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    t[i] = T(shardsim::init_value(spec, seed, static_cast<std::uint64_t>(i)));
+  }
+  return t;
+}
+
+double to_double(const Mp& v) { return shardsim::round_to_f64(v); }
+
+// max |a - b| / max |b| over all elements.
+double normwise_gap(const Tensor<Mp>& a, const Tensor<Mp>& b) {
+  double scale = 0, gap = 0;
+  for (std::int64_t i = 0; i < b.numel(); ++i) {
+    scale = std::max(scale, std::fabs(to_double(b[i])));
+    gap = std::max(gap, std::fabs(to_double(Mp(a[i] - b[i]))));
+  }
+  return scale == 0 ? gap : gap / scale;
+}
+
+}  // namespace
+
+TEST_CASE("the mask allows key j for query i iff 0 <= q_pos - k_pos < window", "[attention]") {
+  // q = 0, so every score is 0 and each allowed key gets weight 1/count; with one-hot values the
+  // output lists the weights. Query at 5, keys at 3, 4, 5, 6 (deltas 2, 1, 0, -1).
+  const Tensor<double> q(head_shape(1, "seq", 1, 1, 4));
+  const Tensor<double> k(head_shape(1, "kv", 4, 1, 4));
+  Tensor<double> v(head_shape(1, "kv", 4, 1, 4));
+  for (std::int64_t j = 0; j < 4; ++j) v[j * 4 + j] = 1;
+  const std::vector<std::int64_t> q_pos{5};
+  const std::vector<std::int64_t> k_pos{3, 4, 5, 6};
+  auto run = [&](const AttentionParams& params) {
+    Tensor<double> out;
+    AttentionSaved<double> saved;
+    shardsim::attention_forward(q, q_pos, k, v, k_pos, params, out, saved);
+    return out.values();
+  };
+  AttentionParams window2;
+  window2.window = 2;  // deltas 1 and 0: keys 4 and 5
+  CHECK(run(window2) == std::vector<double>{0, 0.5, 0.5, 0});
+  AttentionParams causal;  // deltas 2, 1, 0: keys 3, 4, 5; key 6 is in the future
+  CHECK(run(causal) == std::vector<double>{1.0 / 3, 1.0 / 3, 1.0 / 3, 0});
+  AttentionParams window1;
+  window1.window = 1;  // only the query's own position
+  CHECK(run(window1) == std::vector<double>{0, 0, 1, 0});
+  AttentionParams off_by_one = window2;
+  off_by_one.window_inclusive = true;  // the fault: delta <= 2 also lets key 3 in
+  CHECK(run(off_by_one) == std::vector<double>{1.0 / 3, 1.0 / 3, 1.0 / 3, 0});
+}
+
+TEST_CASE("attention known answer: two keys, scores 0 and log 3", "[attention]") {
+  // D = 4, scale = 1/2. q = [2 log 3, 0, 0, 0], k0 = 0, k1 = [1, 0, 0, 0]:
+  //   s0 = 0, s1 = (2 log 3) * 1 / 2 = log 3; m = log 3; e = [1/3, 1]; l = 4/3
+  //   out = (v0 / 3 + v1) / (4/3) = v0 / 4 + 3 v1 / 4;  lse = log 3 + log(4/3) = log 4.
+  // v0 = [4, 0, 0, 8], v1 = [0, 4, 0, -8] -> out = [1, 3, 0, -4].
+  shardsim::set_mp_precision(256);
+  const Mp log3 = log(Mp(3));
+  Tensor<Mp> q(head_shape(1, "seq", 1, 1, 4), {2 * log3, 0, 0, 0});
+  Tensor<Mp> k(head_shape(1, "kv", 2, 1, 4), {0, 0, 0, 0, 1, 0, 0, 0});
+  Tensor<Mp> v(head_shape(1, "kv", 2, 1, 4), {4, 0, 0, 8, 0, 4, 0, -8});
+  Tensor<Mp> out;
+  AttentionSaved<Mp> saved;
+  shardsim::attention_forward(q, {1}, k, v, {0, 1}, AttentionParams{}, out, saved);
+  const double expected[4] = {1, 3, 0, -4};
+  // A handful of correctly rounded operations at 257 bits: 2^-250 absolute is ample and still
+  // rejects any real formula error.
+  for (int i = 0; i < 4; ++i) CHECK(std::fabs(to_double(out[i]) - expected[i]) <= 0x1p-250);
+  CHECK(std::fabs(to_double(Mp(saved.lse[0] - log(Mp(4))))) <= 0x1p-250);
+}
+
+TEMPLATE_TEST_CASE("a query with no allowed key gives out = 0 and lse = -inf", "[attention]", float,
+                   double, Mp) {
+  using std::isinf;
+  shardsim::set_mp_precision(256);
+  const Tensor<TestType> q = seeded<TestType>(head_shape(1, "seq", 2, 2, 4), 3);
+  const Tensor<TestType> k = seeded<TestType>(head_shape(1, "kv", 3, 2, 4), 4);
+  const Tensor<TestType> v = seeded<TestType>(head_shape(1, "kv", 3, 2, 4), 5);
+  AttentionParams params;
+  params.window = 2;
+  Tensor<TestType> out;
+  AttentionSaved<TestType> saved;
+  // Queries at 10, 11; keys at 0, 1, 2: every delta >= 8 is outside the window.
+  shardsim::attention_forward(q, {10, 11}, k, v, {0, 1, 2}, params, out, saved);
+  for (const TestType& value : out.values()) CHECK(value == TestType(0));
+  for (const TestType& value : saved.lse.values()) {
+    CHECK(isinf(value));
+    CHECK(value < TestType(0));
+  }
+}
+
+TEMPLATE_TEST_CASE("merging a fully masked block is a no-op, never NaN", "[attention]", float,
+                   double, Mp) {
+  using std::isinf;
+  using std::isnan;
+  shardsim::set_mp_precision(256);
+  const Shape shape = head_shape(1, "seq", 3, 2, 4);
+  const Tensor<TestType> block_out = seeded<TestType>(shape, 7);
+  Tensor<TestType> block_lse = seeded<TestType>(shape.without("head_dim"), 8);
+  Tensor<TestType> masked_lse(block_lse.shape());
+  for (TestType& value : masked_lse.values()) value = shardsim::negative_infinity<TestType>();
+  const Tensor<TestType> zeros(shape);
+
+  // Running (0, -inf) merged with a fully masked block: stays (0, -inf). With the naive formula
+  // m = max(-inf, -inf) = -inf and exp(-inf - -inf) = exp(NaN).
+  Tensor<TestType> out(shape), lse = masked_lse;
+  shardsim::attention_merge(out, lse, zeros, masked_lse);
+  for (const TestType& value : out.values()) CHECK(value == TestType(0));
+  for (const TestType& value : lse.values()) CHECK((isinf(value) && value < TestType(0)));
+
+  // Running (0, -inf) merged with a real block takes it bit for bit.
+  shardsim::attention_merge(out, lse, block_out, block_lse);
+  CHECK(out.values() == block_out.values());
+  CHECK(lse.values() == block_lse.values());
+
+  // A real running result merged with a masked block is unchanged bit for bit.
+  shardsim::attention_merge(out, lse, zeros, masked_lse);
+  CHECK(out.values() == block_out.values());
+  CHECK(lse.values() == block_lse.values());
+  for (const TestType& value : out.values()) CHECK(!isnan(value));
+}
+
+TEST_CASE("block attention merged by log-sum-exp equals dense attention in mp256",
+          "[attention][mp]") {
+  // Split the keys into blocks (some fully masked by the window), attend per block, merge in
+  // several orders: the result is the dense softmax up to rounding. Each merged value carries a
+  // few dozen roundings at 257 bits; 2^-241 (2^16 units) relative to max |out| is the issue's
+  // bound for mp and leaves room for that.
+  shardsim::set_mp_precision(256);
+  const Tensor<Mp> q = seeded<Mp>(head_shape(2, "seq", 6, 2, 4), 11);
+  const Tensor<Mp> k = seeded<Mp>(head_shape(2, "kv", 11, 2, 4), 12);
+  const Tensor<Mp> v = seeded<Mp>(head_shape(2, "kv", 11, 2, 4), 13);
+  const std::vector<std::int64_t> q_pos = position_range(5, 6);  // 5 .. 10
+  const std::vector<std::int64_t> k_pos = position_range(0, 11);
+  AttentionParams params;
+  params.window = 4;
+  Tensor<Mp> dense;
+  AttentionSaved<Mp> dense_saved;
+  shardsim::attention_forward(q, q_pos, k, v, k_pos, params, dense, dense_saved);
+  const std::vector<std::vector<std::int64_t>> bounds = {{0, 3, 6, 9, 11}, {0, 11}, {0, 1, 2, 11}};
+  for (const auto& cuts : bounds) {
+    for (bool reverse : {false, true}) {
+      Tensor<Mp> out(q.shape());
+      Tensor<Mp> lse(dense_saved.lse.shape());
+      for (Mp& value : lse.values()) value = shardsim::negative_infinity<Mp>();
+      const std::size_t blocks = cuts.size() - 1;
+      for (std::size_t n = 0; n < blocks; ++n) {
+        const std::size_t b = reverse ? blocks - 1 - n : n;
+        const std::int64_t begin = cuts[b], count = cuts[b + 1] - cuts[b];
+        Tensor<Mp> block_out;
+        AttentionSaved<Mp> block_saved;
+        shardsim::attention_forward(q, q_pos, shardsim::slice_along(k, "kv", begin, count),
+                                    shardsim::slice_along(v, "kv", begin, count),
+                                    position_range(begin, count), params, block_out, block_saved);
+        shardsim::attention_merge(out, lse, block_out, block_saved.lse);
+      }
+      INFO("blocks " << blocks << (reverse ? " reversed" : ""));
+      CHECK(normwise_gap(out, dense) <= 0x1p-241);
+      CHECK(normwise_gap(lse, dense_saved.lse) <= 0x1p-241);
+    }
+  }
+}
+
+TEST_CASE("attention backward matches central differences in mp256", "[attention][mp]") {
+  // L = sum(out * g). Central differences with h = 2^-60 have truncation error O(h^2) ~ 2^-120
+  // and rounding error ~ 2^-257 / h ~ 2^-197 (relative to |L| ~ 10): far below the 2^-100
+  // relative tolerance, which any wrong term (O(1) relative) misses by 30 orders of magnitude.
+  shardsim::set_mp_precision(256);
+  const Tensor<Mp> q = seeded<Mp>(head_shape(1, "seq", 3, 2, 4), 21);
+  const Tensor<Mp> k = seeded<Mp>(head_shape(1, "kv", 5, 2, 4), 22);
+  const Tensor<Mp> v = seeded<Mp>(head_shape(1, "kv", 5, 2, 4), 23);
+  const Tensor<Mp> g = seeded<Mp>(q.shape(), 24);
+  const std::vector<std::int64_t> q_pos{3, 4, 5};
+  const std::vector<std::int64_t> k_pos{1, 2, 3, 4, 5};
+  AttentionParams params;
+  params.window = 3;
+  auto loss = [&](const Tensor<Mp>& qq, const Tensor<Mp>& kk, const Tensor<Mp>& vv) {
+    Tensor<Mp> out;
+    AttentionSaved<Mp> saved;
+    shardsim::attention_forward(qq, q_pos, kk, vv, k_pos, params, out, saved);
+    Mp sum = 0;
+    for (std::int64_t i = 0; i < out.numel(); ++i) sum += out[i] * g[i];
+    return sum;
+  };
+  Tensor<Mp> out;
+  AttentionSaved<Mp> saved;
+  shardsim::attention_forward(q, q_pos, k, v, k_pos, params, out, saved);
+  Tensor<Mp> dq, dk, dv;
+  shardsim::attention_backward(g, q, q_pos, k, v, k_pos, saved, params, dq, dk, dv);
+  const Mp h = ldexp(Mp(1), -60);
+  auto check = [&](const Tensor<Mp>& base, const Tensor<Mp>& grad, int which) {
+    for (std::int64_t i = 0; i < base.numel(); ++i) {
+      Tensor<Mp> plus = base, minus = base;
+      plus[i] += h;
+      minus[i] -= h;
+      Mp up, down;
+      if (which == 0) {
+        up = loss(plus, k, v);
+        down = loss(minus, k, v);
+      } else if (which == 1) {
+        up = loss(q, plus, v);
+        down = loss(q, minus, v);
+      } else {
+        up = loss(q, k, plus);
+        down = loss(q, k, minus);
+      }
+      const Mp numeric = (up - down) / (2 * h);
+      INFO("tensor " << which << " element " << i);
+      CHECK(std::fabs(to_double(Mp(numeric - grad[i]))) <= 0x1p-100);
+    }
+  };
+  check(q, dq, 0);
+  check(k, dk, 1);
+  check(v, dv, 2);
+
+  // The block backward from the merged (out, lse), summed over blocks, is the same gradient.
+  Tensor<Mp> bq(q.shape()), bk(k.shape()), bv(v.shape());
+  for (const auto& [begin, count] : {std::pair<std::int64_t, std::int64_t>{0, 2}, {2, 3}}) {
+    Tensor<Mp> part_k(shardsim::slice_along(k, "kv", begin, count).shape());
+    Tensor<Mp> part_v(part_k.shape());
+    shardsim::attention_block_backward(g, q, q_pos, shardsim::slice_along(k, "kv", begin, count),
+                                       shardsim::slice_along(v, "kv", begin, count),
+                                       position_range(1 + begin, count), out, saved.lse, params, bq,
+                                       part_k, part_v);
+    shardsim::copy_along(part_k, "kv", 0, bk, begin, count);
+    shardsim::copy_along(part_v, "kv", 0, bv, begin, count);
+  }
+  CHECK(normwise_gap(bq, dq) <= 0x1p-241);
+  CHECK(normwise_gap(bk, dk) <= 0x1p-241);
+  CHECK(normwise_gap(bv, dv) <= 0x1p-241);
+}
+
+TEST_CASE("the streamed oracle caches the last window - 1 keys after RoPE", "[streaming]") {
+  const Tensor<double> x = seeded<double>(Shape({{"batch", 1}, {"seq", 8}, {"hidden", 4}}), 1, 1);
+  const Shape w_shape({{"hidden", 4}, {"head", 1}, {"head_dim", 2}});
+  const Tensor<double> wq = seeded<double>(w_shape, 2, 1), wk = seeded<double>(w_shape, 3, 1);
+  const Tensor<double> wv = seeded<double>(w_shape, 4, 1);
+  const Tensor<double> wo =
+      seeded<double>(Shape({{"head", 1}, {"head_dim", 2}, {"hidden", 4}}), 5, 1);
+  for (const auto& [window, keep] :
+       {std::pair<std::optional<std::int64_t>, std::int64_t>{4, 3}, {1, 0}, {std::nullopt, 5}}) {
+    shardsim::StreamAttentionParams params;
+    params.attention.window = window;
+    shardsim::KvCache<double> cache;
+    shardsim::StreamAttentionActivations<double> acts;
+    shardsim::stream_attention_forward(shardsim::slice_along(x, "seq", 0, 5), wq, wk, wv, wo,
+                                       params, cache, acts);
+    INFO("keep " << keep);
+    CHECK(cache.length() == keep);
+    CHECK(cache.next_position == 5);
+    // K after RoPE: the tail of k_all, not of the raw keys.
+    CHECK(cache.k.values() == shardsim::slice_along(acts.k_all, "kv", 5 - keep, keep).values());
+    if (keep > 0)
+      CHECK(cache.k.values() != shardsim::slice_along(acts.k_cat, "kv", 5 - keep, keep).values());
+    // The next chunk reads it as keys at positions 5 - keep .. 4.
+    shardsim::stream_attention_forward(shardsim::slice_along(x, "seq", 5, 3), wq, wk, wv, wo,
+                                       params, cache, acts);
+    CHECK(acts.first_position == 5);
+    CHECK(acts.cache_length == keep);
+    CHECK(acts.k_all.shape().extent("kv") == keep + 3);
+  }
+}
+
+TEST_CASE("streamed backward is the detached-cache gradient (central differences, mp256)",
+          "[streaming][mp]") {
+  // Chunk 1 fills the cache; chunk 2's loss L = sum(y * g) is differentiated with the cache held
+  // fixed (detached). h = 2^-60: truncation O(h^2) ~ 2^-120, rounding ~ 2^-257 / h ~ 2^-197,
+  // both far below the 2^-100 tolerance; a missing or extra path is O(1).
+  shardsim::set_mp_precision(256);
+  const Tensor<Mp> x = seeded<Mp>(Shape({{"batch", 1}, {"seq", 7}, {"hidden", 3}}), 11, 1);
+  const Shape w_shape({{"hidden", 3}, {"head", 2}, {"head_dim", 2}});
+  std::vector<Tensor<Mp>> w = {
+      seeded<Mp>(w_shape, 12, 0.7), seeded<Mp>(w_shape, 13, 0.7), seeded<Mp>(w_shape, 14, 0.7),
+      seeded<Mp>(Shape({{"head", 2}, {"head_dim", 2}, {"hidden", 3}}), 15, 0.7)};
+  shardsim::StreamAttentionParams params;
+  params.attention.window = 3;
+  params.rope.convention = shardsim::RopeConvention::interleaved;
+  params.rope.theta = 50;
+  shardsim::KvCache<Mp> after_chunk1;
+  shardsim::StreamAttentionActivations<Mp> acts;
+  shardsim::stream_attention_forward(shardsim::slice_along(x, "seq", 0, 4), w[0], w[1], w[2], w[3],
+                                     params, after_chunk1, acts);
+  Tensor<Mp> x2 = shardsim::slice_along(x, "seq", 4, 3);
+  const Tensor<Mp> g = seeded<Mp>(Shape({{"batch", 1}, {"seq", 3}, {"hidden", 3}}), 16, 1);
+  auto loss = [&](const Tensor<Mp>& xx, const std::vector<Tensor<Mp>>& ww) {
+    shardsim::KvCache<Mp> cache = after_chunk1;  // the detached cache, never perturbed
+    shardsim::StreamAttentionActivations<Mp> a;
+    shardsim::stream_attention_forward(xx, ww[0], ww[1], ww[2], ww[3], params, cache, a);
+    Mp sum = 0;
+    for (std::int64_t i = 0; i < a.y.numel(); ++i) sum += a.y[i] * g[i];
+    return sum;
+  };
+  shardsim::KvCache<Mp> cache = after_chunk1;
+  shardsim::stream_attention_forward(x2, w[0], w[1], w[2], w[3], params, cache, acts);
+  shardsim::StreamAttentionGrads<Mp> grads;
+  std::vector<Tensor<Mp>> dw;
+  for (const Tensor<Mp>& t : w) dw.emplace_back(t.shape());
+  shardsim::stream_attention_backward(g, x2, w[0], w[1], w[2], w[3], acts, params, grads, dw[0],
+                                      dw[1], dw[2], dw[3]);
+  const Mp h = ldexp(Mp(1), -60);
+  auto numeric = [&](Tensor<Mp>& t, std::int64_t i, auto eval) {
+    const Mp saved = t[i];
+    t[i] = saved + h;
+    const Mp up = eval();
+    t[i] = saved - h;
+    const Mp down = eval();
+    t[i] = saved;
+    return Mp((up - down) / (2 * h));
+  };
+  for (std::int64_t i = 0; i < x2.numel(); ++i) {
+    const Mp fd = numeric(x2, i, [&] { return loss(x2, w); });
+    INFO("x element " << i);
+    CHECK(std::fabs(shardsim::round_to_f64(Mp(fd - grads.x[i]))) <= 0x1p-100);
+  }
+  for (std::size_t p = 0; p < w.size(); ++p) {
+    for (std::int64_t i = 0; i < w[p].numel(); ++i) {
+      const Mp fd = numeric(w[p], i, [&] { return loss(x2, w); });
+      INFO("weight " << p << " element " << i);
+      CHECK(std::fabs(shardsim::round_to_f64(Mp(fd - dw[p][i]))) <= 0x1p-100);
+    }
+  }
+}

@@ -1,0 +1,168 @@
+#!/usr/bin/python3
+"""ctest entry for the Python golden tools (tools/shardsim_golden.py, tools/golden_example.py).
+
+    /usr/bin/python3 tests/golden_python_test.py SHARDSIM_BINARY SOURCE_DIR
+
+Writes goldens with the shardsim binary into a temporary directory, then loads them with numpy
+only. Runs with Debian's /usr/bin/python3, which has python3-numpy (tools/bootstrap installs it).
+"""
+
+import hashlib
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+SHARDSIM, SOURCE = sys.argv[1], sys.argv[2]
+sys.path.insert(0, os.path.join(SOURCE, "tools"))
+import shardsim_golden as sg  # noqa: E402
+
+LAYERNORM = os.path.join(SOURCE, "scenarios", "layernorm_sequence_sharded.toml")
+TRAIN = os.path.join(SOURCE, "scenarios", "layernorm_train_sequence_sharded.toml")
+
+
+def shardsim(*args):
+    result = subprocess.run([SHARDSIM, *args], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"shardsim {' '.join(args)} exited {result.returncode}: {result.stderr}")
+    return result.stdout
+
+
+class GoldenPythonTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="shardsim_py_")
+        cls.st_dir = os.path.join(cls.tmp.name, "st")
+        cls.npy_dir = os.path.join(cls.tmp.name, "npy")
+        cls.train_dir = os.path.join(cls.tmp.name, "train")
+        shardsim("run", "--quiet", LAYERNORM, "--golden", cls.st_dir)
+        shardsim("run", "--quiet", LAYERNORM, "--golden", cls.npy_dir, "--format", "npy")
+        shardsim("run", "--quiet", TRAIN, "--golden", cls.train_dir, "--reference", "mp128",
+                 "--dtype", "f64")
+        cls.st = sg.load(cls.st_dir)
+        cls.npy = sg.load(cls.npy_dir)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_safetensors_and_npy_hold_the_same_goldens(self):
+        self.assertEqual(sorted(self.st.tensors), sorted(self.npy.tensors))
+        for name, t in self.st.tensors.items():
+            other = self.npy.tensors[name].array
+            self.assertEqual(t.array.dtype, other.dtype, name)
+            self.assertEqual(t.array.tobytes(), other.tobytes(), name)
+
+    def test_manifest_records_the_scenario_and_precision(self):
+        m = self.st.manifest
+        with open(LAYERNORM, "rb") as f:
+            text = f.read()
+        self.assertEqual(m["scenario"]["sha256"], hashlib.sha256(text).hexdigest())
+        self.assertEqual(m["scenario"]["text"].encode(), text)
+        self.assertEqual((m["precision"], m["significand_bits"]), ("mp256", 257))
+        self.assertEqual(self.st.metadata["scenario"], "layernorm_sequence_sharded")
+
+    def test_shards_are_slices_of_the_global_value(self):
+        # y is an exact boundary (Shard(seq), whole token rows per rank): bitwise equal slices.
+        y = self.st.get("s1/c1/y")
+        shards = self.st.names("f64/s1/c1/y@rank")
+        self.assertEqual(len(shards), 4)
+        rank3 = self.st.tensor("f64/s1/c1/y@rank3[seq=12:13]")
+        self.assertEqual((rank3.rank, rank3.slice, rank3.offset), (3, "seq=12:13", {"seq": 12}))
+        self.assertEqual(rank3.array.shape, (2, 1, 16))
+        for name in shards:
+            t = self.st.tensor(name)
+            np.testing.assert_array_equal(t.array, y[t.global_slices()])
+
+    def test_f32_goldens_are_the_f64_values_rounded_once(self):
+        # Both are the mp256 value rounded once; f32(f64 value) can differ only by double
+        # rounding, which needs the mp value within 2^-53 of an f32 midpoint: at most 1 ulp.
+        y64, y32 = self.st.get("s1/c1/y", "f64"), self.st.get("s1/c1/y", "f32")
+        self.assertEqual(y32.dtype, np.float32)
+        self.assertLessEqual(int(sg.ulp_distance(y64.astype(np.float32), y32).max()), 1)
+
+    def test_ulp_known_answers(self):
+        one = np.float32(1)
+        next_one = np.nextafter(one, np.float32(2))
+        d = sg.ulp_distance(np.float32([next_one, -0.0, np.nan]), np.float32([one, 0.0, 1]))
+        self.assertEqual(d.tolist(), [1, 0, np.iinfo(np.uint64).max])
+        # 2.0 = 0x4000000000000000 and -2.0 map to +-2^62: 2^63 apart.
+        self.assertEqual(int(sg.ulp_distance(np.float64([2.0]), np.float64([-2.0]))[0]), 2 ** 63)
+        # The smallest subnormals on either side of zero are 2 apart (+-0 count once).
+        tiny = np.float32(1e-45)
+        self.assertEqual(int(sg.ulp_distance(np.float32([tiny]), np.float32([-tiny]))[0]), 2)
+
+    def test_compare_rule(self):
+        golden = self.st.get("s1/c1/y", "f32")
+        bumped = golden.copy()
+        bumped[1, 12, 5] = np.float32(bumped[1, 12, 5]) + 3 * np.spacing(np.abs(bumped[1, 12, 5]))
+        self.assertTrue(sg.compare(golden, golden, rtol=0, atol=0)["ok"])
+        self.assertFalse(sg.compare(bumped, golden, max_ulp=2)["ok"])
+        result = sg.compare(bumped, golden, max_ulp=3)
+        self.assertTrue(result["ok"])
+        self.assertEqual(result["worst"], (1, 12, 5))
+        with self.assertRaisesRegex(AssertionError, r"worst \[batch=1, seq=12, hidden=5\]"):
+            sg.assert_close(bumped, golden, rtol=0, atol=0, max_ulp=2, name="y",
+                            axes=["batch", "seq", "hidden"])
+        nan = golden.copy()
+        nan[0, 0, 0] = np.nan
+        self.assertEqual(sg.compare(nan, golden, max_ulp=10 ** 9)["outside"], 1)
+        inf = np.float64([np.inf, -np.inf])
+        self.assertTrue(sg.compare(inf, inf)["ok"])
+        self.assertFalse(sg.compare(inf[::-1].copy(), inf)["ok"])
+
+    def test_hostile_safetensors_are_rejected(self):
+        with open(os.path.join(self.st_dir, "goldens.safetensors"), "rb") as f:
+            good = f.read()
+        (n,) = struct.unpack("<Q", good[:8])
+        header = json.loads(good[8:8 + n])
+        cases = {
+            "truncated": good[:-3],
+            "header past end": struct.pack("<Q", len(good)) + good[8:],
+            "duplicate": struct.pack("<Q", 21) + b'{"a":null,"a":null}  ',
+        }
+        name = next(k for k in header if k != "__metadata__")
+        bad = dict(header)
+        bad[name] = dict(bad[name], data_offsets=[1, bad[name]["data_offsets"][1] + 1])
+        text = json.dumps(bad).encode()
+        cases["overlap/hole"] = struct.pack("<Q", len(text)) + text + good[8 + n:]
+        for what, data in cases.items():
+            path = os.path.join(self.tmp.name, "bad.safetensors")
+            with open(path, "wb") as f:
+                f.write(data)
+            with self.assertRaises(sg.GoldenFormatError, msg=what):
+                sg.read_safetensors(path)
+
+    def test_npy_data_is_64_byte_aligned(self):
+        for info in self.npy.manifest["tensors"]:
+            with open(os.path.join(self.npy_dir, info["file"]), "rb") as f:
+                head = f.read(10)
+            self.assertEqual(head[:8], b"\x93NUMPY\x01\x00")
+            (length,) = struct.unpack("<H", head[8:10])
+            self.assertEqual((10 + length) % 64, 0, info["file"])
+
+    def test_training_goldens(self):
+        g = sg.load(self.train_dir)
+        self.assertEqual(g.manifest["dtypes"], ["f64"])
+        self.assertEqual(g.get("s1/c1/loss").shape, ())
+        # The per-rank Partial shares (#1) sum to the all-reduced gradient.
+        shares = [g[f"f64/s1/c1/grad(ln.weight)#1@rank{r}[partial]"] for r in range(4)]
+        reduced = g.get("s1/c1/grad(ln.weight)")
+        np.testing.assert_allclose(sum(shares), reduced, rtol=1e-12, atol=0)
+        self.assertEqual(g.tensor("f64/s1/c1/grad(ln.weight)").placement, "Replicate")
+
+    def test_worked_layernorm_example(self):
+        for directory in (self.st_dir, self.npy_dir):
+            result = subprocess.run([sys.executable, os.path.join(SOURCE, "tools", "golden_example.py"),
+                                     directory], capture_output=True, text=True)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            self.assertIn("checks passed", result.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1], verbosity=2)

@@ -1,0 +1,350 @@
+// Tests for ops/layer_norm.hpp and ops/layer_norm_plan.hpp: a hand-derived known answer, the
+// constant-row edge case, a finite-difference gradient check in mp, and the key property that
+// sequence-sharded LayerNorm equals the dense oracle bit for bit.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "shardsim/mp.hpp"
+#include "shardsim/ops/layer_norm.hpp"
+#include "shardsim/ops/layer_norm_plan.hpp"
+#include "shardsim/rng.hpp"
+#include "shardsim/scalar.hpp"
+#include "shardsim/world.hpp"
+
+using shardsim::DistTensor;
+using shardsim::LayerNormParams;
+using shardsim::LayerNormSaved;
+using shardsim::Mp;
+using shardsim::Placement;
+using shardsim::Shape;
+using shardsim::SplitPolicy;
+using shardsim::Tensor;
+
+namespace {
+
+template <typename T>
+Tensor<T> make(Shape shape, const std::vector<double>& values) {
+  std::vector<T> data;
+  for (double v : values) data.push_back(T(v));
+  return Tensor<T>(std::move(shape), std::move(data));
+}
+
+// A null gradient buffer (the kernels' "not wanted"), typed so the template argument deduces.
+template <typename T>
+Tensor<T>* nullptr_grad() {
+  return nullptr;
+}
+
+// Unit roundoff u = 2^-p of the type's p-bit significand (round to nearest).
+template <typename T>
+double unit_roundoff() {
+  if constexpr (std::is_same_v<T, Mp>) {
+    return std::ldexp(1.0, -static_cast<int>(shardsim::mp_significand_bits()));
+  } else {
+    return std::ldexp(1.0, -std::numeric_limits<T>::digits);
+  }
+}
+
+// f32-representable pseudo-random values (the runner's initialization), so every precision sees
+// the same inputs.
+template <typename T>
+Tensor<T> seeded(Shape shape, shardsim::InitSpec spec, std::uint64_t seed) {
+  Tensor<T> t(std::move(shape));
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    t[i] = T(shardsim::init_value(spec, seed, static_cast<std::uint64_t>(i)));
+  }
+  return t;
+}
+
+shardsim::InitSpec normal(double mean, double stddev) {
+  shardsim::InitSpec s;
+  s.dist = shardsim::InitDist::normal;
+  s.mean = mean;
+  s.stddev = stddev;
+  return s;
+}
+
+shardsim::InitSpec uniform(double low, double high) {
+  shardsim::InitSpec s;
+  s.low = low;
+  s.high = high;
+  return s;
+}
+
+}  // namespace
+
+// Known answer. x = [1, 2, 3, 4] (hidden = 4), eps = 0, weight = [2, 2, 2, 2], bias = [1, 0, 0, 0]:
+//   mean = 10 / 4 = 2.5                                   (exact in binary)
+//   var  = ((-1.5)^2 + (-0.5)^2 + 0.5^2 + 1.5^2) / 4 = 5 / 4 = 1.25   (biased; exact)
+//   rstd = 1 / sqrt(1.25) = 2 / sqrt(5)
+//   y_i  = (x_i - 2.5) * (2 / sqrt(5)) * 2 + b_i = (x_i - 2.5) * 4 / sqrt(5) + b_i
+//        = [1 - 6/sqrt(5), -2/sqrt(5), 2/sqrt(5), 6/sqrt(5)]
+// The true values are computed at 256 bits and correctly rounded to the test's type.
+TEMPLATE_TEST_CASE("layer_norm_forward known answer in f32 and f64", "[layer_norm]", float,
+                   double) {
+  shardsim::set_mp_precision(256);
+  const Shape shape({{"seq", 1}, {"hidden", 4}});
+  const auto x = make<TestType>(shape, {1, 2, 3, 4});
+  const auto weight = make<TestType>(Shape({{"hidden", 4}}), {2, 2, 2, 2});
+  const auto bias = make<TestType>(Shape({{"hidden", 4}}), {1, 0, 0, 0});
+  LayerNormParams params;
+  params.eps = 0;
+  Tensor<TestType> y;
+  LayerNormSaved<TestType> saved;
+  shardsim::layer_norm_forward(x, &weight, &bias, params, y, saved);
+  REQUIRE(saved.mean.shape() == Shape({{"seq", 1}}));
+  CHECK(saved.mean[0] == TestType(2.5));  // sum and division are exact
+
+  auto rounded = [](const Mp& v) {
+    if constexpr (std::is_same_v<TestType, float>) return shardsim::round_to_f32(v);
+    else return shardsim::round_to_f64(v);
+  };
+  const Mp sqrt5 = sqrt(Mp(5));
+  // rstd: sqrt and the division are each correctly rounded (relative error <= u each), so the
+  // result is within 2u of the truth, i.e. at most 2 ulps from the rounded truth.
+  CHECK(shardsim::ulp_distance(saved.rstd[0], rounded(2 / sqrt5)) <= 2);
+  // y: rstd (2u) times the exact centered value (+u), times 2 (exact), plus the bias (+half an
+  // ulp). y_0 = 1 - 6/sqrt(5) = -1.68 cancels 2.68 against 1, magnifying the relative error by
+  // 2.68 / 1.68 < 1.6, so 3u * 1.6 + u < 6u: at most 5 ulps. The others have no bias and stay
+  // within 3u: at most 3 ulps.
+  const Mp expected[4] = {1 - 6 / sqrt5, -2 / sqrt5, 2 / sqrt5, 6 / sqrt5};
+  CHECK(shardsim::ulp_distance(y[0], rounded(expected[0])) <= 5);
+  for (int i = 1; i < 4; ++i) {
+    INFO("i = " << i);
+    CHECK(shardsim::ulp_distance(y[i], rounded(expected[i])) <= 3);
+  }
+  // Antisymmetry of the unbiased entries is exact: (x - mean) is exact, so y_1 = -y_2.
+  CHECK(y[1] == -y[2]);
+}
+
+TEST_CASE("layer_norm_forward known answer in mp256", "[layer_norm][mp]") {
+  shardsim::set_mp_precision(256);
+  const auto x = make<Mp>(Shape({{"seq", 1}, {"hidden", 4}}), {1, 2, 3, 4});
+  const auto weight = make<Mp>(Shape({{"hidden", 4}}), {2, 2, 2, 2});
+  const auto bias = make<Mp>(Shape({{"hidden", 4}}), {1, 0, 0, 0});
+  LayerNormParams params;
+  params.eps = 0;
+  Tensor<Mp> y;
+  LayerNormSaved<Mp> saved;
+  shardsim::layer_norm_forward(x, &weight, &bias, params, y, saved);
+  CHECK(saved.mean[0] == Mp(2.5));
+  const Mp sqrt5 = sqrt(Mp(5));
+  // A handful of 257-bit operations: 2^-240 relative leaves a margin of 2^16 ulps.
+  const Mp tol = ldexp(Mp(1), -240);
+  CHECK(abs(saved.rstd[0] - 2 / sqrt5) <= tol * (2 / sqrt5));
+  const Mp expected[4] = {1 - 6 / sqrt5, -2 / sqrt5, 2 / sqrt5, 6 / sqrt5};
+  for (int i = 0; i < 4; ++i) {
+    INFO("i = " << i);
+    CHECK(abs(y[i] - expected[i]) <= tol * abs(expected[i]));
+  }
+}
+
+TEMPLATE_TEST_CASE("a constant row normalizes to exactly the bias", "[layer_norm]", float, double,
+                   Mp) {
+  shardsim::set_mp_precision(256);
+  // x = 1.75 everywhere: the sum 4 * 1.75 = 7 and 7 / 4 = 1.75 are exact, so every centered
+  // value is exactly 0 and y = 0 * rstd * w + b = b exactly (with eps = 1e-5, rstd is finite).
+  const auto x = make<TestType>(Shape({{"seq", 2}, {"hidden", 4}}), {1.75, 1.75, 1.75, 1.75, 1.75,
+                                                                     1.75, 1.75, 1.75});
+  const auto weight = make<TestType>(Shape({{"hidden", 4}}), {0.5, -3, 2, 7});
+  const auto bias = make<TestType>(Shape({{"hidden", 4}}), {0.375, -1.5, 2.25, 0.125});
+  LayerNormParams params;
+  params.eps = 1e-5;
+  using std::sqrt;
+  Tensor<TestType> y;
+  LayerNormSaved<TestType> saved;
+  shardsim::layer_norm_forward(x, &weight, &bias, params, y, saved);
+  for (std::int64_t row = 0; row < 2; ++row) {
+    CHECK(saved.mean[row] == TestType(1.75));
+    CHECK(saved.rstd[row] == TestType(1) / sqrt(TestType(0) + TestType(1e-5)));
+    for (std::int64_t i = 0; i < 4; ++i) CHECK(y[row * 4 + i] == bias[i]);
+  }
+}
+
+TEST_CASE("layer_norm_backward matches central finite differences in mp256", "[layer_norm][mp]") {
+  shardsim::set_mp_precision(256);
+  // Loss L = sum(dy * y). Central differences with step h = 2^-80 have truncation error
+  // O(h^2) = 2^-160 and cancellation error ~ 2^-257 / h = 2^-177, so the gradients must agree to
+  // about 2^-150 relative to their scale; we allow 2^-140.
+  const Shape shape({{"batch", 2}, {"hidden", 5}});
+  const Shape param({{"hidden", 5}});
+  const auto x = seeded<Mp>(shape, normal(0.5, 2.0), 11);
+  const auto dy = seeded<Mp>(shape, normal(0.0, 1.0), 12);
+  const auto weight = seeded<Mp>(param, uniform(0.5, 1.5), 13);
+  const auto bias = seeded<Mp>(param, uniform(-0.25, 0.25), 14);
+  LayerNormParams params;
+  auto loss = [&](const Tensor<Mp>& xx, const Tensor<Mp>& w, const Tensor<Mp>& b) {
+    Tensor<Mp> y;
+    LayerNormSaved<Mp> saved;
+    shardsim::layer_norm_forward(xx, &w, &b, params, y, saved);
+    Mp sum = 0;
+    for (std::int64_t e = 0; e < y.numel(); ++e) sum += dy[e] * y[e];
+    return sum;
+  };
+  Tensor<Mp> y;
+  LayerNormSaved<Mp> saved;
+  shardsim::layer_norm_forward(x, &weight, &bias, params, y, saved);
+  Tensor<Mp> dx;
+  Tensor<Mp> dweight(param);
+  Tensor<Mp> dbias(param);
+  shardsim::layer_norm_backward(dy, x, &weight, saved, params, dx, &dweight, &dbias);
+
+  const Mp h = ldexp(Mp(1), -80);
+  const Mp tol = ldexp(Mp(1), -140);
+  auto check_gradient = [&](const Tensor<Mp>& grad, int which) {
+    for (std::int64_t e = 0; e < grad.numel(); ++e) {
+      Tensor<Mp> args[3] = {x, weight, bias};
+      args[which][e] += h;
+      const Mp up = loss(args[0], args[1], args[2]);
+      args[which][e] -= 2 * h;
+      const Mp down = loss(args[0], args[1], args[2]);
+      const Mp numeric = (up - down) / (2 * h);
+      INFO("argument " << which << ", element " << e);
+      CHECK(abs(numeric - grad[e]) <= tol * (1 + abs(grad[e])));
+    }
+  };
+  check_gradient(dx, 0);
+  check_gradient(dweight, 1);
+  check_gradient(dbias, 2);
+
+  // Parameter grads accumulate: a second backward into the same buffer adds the same terms again,
+  // giving 2 * dweight up to the rounding of two more additions per element (2^-240 relative is
+  // 2^16 ulps of room); overwriting would leave dweight itself.
+  Tensor<Mp> dx_again;
+  Tensor<Mp> dweight_twice = dweight;
+  shardsim::layer_norm_backward(dy, x, &weight, saved, params, dx_again, &dweight_twice,
+                                nullptr_grad<Mp>());
+  for (std::int64_t i = 0; i < dweight.numel(); ++i) {
+    CHECK(abs(dweight_twice[i] - 2 * dweight[i]) <= ldexp(Mp(1), -240) * abs(dweight[i]));
+  }
+  // Activation grads are overwritten, not accumulated.
+  for (std::int64_t e = 0; e < dx.numel(); ++e) CHECK(dx_again[e] == dx[e]);
+}
+
+namespace {
+
+// Calls visit(rank, local flat, global flat) for every non-pad element of a sharded tensor.
+template <typename T, typename Visit>
+void for_each_valid(const DistTensor<T>& dist, Visit visit) {
+  for (int r = 0; r < dist.ranks(); ++r) {
+    const Tensor<T>& local = dist.local(r);
+    if (!dist.placement.is_shard()) {
+      for (std::int64_t e = 0; e < local.numel(); ++e) visit(r, e, e);
+      continue;
+    }
+    const auto slice = shardsim::rank_slice(dist.global, dist.placement, dist.ranks(), r);
+    const auto lv = shardsim::AxisView::of(local.shape(), dist.placement.axis);
+    const auto gv = shardsim::AxisView::of(dist.global, dist.placement.axis);
+    for (std::int64_t o = 0; o < lv.outer; ++o) {
+      for (std::int64_t i = 0; i < slice.valid(); ++i) {
+        for (std::int64_t j = 0; j < lv.inner; ++j) {
+          visit(r, lv.flat(o, i, j), gv.flat(o, shardsim::to_global(slice, i), j));
+        }
+      }
+    }
+  }
+}
+
+// Every valid element of `dist` is bitwise the dense value at its global position.
+template <typename T>
+bool matches_dense(const DistTensor<T>& dist, const Tensor<T>& dense) {
+  REQUIRE(dist.global == dense.shape());
+  bool all = true;
+  for_each_valid(dist, [&](int r, std::int64_t local, std::int64_t global) {
+    all = all && shardsim::ScalarTraits<T>::identical(dist.local(r)[local], dense[global]);
+  });
+  return all;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("row-sharded LayerNorm equals the dense oracle bitwise, forward and backward",
+                   "[layer_norm][sharded]", float, double, Mp) {
+  shardsim::set_mp_precision(256);
+  using std::abs;
+  using Traits = shardsim::ScalarTraits<TestType>;
+  const Shape shape({{"batch", 2}, {"seq", 13}, {"hidden", 16}});
+  const Shape param({{"hidden", 16}});
+  // Non-trivial parameters: a plan that assumed weight = 1, bias = 0 would not match.
+  const auto x = seeded<TestType>(shape, normal(0.5, 2.0), 101);
+  const auto dy = seeded<TestType>(shape, normal(0.0, 1.0), 102);
+  const auto weight = seeded<TestType>(param, uniform(0.5, 1.5), 103);
+  const auto bias = seeded<TestType>(param, uniform(-0.25, 0.25), 104);
+  LayerNormParams params;  // hidden, eps = 1e-5 (so zero pad rows have a finite rstd)
+
+  Tensor<TestType> y;
+  LayerNormSaved<TestType> saved;
+  shardsim::layer_norm_forward(x, &weight, &bias, params, y, saved);
+  Tensor<TestType> dx;
+  Tensor<TestType> dweight(param);
+  shardsim::layer_norm_backward(dy, x, &weight, saved, params, dx, &dweight,
+                                nullptr_grad<TestType>());
+  // sum_rows |dy * norm| per hidden index: the scale of the dweight reduction's rounding error.
+  std::vector<TestType> dweight_abs(16, TestType(0));
+  const auto hv = shardsim::AxisView::of(shape, "hidden");
+  for (std::int64_t row = 0; row < hv.outer; ++row) {
+    for (std::int64_t i = 0; i < 16; ++i) {
+      const TestType norm = (x[hv.flat(row, i, 0)] - saved.mean[row]) * saved.rstd[row];
+      dweight_abs[static_cast<std::size_t>(i)] += abs(dy[hv.flat(row, i, 0)] * norm);
+    }
+  }
+
+  const std::vector<Placement> placements = {
+      Placement::shard("seq"), Placement::shard("seq", SplitPolicy::balanced),
+      Placement::shard("seq", SplitPolicy::padded), Placement::shard("batch"),
+      Placement::replicate()};
+  for (const Placement& placement : placements) {
+    for (int ranks = 1; ranks <= 5; ++ranks) {
+      INFO(placement.str() << " over " << ranks << " ranks");
+      const shardsim::World<TestType> world(ranks, shardsim::ReduceOrder::rank,
+                                            shardsim::Schedule{});
+      const auto x_dist = shardsim::distribute("x", x, placement, ranks);
+      const auto w_dist = shardsim::distribute("w", weight, Placement::replicate(), ranks);
+      const auto b_dist = shardsim::distribute("b", bias, Placement::replicate(), ranks);
+      shardsim::LayerNormShardedSaved<TestType> sharded_saved;
+      const DistTensor<TestType> y_dist = shardsim::layer_norm_row_sharded(
+          world, x_dist, &w_dist, &b_dist, params, "y", sharded_saved);
+      CHECK(y_dist.placement == placement);
+      CHECK(matches_dense(y_dist, y));
+      CHECK(matches_dense(sharded_saved.mean, saved.mean));
+      CHECK(matches_dense(sharded_saved.rstd, saved.rstd));
+
+      // Backward, per rank on its local slices (what a row-sharded backward plan would do).
+      const auto dy_dist = shardsim::distribute("dy", dy, placement, ranks);
+      DistTensor<TestType> dx_dist = shardsim::make_dist<TestType>("dx", shape, placement, ranks);
+      std::vector<Tensor<TestType>> dweight_partials(static_cast<std::size_t>(ranks),
+                                                     Tensor<TestType>(param));
+      world.for_each_rank([&](int r) {
+        const LayerNormSaved<TestType> local_saved{sharded_saved.mean.local(r),
+                                                   sharded_saved.rstd.local(r)};
+        shardsim::layer_norm_backward(dy_dist.local(r), x_dist.local(r), &w_dist.local(r),
+                                      local_saved, params, dx_dist.local(r),
+                                      &dweight_partials[static_cast<std::size_t>(r)],
+                                      nullptr_grad<TestType>());
+      });
+      CHECK(matches_dense(dx_dist, dx));
+      if (placement.is_replicate()) {
+        // Every rank ran the dense computation on the full tensor: each partial is dweight.
+        for (const auto& partial : dweight_partials) {
+          for (std::int64_t i = 0; i < 16; ++i) CHECK(Traits::identical(partial[i], dweight[i]));
+        }
+        continue;
+      }
+
+      // dweight: the same 26 row terms (pad rows add exact zeros), grouped by rank and then summed
+      // in rank order. Any summation order of n terms errs by at most (n - 1) u sum|terms|
+      // (Higham, Accuracy and Stability, 4.2), so two orders differ by at most 2 (n - 1) u
+      // sum|terms|; we allow 2 * 32 u sum|terms|, n - 1 = 25 rounded up for the pad zeros.
+      for (std::int64_t i = 0; i < 16; ++i) {
+        TestType sum = dweight_partials[0][i];
+        for (int r = 1; r < ranks; ++r) sum += dweight_partials[static_cast<std::size_t>(r)][i];
+        const double bound = 2 * 32 * unit_roundoff<TestType>() * Traits::to_double(dweight_abs[i]);
+        CHECK(Traits::to_double(abs(sum - dweight[i])) <= bound);
+        if (ranks == 1) CHECK(Traits::identical(sum, dweight[i]));  // same order: bitwise
+      }
+    }
+  }
+}

@@ -1,0 +1,139 @@
+// Helpers shared by the normalization tests (rms_norm, hidden-sharded norms, loss, gradient
+// checks, training, faults): seeded f32-representable tensors, unit roundoff per type, and
+// comparison of a sharded tensor against a dense one by global identity.
+#pragma once
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "shardsim/dist_tensor.hpp"
+#include "shardsim/mp.hpp"
+#include "shardsim/rng.hpp"
+#include "shardsim/scalar.hpp"
+
+namespace norm_test {
+
+using shardsim::DistTensor;
+using shardsim::Mp;
+using shardsim::Shape;
+using shardsim::Tensor;
+
+template <typename T>
+Tensor<T> make(Shape shape, const std::vector<double>& values) {
+  std::vector<T> data;
+  for (double v : values) data.push_back(T(v));
+  return Tensor<T>(std::move(shape), std::move(data));
+}
+
+// f32-representable pseudo-random values (the runner's initialization), identical at every
+// precision.
+template <typename T>
+Tensor<T> seeded(Shape shape, shardsim::InitSpec spec, std::uint64_t seed) {
+  Tensor<T> t(std::move(shape));
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    t[i] = T(shardsim::init_value(spec, seed, static_cast<std::uint64_t>(i)));
+  }
+  return t;
+}
+
+inline shardsim::InitSpec normal(double mean, double stddev) {
+  shardsim::InitSpec s;
+  s.dist = shardsim::InitDist::normal;
+  s.mean = mean;
+  s.stddev = stddev;
+  return s;
+}
+
+inline shardsim::InitSpec uniform(double low, double high) {
+  shardsim::InitSpec s;
+  s.low = low;
+  s.high = high;
+  return s;
+}
+
+// Unit roundoff u = 2^-p of the type's p-bit significand (round to nearest).
+template <typename T>
+double unit_roundoff() {
+  if constexpr (std::is_same_v<T, Mp>) {
+    return std::ldexp(1.0, -static_cast<int>(shardsim::mp_significand_bits()));
+  } else {
+    return std::ldexp(1.0, -std::numeric_limits<T>::digits);
+  }
+}
+
+template <typename T>
+double to_double(const T& v) {
+  return shardsim::ScalarTraits<T>::to_double(v);
+}
+
+// Calls visit(rank, local flat, global flat) for every compared element of a sharded tensor:
+// every element of each rank for Replicate, the non-pad elements of each shard for Shard.
+template <typename T, typename Visit>
+void for_each_valid(const DistTensor<T>& dist, Visit visit) {
+  for (int r = 0; r < dist.ranks(); ++r) {
+    const Tensor<T>& local = dist.local(r);
+    if (!dist.placement.is_shard()) {
+      for (std::int64_t e = 0; e < local.numel(); ++e) visit(r, e, e);
+      continue;
+    }
+    const auto slice = shardsim::rank_slice(dist.global, dist.placement, dist.ranks(), r);
+    const auto lv = shardsim::AxisView::of(local.shape(), dist.placement.axis);
+    const auto gv = shardsim::AxisView::of(dist.global, dist.placement.axis);
+    for (std::int64_t o = 0; o < lv.outer; ++o) {
+      for (std::int64_t i = 0; i < slice.valid(); ++i) {
+        for (std::int64_t j = 0; j < lv.inner; ++j) {
+          visit(r, lv.flat(o, i, j), gv.flat(o, shardsim::to_global(slice, i), j));
+        }
+      }
+    }
+  }
+}
+
+// The dense value of a Partial tensor: the ranks' addends summed in rank order.
+template <typename T>
+Tensor<T> partial_sum(const DistTensor<T>& dist) {
+  Tensor<T> sum = dist.local(0);
+  for (int r = 1; r < dist.ranks(); ++r) {
+    for (std::int64_t e = 0; e < sum.numel(); ++e) sum[e] += dist.local(r)[e];
+  }
+  return sum;
+}
+
+// Every compared element of `dist` is bitwise the dense value at its global position.
+template <typename T>
+bool matches_bitwise(const DistTensor<T>& dist, const Tensor<T>& dense) {
+  REQUIRE(dist.global == dense.shape());
+  bool all = true;
+  for_each_valid(dist, [&](int r, std::int64_t local, std::int64_t global) {
+    all = all && shardsim::ScalarTraits<T>::identical(dist.local(r)[local], dense[global]);
+  });
+  return all;
+}
+
+// max |s - d| / max |d| over the compared elements (normwise relative error), as a double.
+template <typename T>
+double normwise_error(const DistTensor<T>& dist, const Tensor<T>& dense) {
+  REQUIRE(dist.global == dense.shape());
+  using std::abs;
+  double scale = 0;
+  for (std::int64_t e = 0; e < dense.numel(); ++e) scale = std::max(scale, std::fabs(to_double(dense[e])));
+  double worst = 0;
+  const DistTensor<T>* source = &dist;
+  DistTensor<T> summed;
+  if (dist.placement.is_partial()) {
+    summed = dist;
+    summed.placement = shardsim::Placement::replicate();
+    summed.locals.assign(1, partial_sum(dist));
+    source = &summed;
+  }
+  for_each_valid(*source, [&](int r, std::int64_t local, std::int64_t global) {
+    worst = std::max(worst, to_double(T(abs(T(source->local(r)[local] - dense[global])))));
+  });
+  return scale == 0 ? worst : worst / scale;
+}
+
+}  // namespace norm_test
