@@ -242,18 +242,26 @@ void prepare_golden_dir(const std::string& dir) {
 
 void write_goldens(const std::string& dir, const GoldenSet& set, const GoldenOptions& options) {
   prepare_golden_dir(dir);
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+  const bool created = ::mkdir(dir.c_str(), 0755) == 0;
+  if (!created && errno != EEXIST) {
     throw InputError(dir + ": cannot create the directory: " + std::strerror(errno));
   }
   const std::string prefix = dir.ends_with('/') ? dir : dir + "/";
+  // One unit (io.hpp): every file is complete before any is renamed, the manifest last; an error
+  // or SIGINT/SIGTERM leaves the previous files (or, in a new directory, nothing).
+  std::vector<std::string> npy;
+  std::vector<std::pair<std::string, std::string_view>> files;
   if (options.format == GoldenFormat::safetensors) {
-    write_file_atomically(prefix + std::string(format::kGoldenSafetensorsFile), set.safetensors);
+    files.emplace_back(prefix + std::string(format::kGoldenSafetensorsFile), set.safetensors);
   } else {
+    npy.reserve(set.entries.size());
     for (const GoldenEntry& entry : set.entries) {
-      write_file_atomically(prefix + entry.file, encode_npy(entry.tensor));
+      npy.push_back(encode_npy(entry.tensor));
+      files.emplace_back(prefix + entry.file, npy.back());
     }
   }
-  write_file_atomically(prefix + std::string(format::kManifestFile), set.manifest);
+  files.emplace_back(prefix + std::string(format::kManifestFile), set.manifest);
+  write_files_atomically(files, created ? dir : std::string());
 }
 
 }  // namespace shardsim

@@ -52,7 +52,7 @@ std::string format_precision_diff(const PrecisionDiff& diff) {
   const std::size_t top = diff.levels.size() - 1;
   out << "precision diff: " << diff.scenario << ", levels";
   for (const Precision& p : diff.levels) out << " " << p.name();
-  out << " (top " << diff.levels[top].name() << ", " << diff.significand_bits[top]
+  out << "\ntop level " << diff.levels[top].name() << " (" << diff.significand_bits[top]
       << "-bit significand), reduce order " << reduce_order_name(diff.reduce_order) << "\n"
       << "error vs top: each level's oracle value against the top value rounded once to the\n"
       << "level's type (ulp in that type); gap: sharded vs dense at the level (normwise = "
@@ -63,8 +63,8 @@ std::string format_precision_diff(const PrecisionDiff& diff) {
     const TraceEntry& e = b.entry;
     ++counts[b.verdict];
     out << "\n#" << e.id << " step " << e.step << " chunk " << e.chunk << "  " << e.op << " -> "
-        << e.tensor << " " << e.global.str() << " " << e.placement.str()
-        << (e.exact ? " (exact claimed)" : "") << "\n";
+        << e.tensor << "\n   " << e.global.str() << " " << e.placement.str()
+        << (e.exact ? ", exact claimed" : "") << "\n";
     std::snprintf(line, sizeof line, "   %-7s %10s %10s %10s | %-9s %10s %10s %10s\n", "level",
                   "err_abs", "err_rel", "err_ulp", "gap", "gap_abs", "normwise", "gap_ulp");
     out << line;

@@ -70,17 +70,21 @@ std::string nearest(std::string_view word, const std::vector<std::string>& candi
   std::string best;
   std::size_t best_distance = SIZE_MAX;
   for (const std::string& candidate : candidates) {
-    // Levenshtein distance, one row at a time.
-    std::vector<std::size_t> row(candidate.size() + 1);
+    // Optimal-string-alignment distance (Levenshtein plus adjacent transpositions, so the
+    // common typo "esp" for "eps" is one edit), one row at a time.
+    std::vector<std::size_t> before(candidate.size() + 1), prev(candidate.size() + 1),
+        row(candidate.size() + 1);
     for (std::size_t j = 0; j <= candidate.size(); ++j) row[j] = j;
     for (std::size_t i = 1; i <= word.size(); ++i) {
-      std::size_t diagonal = row[0];
+      before.swap(prev);
+      prev.swap(row);
       row[0] = i;
       for (std::size_t j = 1; j <= candidate.size(); ++j) {
-        const std::size_t above = row[j];
-        row[j] = std::min({row[j] + 1, row[j - 1] + 1,
-                           diagonal + (word[i - 1] == candidate[j - 1] ? 0 : 1)});
-        diagonal = above;
+        row[j] = std::min({prev[j] + 1, row[j - 1] + 1,
+                           prev[j - 1] + (word[i - 1] == candidate[j - 1] ? 0 : 1)});
+        if (i > 1 && j > 1 && word[i - 1] == candidate[j - 2] && word[i - 2] == candidate[j - 1]) {
+          row[j] = std::min(row[j], before[j - 2] + 1);
+        }
       }
     }
     if (row[candidate.size()] < best_distance) {

@@ -155,7 +155,7 @@ TEST_CASE("compare: goldens against themselves pass, in both formats", "[compare
   CHECK(r.out.find("30 within tolerance, 0 outside") != std::string::npos);
 }
 
-TEST_CASE("compare: the worst element is named by axis and owning rank; exit 1 outside",
+TEST_CASE("compare: the worst element is named by axis and owning rank, exit 1 outside",
           "[compare]") {
   TempDir dir;
   const fs::path golden = write_goldens(dir);

@@ -16,7 +16,10 @@ import sys
 import tempfile
 import unittest
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:
+    sys.exit(f"{sys.executable} has no numpy: install python3-numpy (tools/bootstrap does)")
 
 SHARDSIM, SOURCE = sys.argv[1], sys.argv[2]
 sys.path.insert(0, os.path.join(SOURCE, "tools"))

@@ -131,7 +131,7 @@ TEMPLATE_TEST_CASE("hidden-sharded LayerNorm agrees with the dense oracle in eve
   }
 }
 
-TEST_CASE("sum_sumsq cancels catastrophically when |mean| >> std; welford does not",
+TEST_CASE("sum_sumsq cancels catastrophically when |mean| >> std, welford does not",
           "[layer_norm][hidden]") {
   shardsim::set_mp_precision(256);
   // Rows with mean 1e4 and std 1, in f32. The inputs are f32 values (ulp 2^-10 near 1e4); the

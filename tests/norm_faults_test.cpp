@@ -69,7 +69,7 @@ TEST_CASE("every normalization fault is in the catalogue", "[faults]") {
   }
 }
 
-TEST_CASE("each normalization fault fails where its scenario says; its clean twin passes",
+TEST_CASE("each normalization fault fails where its scenario says and its clean twin passes",
           "[faults]") {
   for (const std::string& fault : norm_faults()) {
     INFO("fault " << fault);

@@ -5,7 +5,7 @@
 //
 // Precision: Boost's variable-precision interface counts decimal digits, so the significand of an
 // mp<bits> run is the smallest Boost precision with at least `bits` bits: mp256 carries 257 bits,
-// mp128 carries 130. mp_significand_bits() reports what is in force and the report prints it.
+// mp128 carries 128. mp_significand_bits() reports what is in force and the report prints it.
 #pragma once
 
 #include <boost/multiprecision/mpfr.hpp>

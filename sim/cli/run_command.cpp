@@ -39,7 +39,11 @@ RunOptions run_options(const po::variables_map& vm) {
   }
   if (vm.count("schedule")) options.schedule = parse_schedule(vm["schedule"].as<std::string>());
   if (vm.count("max-memory")) {
-    options.max_memory_bytes = parse_bytes(vm["max-memory"].as<std::string>());
+    try {
+      options.max_memory_bytes = parse_bytes(vm["max-memory"].as<std::string>());
+    } catch (const InputError& e) {
+      throw InputError(std::string("--max-memory: ") + e.what());  // name the flag
+    }
   }
   return options;
 }

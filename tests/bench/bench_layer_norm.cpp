@@ -1,0 +1,221 @@
+// Targets 1 (dense LayerNorm fwd+bwd vs PyTorch CPU or a naive loop) and 2 (emulation overhead).
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "bench.hpp"
+#include "shardsim/ops/layer_norm-inl.hpp"
+#include "shardsim/ops/layer_norm_plan.hpp"
+#include "shardsim/rng.hpp"
+#include "shardsim/trace.hpp"
+#include "shardsim/world.hpp"
+
+namespace bench {
+namespace {
+
+using shardsim::Axis;
+using shardsim::LayerNormParams;
+using shardsim::LayerNormSaved;
+using shardsim::Shape;
+using shardsim::Tensor;
+
+// Deterministic inputs in [-2, 2) from a 64-bit LCG (no dependence on the library's RNG).
+template <typename T>
+void fill(Tensor<T>& t, std::uint64_t seed, double scale = 2.0, double offset = 0.0) {
+  std::uint64_t s = seed * 6364136223846793005ull + 1442695040888963407ull;
+  for (std::int64_t i = 0; i < t.shape().numel(); ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    const double u = static_cast<double>(s >> 11) * (1.0 / 9007199254740992.0);
+    t[i] = T(offset + scale * (2.0 * u - 1.0));
+  }
+}
+
+// The yardstick of the issue: a naive scalar loop with sequential sums (rows contiguous).
+template <typename T>
+void naive_forward_backward(const T* x, const T* w, const T* b, const T* dy, T* y, T* dx, T* dw,
+                            T* db, T* mean, T* rstd, std::int64_t rows, std::int64_t h, T eps) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * h;
+    T sum = 0;
+    for (std::int64_t i = 0; i < h; ++i) sum += xr[i];
+    const T m = sum / T(h);
+    T sq = 0;
+    for (std::int64_t i = 0; i < h; ++i) sq += (xr[i] - m) * (xr[i] - m);
+    const T rs = T(1) / std::sqrt(sq / T(h) + eps);
+    for (std::int64_t i = 0; i < h; ++i) y[r * h + i] = ((xr[i] - m) * rs) * w[i] + b[i];
+    mean[r] = m;
+    rstd[r] = rs;
+  }
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * h;
+    const T* dyr = dy + r * h;
+    T s = 0, sn = 0;
+    for (std::int64_t i = 0; i < h; ++i) {
+      const T n = (xr[i] - mean[r]) * rstd[r];
+      s += dyr[i] * w[i];
+      sn += dyr[i] * w[i] * n;
+    }
+    s /= T(h);
+    sn /= T(h);
+    for (std::int64_t i = 0; i < h; ++i) {
+      const T n = (xr[i] - mean[r]) * rstd[r];
+      db[i] += dyr[i];
+      dw[i] += dyr[i] * n;
+      dx[r * h + i] = ((dyr[i] * w[i] - s) - n * sn) * rstd[r];
+    }
+  }
+}
+
+template <typename T>
+struct LnCase {
+  Tensor<T> x, w, b, dy, y, dx, dw, db;
+  LayerNormSaved<T> saved;
+  LayerNormParams params;
+  LnCase(std::int64_t rows, std::int64_t h)
+      : x(Shape(std::vector<Axis>{{"seq", rows}, {"hidden", h}})),
+        w(Shape(std::vector<Axis>{{"hidden", h}})),
+        b(Shape(std::vector<Axis>{{"hidden", h}})),
+        dy(Shape(std::vector<Axis>{{"seq", rows}, {"hidden", h}})),
+        dw(Shape(std::vector<Axis>{{"hidden", h}})),
+        db(Shape(std::vector<Axis>{{"hidden", h}})) {
+    fill(x, 1, 2.0, 0.25);
+    fill(w, 2, 0.5, 1.0);
+    fill(b, 3, 0.25);
+    fill(dy, 4, 1.0);
+  }
+  void run() {
+    shardsim::layer_norm_forward(x, &w, &b, params, y, saved);
+    shardsim::layer_norm_backward(dy, x, &w, saved, params, dx, &dw, &db);
+  }
+};
+
+template <typename T>
+int one_dtype(const Options& o, TorchServer* torch, const char* dtype, double goal) {
+  const std::int64_t rows = o.smoke ? 37 : o.quick ? 512 : 2048;
+  const std::int64_t h = o.smoke ? 67 : 1024;
+  const int reps = o.smoke ? 1 : o.quick ? 5 : 15;
+  LnCase<T> c(rows, h);
+  std::vector<T> y(rows * h), dx(rows * h), dw(h), db(h), mean(rows), rstd(rows);
+  const T eps = T(c.params.eps);
+  auto naive = [&] {
+    naive_forward_backward(c.x.data(), c.w.data(), c.b.data(), c.dy.data(), y.data(), dx.data(),
+                           dw.data(), db.data(), mean.data(), rstd.data(), rows, h, eps);
+  };
+  // Correctness: the lane order and the sequential order agree to a few ulps of the row sums;
+  // 1e-4 (f32) / 1e-12 (f64) relative to max|value| is ~1000 ulps, far above reordering noise
+  // for rows of <= 1024 terms and far below any formula error.
+  c.run();
+  std::fill(dw.begin(), dw.end(), T(0));
+  std::fill(db.begin(), db.end(), T(0));
+  naive();
+  double err = 0, scale = 0;
+  for (std::int64_t i = 0; i < rows * h; ++i) {
+    err = std::max({err, std::abs(double(c.y[i] - y[i])), std::abs(double(c.dx[i] - dx[i]))});
+    scale = std::max({scale, std::abs(double(y[i])), std::abs(double(dx[i]))});
+  }
+  const double tol = sizeof(T) == 4 ? 1e-4 : 1e-12;
+  int failures = 0;
+  if (!(err <= tol * scale)) {
+    std::printf("  [%s] kernel disagrees with the naive loop: max err %.3g (scale %.3g)\n",
+                dtype, err, scale);
+    ++failures;
+  }
+  if (o.smoke) return failures;
+  const double elems = double(rows) * double(h);
+  double kernel_s = 0, yard_s = 0;
+  const char* yard_name = "naive scalar loop";
+  if (torch) {
+    yard_name = "PyTorch CPU (1 thread)";
+    const std::string req = std::string("ln ") + dtype + " " + std::to_string(rows) + " " +
+                            std::to_string(h);
+    // The server times the call itself (no pipe latency); the two sides alternate rep by rep.
+    torch->time(req);
+    std::vector<double> tk, tt;
+    for (int i = 0; i < reps; ++i) {
+      double t0 = now_s();
+      c.run();
+      tk.push_back(now_s() - t0);
+      tt.push_back(torch->time(req));
+    }
+    kernel_s = median(tk);
+    yard_s = median(tt);
+  } else {
+    std::tie(kernel_s, yard_s) = interleave(reps, [&] { c.run(); }, naive);
+  }
+  std::printf("  [%s %lldx%lld fwd+bwd] shardsim %.3f G elem/s, %s %.3f G elem/s\n", dtype,
+              (long long)rows, (long long)h, elems / kernel_s * 1e-9, yard_name,
+              elems / yard_s * 1e-9);
+  verdict(1, std::string(dtype) + " LayerNorm fwd+bwd / " + (torch ? "torch" : "naive loop"),
+          yard_s / kernel_s, goal, true);
+  if (!torch) std::printf("    (torch absent: the yardstick is the naive loop, not PyTorch)\n");
+  return failures;
+}
+
+}  // namespace
+
+int target_layer_norm(const Options& o, TorchServer* torch) {
+  std::printf("Target 1: dense LayerNorm forward+backward, single thread\n");
+  int f = one_dtype<double>(o, torch, "f64", 0.7);
+  f += one_dtype<float>(o, torch, "f32", 0.5);
+  return f;
+}
+
+int target_emulation(const Options& o) {
+  std::printf("Target 2: sequence-sharded LayerNorm over 8 ranks vs dense, trace on (f32)\n");
+  const std::int64_t rows = o.smoke ? 37 : o.quick ? 512 : 2048;
+  const std::int64_t h = o.smoke ? 67 : 1024;
+  const int reps = o.smoke ? 1 : o.quick ? 5 : 15;
+  LnCase<float> c(rows, h);
+  shardsim::World<float> world(8, shardsim::ReduceOrder::rank, shardsim::Schedule{});
+  std::vector<shardsim::TraceEntry> trace;
+  world.set_hook([&](const shardsim::BoundaryLabel& label,
+                     const shardsim::DistTensor<float>& t) {
+    shardsim::TraceEntry e;
+    e.id = static_cast<int>(trace.size());
+    e.op = label.op;
+    e.tensor = label.tensor;
+    e.dense = label.dense;
+    e.exact = label.exact;
+    e.global = t.global;
+    e.placement = t.placement;
+    trace.push_back(std::move(e));
+    return true;
+  });
+  const auto seq = shardsim::Placement::shard("seq");
+  const auto rep = shardsim::Placement::replicate();
+  const auto sx = shardsim::distribute<float>("x", c.x, seq, 8);
+  const auto sw = shardsim::distribute<float>("w", c.w, rep, 8);
+  const auto sb = shardsim::distribute<float>("b", c.b, rep, 8);
+  const auto sdy = shardsim::distribute<float>("grad(y)", c.dy, seq, 8);
+  shardsim::LayerNormShardedSaved<float> ssaved;
+  shardsim::DistTensor<float> sy;
+  shardsim::LayerNormShardedGrads<float> grads;
+  auto sharded = [&] {
+    trace.clear();
+    sy = shardsim::layer_norm_row_sharded(world, sx, &sw, &sb, c.params, "y", ssaved);
+    grads = shardsim::layer_norm_row_sharded_backward(world, sdy, sx, &sw, &sb, ssaved, c.params,
+                                                     "grad(x)", "grad(w)", "grad(b)");
+    world.record({.op = "layer_norm_backward", .tensor = "grad(x)"}, grads.dx);
+  };
+  sharded();
+  c.run();
+  // Each rank's rows are the dense rows: y and dx must equal the dense kernel's bitwise.
+  int failures = 0;
+  for (int r = 0; r < 8; ++r) {
+    const auto slice = shardsim::rank_slice(c.x.shape(), seq, 8, r);
+    const std::int64_t off = slice.begin * h, n = slice.valid() * h;
+    if (std::memcmp(sy.local(r).data(), c.y.data() + off, n * sizeof(float)) != 0 ||
+        std::memcmp(grads.dx.local(r).data(), c.dx.data() + off, n * sizeof(float)) != 0) {
+      std::printf("  rank %d: sharded y/dx differ from dense bitwise\n", r);
+      ++failures;
+    }
+  }
+  if (o.smoke) return failures;
+  const auto [dense_s, sharded_s] = interleave(reps, [&] { c.run(); }, sharded);
+  std::printf("  dense %.2f ms, sharded (8 ranks, %zu trace entries) %.2f ms\n", dense_s * 1e3,
+              trace.size(), sharded_s * 1e3);
+  verdict(2, "sharded / dense time (f32 fwd+bwd)", sharded_s / dense_s, 1.15, false);
+  return failures;
+}
+
+}  // namespace bench

@@ -1,0 +1,157 @@
+// Issue 7, CLI and resource limits: an unreadable scenario, a read-only or full output path
+// (--report and --golden), and the memory refusal with --max-memory. Each case checks exit 2,
+// one message naming the path, and that nothing (not even a *.tmp.* file) was left behind.
+// Cases already in cli_test.cpp (unknown flag, missing file, missing directory) are not repeated.
+#include <sys/mount.h>
+
+#include "robustness_support.hpp"
+
+using namespace robustness;
+
+namespace {
+
+const std::string kScenario = source_scenario("layernorm_sequence_sharded.toml");
+
+// Checks exit 2 with one message on stderr that contains `path` and `what`, nothing on stdout.
+void expect_refused(const CliResult& r, const std::string& path, const std::string& what) {
+  INFO("stderr: " << r.err);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.rfind("shardsim: error: ", 0) == 0);
+  CHECK(r.err.find(path) != std::string::npos);
+  CHECK(r.err.find(what) != std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK(r.out.empty());
+}
+
+// A 64 KiB tmpfs mounted for the lifetime of the object and filled up, or unavailable (no
+// CAP_SYS_ADMIN, e.g. in an unprivileged container).
+class FullTmpfs {
+ public:
+  FullTmpfs() : dir_(std::make_unique<TempDir>()) {
+    mounted_ = ::mount("tmpfs", dir_->path().c_str(), "tmpfs", 0, "size=64k,mode=0777") == 0;
+    if (!mounted_) return;
+    // Fill it: tmpfs refuses the first write past its size with ENOSPC.
+    std::ofstream filler(dir_->path() / "filler", std::ios::binary);
+    const std::string block(4096, 'x');
+    for (int i = 0; i < 64 && filler.write(block.data(), block.size()); ++i) {
+    }
+  }
+  ~FullTmpfs() {
+    if (mounted_) ::umount(dir_->path().c_str());
+  }
+  bool mounted() const { return mounted_; }
+  const fs::path& path() const { return dir_->path(); }
+
+ private:
+  std::unique_ptr<TempDir> dir_;
+  bool mounted_ = false;
+};
+
+}  // namespace
+
+TEST_CASE("robustness: an unreadable scenario file exits 2 naming it", "[robustness]") {
+  if (as_nobody().empty()) {
+    WARN("skipped: running as root without setpriv, so permission bits cannot make a file unreadable");
+    return;
+  }
+  TempDir dir;
+  const fs::path scenario = dir.write("s.toml", slurp(kScenario));
+  fs::permissions(scenario, fs::perms::owner_write);  // -w-------: nobody cannot read it
+  const CliResult r = run_cli("run " + q(scenario) + " --report " + q(dir.path() / "r.json"), as_nobody());
+  expect_refused(r, scenario.string(), "cannot open");
+  CHECK(entries(dir.path()) == std::vector<std::string>{"s.toml"});
+}
+
+TEST_CASE("robustness: a read-only output directory exits 2 naming it, before any work",
+          "[robustness]") {
+  if (as_nobody().empty()) {
+    WARN("skipped: running as root without setpriv, so permission bits cannot make a directory read-only");
+    return;
+  }
+  TempDir dir;
+  const fs::path out = dir.path() / "ro";
+  fs::create_directories(out);
+  fs::permissions(out, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                           fs::perms::others_read | fs::perms::others_exec);  // 0755, owner root
+  SECTION("--report") {
+    const CliResult r = run_cli("run --quiet " + q(kScenario) + " --report " + q(out / "r.json"), as_nobody());
+    expect_refused(r, (out / "r.json").string(), "");
+  }
+  SECTION("--golden into the read-only directory") {
+    const CliResult r = run_cli("run --quiet " + q(kScenario) + " --dtype f32 --golden " + q(out), as_nobody());
+    expect_refused(r, out.string(), "not writable");
+  }
+  SECTION("--golden into a new directory under the read-only one") {
+    const CliResult r =
+        run_cli("run --quiet " + q(kScenario) + " --dtype f32 --golden " + q(out / "g"), as_nobody());
+    expect_refused(r, (out / "g").string(), "not writable");
+  }
+  CHECK(entries(out).empty());
+}
+
+TEST_CASE("robustness: a full output file system exits 2 naming the path, leaving nothing",
+          "[robustness]") {
+  FullTmpfs full;
+  if (!full.mounted()) {
+    WARN("skipped: cannot mount a tmpfs here (needs CAP_SYS_ADMIN); ENOSPC is not exercised");
+    return;
+  }
+  SECTION("--report") {
+    const fs::path report = full.path() / "r.json";
+    const CliResult r = run_cli("run --quiet " + q(kScenario) + " --report " + q(report));
+    expect_refused(r, report.string(), "No space left on device");
+  }
+  SECTION("--golden into a new directory") {
+    const fs::path golden = full.path() / "golden";
+    const CliResult r = run_cli("run --quiet " + q(kScenario) + " --dtype f32 --golden " + q(golden));
+    expect_refused(r, golden.string(), "No space left on device");
+  }
+  // Only the filler remains: no report, no golden directory, no temporary file.
+  CHECK(entries(full.path()) == std::vector<std::string>{"filler"});
+}
+
+TEST_CASE("robustness: oversized runs are refused before allocating, --max-memory overrides",
+          "[robustness]") {
+  TempDir dir;
+  const std::string report = " --report " + q(dir.path() / "r.json");
+  SECTION("an estimate beyond the default limit names the GiB needed") {
+    // [2000, 5000, 4000] f64 is 4e10 elements, 320 GB for x alone: over any default limit here
+    // (a fraction of physical memory), and refused long before anything is allocated.
+    const fs::path big = dir.write("big.toml", R"toml(name = "big"
+precisions = ["f64"]
+
+[mesh]
+ranks = 2
+
+[[tensors]]
+name = "x"
+axes = ["batch", "seq", "hidden"]
+shape = [2000, 5000, 4000]
+placement = "Shard(seq)"
+
+[[steps]]
+op = "layer_norm"
+input = "x"
+output = "y"
+)toml");
+    const CliResult r = run_cli("run --quiet " + q(big) + " --precision f64" + report);
+    expect_refused(r, big.string(), "GiB of memory, over the limit of");
+    CHECK(r.err.find("--max-memory") != std::string::npos);
+  }
+  SECTION("--max-memory lowers the limit below a small run") {
+    const CliResult r = run_cli("run --quiet " + q(kScenario) + " --max-memory 1K" + report);
+    expect_refused(r, kScenario, "over the limit of");
+  }
+  SECTION("--max-memory raises or keeps the limit for a run that fits") {
+    const CliResult r = run_cli("run --quiet " + q(kScenario) + " --max-memory 64G");
+    INFO(r.err);
+    CHECK(r.exit_code == 0);
+  }
+  SECTION("a malformed --max-memory is a usage error") {
+    const CliResult r = run_cli("run --quiet " + q(kScenario) + " --max-memory lots" + report);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("max-memory") != std::string::npos);
+  }
+  CHECK(entries(dir.path()).size() <= 1);  // at most big.toml: never a report
+  CHECK(no_temp_files(dir.path()));
+}
