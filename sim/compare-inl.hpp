@@ -157,7 +157,9 @@ class Comparator final : public BoundarySink<T> {
       };
       if (all_identical) {
         all_identical = false;
-        first_not_identical = describe("not bitwise equal at a boundary that claims exactness");
+        first_not_identical = describe(reason == "NaN"
+                                           ? "NaN, which never matches"
+                                           : "not bitwise equal at a boundary that claims exactness");
       }
       if (!(abs_err <= allowed)) {
         if (all_within) first_outside = describe(reason);

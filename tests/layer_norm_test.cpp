@@ -13,6 +13,7 @@
 #include "shardsim/rng.hpp"
 #include "shardsim/scalar.hpp"
 #include "shardsim/world.hpp"
+#include "dist_test_support.hpp"
 
 using shardsim::DistTensor;
 using shardsim::LayerNormParams;
@@ -226,27 +227,7 @@ TEST_CASE("layer_norm_backward matches central finite differences in mp256", "[l
 
 namespace {
 
-// Calls visit(rank, local flat, global flat) for every non-pad element of a sharded tensor.
-template <typename T, typename Visit>
-void for_each_valid(const DistTensor<T>& dist, Visit visit) {
-  for (int r = 0; r < dist.ranks(); ++r) {
-    const Tensor<T>& local = dist.local(r);
-    if (!dist.placement.is_shard()) {
-      for (std::int64_t e = 0; e < local.numel(); ++e) visit(r, e, e);
-      continue;
-    }
-    const auto slice = shardsim::rank_slice(dist.global, dist.placement, dist.ranks(), r);
-    const auto lv = shardsim::AxisView::of(local.shape(), dist.placement.axis);
-    const auto gv = shardsim::AxisView::of(dist.global, dist.placement.axis);
-    for (std::int64_t o = 0; o < lv.outer; ++o) {
-      for (std::int64_t i = 0; i < slice.valid(); ++i) {
-        for (std::int64_t j = 0; j < lv.inner; ++j) {
-          visit(r, lv.flat(o, i, j), gv.flat(o, shardsim::to_global(slice, i), j));
-        }
-      }
-    }
-  }
-}
+using dist_test::for_each_valid;
 
 // Every valid element of `dist` is bitwise the dense value at its global position.
 template <typename T>

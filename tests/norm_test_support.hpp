@@ -14,6 +14,7 @@
 #include "shardsim/mp.hpp"
 #include "shardsim/rng.hpp"
 #include "shardsim/scalar.hpp"
+#include "dist_test_support.hpp"
 
 namespace norm_test {
 
@@ -70,28 +71,7 @@ double to_double(const T& v) {
   return shardsim::ScalarTraits<T>::to_double(v);
 }
 
-// Calls visit(rank, local flat, global flat) for every compared element of a sharded tensor:
-// every element of each rank for Replicate, the non-pad elements of each shard for Shard.
-template <typename T, typename Visit>
-void for_each_valid(const DistTensor<T>& dist, Visit visit) {
-  for (int r = 0; r < dist.ranks(); ++r) {
-    const Tensor<T>& local = dist.local(r);
-    if (!dist.placement.is_shard()) {
-      for (std::int64_t e = 0; e < local.numel(); ++e) visit(r, e, e);
-      continue;
-    }
-    const auto slice = shardsim::rank_slice(dist.global, dist.placement, dist.ranks(), r);
-    const auto lv = shardsim::AxisView::of(local.shape(), dist.placement.axis);
-    const auto gv = shardsim::AxisView::of(dist.global, dist.placement.axis);
-    for (std::int64_t o = 0; o < lv.outer; ++o) {
-      for (std::int64_t i = 0; i < slice.valid(); ++i) {
-        for (std::int64_t j = 0; j < lv.inner; ++j) {
-          visit(r, lv.flat(o, i, j), gv.flat(o, shardsim::to_global(slice, i), j));
-        }
-      }
-    }
-  }
-}
+using dist_test::for_each_valid;
 
 // The dense value of a Partial tensor: the ranks' addends summed in rank order.
 template <typename T>

@@ -8,6 +8,7 @@
 #include "shardsim/error.hpp"
 #include "shardsim/mp.hpp"
 #include "shardsim/scalar.hpp"
+#include "dist_test_support.hpp"
 #include "shardsim/world.hpp"
 
 using shardsim::DistTensor;
@@ -21,60 +22,8 @@ using shardsim::World;
 
 namespace {
 
-// Rebuilds the global tensor from the ranks' locals using only the placement metadata:
-// Shard copies each rank's valid positions to its global slice, Replicate takes rank 0's copy
-// (after checking that every rank holds the same bits), Partial sums the addends in rank order.
-template <typename T>
-Tensor<T> assemble(const DistTensor<T>& dist) {
-  const Placement& p = dist.placement;
-  Tensor<T> global(dist.global);
-  for (int r = 0; r < dist.ranks(); ++r) {
-    REQUIRE(dist.local(r).shape() == shardsim::local_shape(dist.global, p, dist.ranks(), r));
-  }
-  if (p.is_replicate()) {
-    for (int r = 1; r < dist.ranks(); ++r) {
-      for (std::int64_t e = 0; e < global.numel(); ++e) {
-        REQUIRE(shardsim::ScalarTraits<T>::identical(dist.local(r)[e], dist.local(0)[e]));
-      }
-    }
-    return dist.local(0);
-  }
-  if (p.is_partial()) {
-    global = dist.local(0);
-    for (int r = 1; r < dist.ranks(); ++r) {
-      for (std::int64_t e = 0; e < global.numel(); ++e) global[e] += dist.local(r)[e];
-    }
-    return global;
-  }
-  const auto lv_global = shardsim::AxisView::of(dist.global, p.axis);
-  for (int r = 0; r < dist.ranks(); ++r) {
-    const shardsim::Slice slice = shardsim::rank_slice(dist.global, p, dist.ranks(), r);
-    const Tensor<T>& local = dist.local(r);
-    const auto lv = shardsim::AxisView::of(local.shape(), p.axis);
-    for (std::int64_t o = 0; o < lv.outer; ++o) {
-      for (std::int64_t i = 0; i < lv.extent; ++i) {
-        for (std::int64_t j = 0; j < lv.inner; ++j) {
-          const T& value = local[lv.flat(o, i, j)];
-          if (shardsim::is_pad(slice, i)) {
-            REQUIRE(value == T(0));  // DistTensor invariant: padding holds zero
-          } else {
-            global[lv_global.flat(o, shardsim::to_global(slice, i), j)] = value;
-          }
-        }
-      }
-    }
-  }
-  return global;
-}
-
-template <typename T>
-bool bitwise_equal(const Tensor<T>& a, const Tensor<T>& b) {
-  if (!(a.shape() == b.shape())) return false;
-  for (std::int64_t e = 0; e < a.numel(); ++e) {
-    if (!shardsim::ScalarTraits<T>::identical(a[e], b[e])) return false;
-  }
-  return true;
-}
+using dist_test::assemble;
+using dist_test::bitwise_equal;
 
 // [batch=2, seq=n, hidden=3] with distinct, nonzero, exactly representable values e + 1 + 1/4
 // (so no value is a signed zero, whose sign a sum with +0 would lose).
