@@ -81,6 +81,7 @@ int target_mp(const Options& o) {
     ++failures;
   }
   if (!o.smoke) {
+    const double elems = double(rows) * double(h);
     const auto [kernel_s, raw_s] = interleave(reps, kernel, raw);
     std::printf("  [mp%u %lldx%lld fwd] shardsim %.2f M elem/s, raw MPFR %.2f M elem/s\n",
                 shardsim::mp_significand_bits(), (long long)rows, (long long)h,
