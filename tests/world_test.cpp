@@ -196,6 +196,12 @@ TEST_CASE("rendezvous rejects mismatched calls and names the ranks", "[world]") 
     CHECK_THROWS_WITH(world.rendezvous(calls),
                       Contains("ranks 0,1,3 called") && Contains("ranks 2 called all_reduce"));
   }
+  SECTION("rank 0 is the odd one out: the majority is the reference, rank 0 is blamed") {
+    auto calls = good_calls(t);
+    calls[0].collective = "broadcast";
+    CHECK_THROWS_WITH(world.rendezvous(calls), Contains("ranks 1,2,3 called all_gather") &&
+                                                   Contains("ranks 0 called broadcast"));
+  }
   SECTION("a different global shape on one rank") {
     auto calls = good_calls(t);
     calls[1].global = t.global.with_extent("seq", 12);

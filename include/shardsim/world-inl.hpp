@@ -80,15 +80,26 @@ void World<T>::rendezvous(const std::vector<CallDesc>& calls) const {
     return c.collective + "<" + c.dtype + "> " + c.global.str() + " " + c.from.str() + " -> " +
            c.to.str();
   };
-  const CallDesc& first = calls.front();
+  auto same_call = [](const CallDesc& a, const CallDesc& b) {
+    return a.collective == b.collective && a.dtype == b.dtype && a.global == b.global &&
+           a.from == b.from && a.to == b.to;
+  };
+  // The reference is the call most ranks made (the lowest rank's on a tie), so the message
+  // blames the minority even when rank 0 is the odd one out.
+  std::size_t reference = 0;
+  std::size_t best_votes = 0;
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    const auto votes = static_cast<std::size_t>(std::count_if(
+        calls.begin(), calls.end(), [&](const CallDesc& c) { return same_call(c, calls[i]); }));
+    if (votes > best_votes) {
+      best_votes = votes;
+      reference = i;
+    }
+  }
+  const CallDesc& first = calls[reference];
   std::vector<int> agree;
   std::vector<int> differ;
-  for (const CallDesc& call : calls) {
-    const bool same = call.collective == first.collective && call.dtype == first.dtype &&
-                      call.global == first.global && call.from == first.from &&
-                      call.to == first.to;
-    (same ? agree : differ).push_back(call.rank);
-  }
+  for (const CallDesc& call : calls) (same_call(call, first) ? agree : differ).push_back(call.rank);
   auto list = [](const std::vector<int>& ranks) {
     std::string out;
     for (int r : ranks) out += (out.empty() ? "" : ",") + std::to_string(r);
