@@ -6,6 +6,7 @@
 
 #include "shardsim/precision_diff.hpp"
 #include "shardsim/report.hpp"
+#include "sim/json_metric.hpp"
 
 namespace shardsim {
 
@@ -13,12 +14,6 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-// JSON has no infinity or NaN: those are written as strings, as in the run report.
-Json metric(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  return v;
-}
 
 std::string cell(double v);
 
@@ -119,14 +114,14 @@ std::string precision_diff_json(const PrecisionDiff& diff) {
       const LevelGap& gap = b.gap[l];
       per_level.push_back(Json{
           {"precision", diff.levels[l].name()},
-          {"error_vs_top", Json{{"max_abs", metric(err.max_abs)},
-                                {"max_rel", metric(err.max_rel)},
-                                {"max_ulp", metric(err.max_ulp)}}},
+          {"error_vs_top", Json{{"max_abs", json_metric(err.max_abs)},
+                                {"max_rel", json_metric(err.max_rel)},
+                                {"max_ulp", json_metric(err.max_ulp)}}},
           {"gap", Json{{"status", status_name(gap.status)},
-                       {"max_abs", metric(gap.max_abs)},
-                       {"max_rel", metric(gap.max_rel)},
-                       {"max_ulp", metric(gap.max_ulp)},
-                       {"normwise", metric(gap.normwise)}}}});
+                       {"max_abs", json_metric(gap.max_abs)},
+                       {"max_rel", json_metric(gap.max_rel)},
+                       {"max_ulp", json_metric(gap.max_ulp)},
+                       {"normwise", json_metric(gap.normwise)}}}});
     }
     boundaries.push_back(Json{{"id", e.id},
                               {"step", e.step},
@@ -152,10 +147,10 @@ std::string precision_diff_json(const PrecisionDiff& diff) {
       for (std::size_t p = 0; p < s.precisions.size(); ++p) {
         Json gaps = Json::object();
         for (std::size_t o = 0; o < s.orders.size(); ++o) {
-          gaps[std::string(reduce_order_name(s.orders[o]))] = metric(row.gap[p][o]);
+          gaps[std::string(reduce_order_name(s.orders[o]))] = json_metric(row.gap[p][o]);
         }
-        item[s.precisions[p].name()] = Json{{"spread_max_ulp", metric(row.spread_ulp[p])},
-                                            {"spread_normwise", metric(row.spread_rel[p])},
+        item[s.precisions[p].name()] = Json{{"spread_max_ulp", json_metric(row.spread_ulp[p])},
+                                            {"spread_normwise", json_metric(row.spread_rel[p])},
                                             {"gap_normwise_by_order", gaps}};
       }
       rows.push_back(std::move(item));

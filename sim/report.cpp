@@ -1,4 +1,5 @@
 #include "shardsim/report.hpp"
+#include "sim/json_metric.hpp"
 
 #include <cmath>
 #include <cstdio>
@@ -11,12 +12,6 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-// JSON has no infinity or NaN: those metrics are written as the strings "inf" and "nan".
-Json metric(double value) {
-  if (std::isnan(value)) return "nan";
-  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
-  return value;
-}
 
 Json shape_json(const Shape& shape) {
   Json out = Json::object();
@@ -29,7 +24,7 @@ Json divergence_json(const Divergence& d) {
   for (const auto& [axis, i] : d.index) index[axis] = i;
   return Json{{"boundary", d.boundary}, {"step", d.step},          {"chunk", d.chunk},
               {"op", d.op},             {"tensor", d.tensor},      {"rank", d.rank},
-              {"index", index},         {"dense", metric(d.dense)}, {"sharded", metric(d.sharded)},
+              {"index", index},         {"dense", json_metric(d.dense)}, {"sharded", json_metric(d.sharded)},
               {"reason", d.reason}};
 }
 
@@ -55,9 +50,9 @@ Json boundary_json(const BoundaryResult& b) {
               {"global_shape", shape_json(e.global)},
               {"placement", e.placement.str()},
               {"ranks", ranks},
-              {"max_abs", metric(b.max_abs)},
-              {"max_rel", metric(b.max_rel)},
-              {"max_ulp", metric(b.max_ulp)},
+              {"max_abs", json_metric(b.max_abs)},
+              {"max_rel", json_metric(b.max_rel)},
+              {"max_ulp", json_metric(b.max_ulp)},
               {"rtol", b.rtol},
               {"status", status_name(b.status)},
               {"notes", e.notes}};

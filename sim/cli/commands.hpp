@@ -2,6 +2,7 @@
 // 0 outcome as expected, 1 unexpected divergence, 2 bad input or usage.
 #pragma once
 
+#include <boost/program_options.hpp>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -19,6 +20,10 @@ int compare_command(const Args& args);    // compare_command.cpp
 int lab_command(const Args& args);        // lab_command.cpp
 
 // Shared helpers.
+// Parses `args` with `options` (plus --help) and one positional SCENARIO into `vm`. Returns false
+// after printing `usage` and the options for --help; throws InputError when SCENARIO is missing.
+bool parse_scenario_args(const Args& args, boost::program_options::options_description& options,
+                         boost::program_options::variables_map& vm, const char* usage);
 std::vector<std::string> split_list(const std::string& text);  // "a,b" -> {"a", "b"}
 // "8GiB", "512MiB", "2G", "1000000" -> bytes (K/M/G/T are powers of 1024, as are KiB...).
 // Throws InputError on anything else.

@@ -3,10 +3,13 @@
 #include <sys/stat.h>
 
 #include <cctype>
+#include <iostream>
 #include <stdexcept>
 
 #include "shardsim/error.hpp"
 #include "sim/cli/commands.hpp"
+
+namespace po = boost::program_options;
 
 namespace shardsim::cli {
 
@@ -59,6 +62,23 @@ std::uint64_t parse_bytes(const std::string& text) {
     throw InputError("invalid size '" + text + "': must be at least 1 byte and fit in 64 bits");
   }
   return static_cast<std::uint64_t>(bytes);
+}
+
+bool parse_scenario_args(const Args& args, po::options_description& options,
+                         po::variables_map& vm, const char* usage) {
+  options.add_options()("help,h", "show this help");
+  po::options_description all;
+  all.add(options).add_options()("scenario", po::value<std::string>(), "scenario file");
+  po::positional_options_description positional;
+  positional.add("scenario", 1);
+  po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
+  po::notify(vm);
+  if (vm.count("help")) {
+    std::cout << usage << "\n" << options;
+    return false;
+  }
+  if (!vm.count("scenario")) throw InputError(std::string("missing SCENARIO\n") + usage);
+  return true;
 }
 
 void check_output_path(const std::string& path) {

@@ -36,19 +36,9 @@ int precision_command(const Args& args) {
       "html", po::value<std::string>(), "write the self-contained HTML report to this file")(
       "heatmap", po::value<std::string>(),
       "the boundary the HTML heatmaps show: #ID, ID or a tensor name (default: the largest gap)")(
-      "quiet,q", "print only the verdict summary")("help,h", "show this help");
-  po::options_description all;
-  all.add(options).add_options()("scenario", po::value<std::string>(), "");
-  po::positional_options_description positional;
-  positional.add("scenario", 1);
+      "quiet,q", "print only the verdict summary");
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    std::cout << kPrecisionUsage << "\n" << options;
-    return 0;
-  }
-  if (!vm.count("scenario")) throw InputError(std::string("missing SCENARIO\n") + kPrecisionUsage);
+  if (!parse_scenario_args(args, options, vm, kPrecisionUsage)) return 0;
   const Scenario scenario = load_scenario(vm["scenario"].as<std::string>());
   PrecisionDiffOptions diff_options;
   for (const std::string& level : split_list(vm["levels"].as<std::string>())) {

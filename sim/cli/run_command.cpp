@@ -14,24 +14,6 @@ namespace shardsim::cli {
 
 namespace {
 
-// Parses `args` with `options` plus one positional SCENARIO. Returns false after printing help.
-bool parse(const Args& args, po::options_description& options, po::variables_map& vm,
-           const char* usage) {
-  options.add_options()("help,h", "show this help");
-  po::options_description all;
-  all.add(options).add_options()("scenario", po::value<std::string>(), "scenario file");
-  po::positional_options_description positional;
-  positional.add("scenario", 1);
-  po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    std::cout << usage << "\n" << options;
-    return false;
-  }
-  if (!vm.count("scenario")) throw InputError(std::string("missing SCENARIO\n") + usage);
-  return true;
-}
-
 RunOptions run_options(const po::variables_map& vm) {
   RunOptions options;
   if (vm.count("reduce-order")) {
@@ -113,7 +95,7 @@ int run_command(const Args& args) {
   add_mesh_options(options);
   add_golden_options(options);
   po::variables_map vm;
-  if (!parse(args, options, vm, "usage: shardsim run SCENARIO [options]")) return 0;
+  if (!parse_scenario_args(args, options, vm, "usage: shardsim run SCENARIO [options]")) return 0;
   const Scenario scenario = load_scenario(vm["scenario"].as<std::string>());
   const RunOptions run = run_options(vm);
   std::vector<Precision> precisions = scenario.precisions;
@@ -167,7 +149,7 @@ int explain_command(const Args& args) {
   po::options_description options("explain options");
   add_mesh_options(options);
   po::variables_map vm;
-  if (!parse(args, options, vm, "usage: shardsim explain SCENARIO [options]")) return 0;
+  if (!parse_scenario_args(args, options, vm, "usage: shardsim explain SCENARIO [options]")) return 0;
   const Scenario scenario = load_scenario(vm["scenario"].as<std::string>());
   const RunReport report = evaluate(scenario, parse_precision("f64"), run_options(vm));
   std::cout << scenario.name << ": " << scenario.mesh.ranks << " ranks, reduce order "
@@ -184,7 +166,7 @@ int explain_command(const Args& args) {
 int validate_command(const Args& args) {
   po::options_description options("validate options");
   po::variables_map vm;
-  if (!parse(args, options, vm, "usage: shardsim validate SCENARIO")) return 0;
+  if (!parse_scenario_args(args, options, vm, "usage: shardsim validate SCENARIO")) return 0;
   const Scenario scenario = load_scenario(vm["scenario"].as<std::string>());
   std::cout << scenario.file << ": ok: '" << scenario.name << "', " << scenario.tensors.size()
             << " tensors, " << scenario.steps.size() << " steps, " << scenario.mesh.ranks
