@@ -165,6 +165,45 @@ TEMPLATE_TEST_CASE("a constant row normalizes to exactly the bias", "[layer_norm
   }
 }
 
+TEST_CASE("mp256 forward through MPFR in place equals the formula in Boost operators, bitwise",
+          "[layer_norm][mp]") {
+  shardsim::set_mp_precision(256);
+  // The kernel writes through add_into/sub_into/mul_into (MPFR on kept storage, scalar.hpp) so
+  // that it allocates nothing per element. Each is one correctly rounded operation, so the result
+  // must be bit for bit the header's formula evaluated with Boost's own operators, written out
+  // here independently. A second call into the same y (storage kept, prepare_output) must give
+  // the same bits, and a y of another shape must be remade.
+  const Shape shape({{"seq", 3}, {"hidden", 7}});
+  const auto x = seeded<Mp>(shape, normal(0.5, 2.0), 21);
+  const auto weight = seeded<Mp>(Shape({{"hidden", 7}}), uniform(0.5, 1.5), 22);
+  const auto bias = seeded<Mp>(Shape({{"hidden", 7}}), uniform(-0.25, 0.25), 23);
+  LayerNormParams params;
+  Tensor<Mp> y(Shape({{"seq", 2}, {"hidden", 7}}));  // wrong shape: must be remade
+  LayerNormSaved<Mp> saved;
+  shardsim::layer_norm_forward(x, &weight, &bias, params, y, saved);
+  REQUIRE(y.shape() == shape);
+  const Tensor<Mp> first = y;
+  shardsim::layer_norm_forward(x, &weight, &bias, params, y, saved);
+  for (std::int64_t r = 0; r < 3; ++r) {
+    Mp sum = 0;
+    for (int i = 0; i < 7; ++i) sum = sum + x[r * 7 + i];
+    const Mp mean = sum / Mp(7);
+    Mp sum_sq = 0;
+    for (int i = 0; i < 7; ++i) sum_sq = sum_sq + (x[r * 7 + i] - mean) * (x[r * 7 + i] - mean);
+    const Mp rstd = Mp(1) / sqrt(sum_sq / Mp(7) + Mp(params.eps));
+    CHECK(shardsim::ScalarTraits<Mp>::identical(saved.mean[r], mean));
+    CHECK(shardsim::ScalarTraits<Mp>::identical(saved.rstd[r], rstd));
+    for (int i = 0; i < 7; ++i) {
+      INFO("row " << r << " i " << i);
+      const Mp expected = ((x[r * 7 + i] - mean) * rstd) * weight[i] + bias[i];
+      CHECK(shardsim::ScalarTraits<Mp>::identical(y[r * 7 + i], expected));
+      CHECK(shardsim::ScalarTraits<Mp>::identical(first[r * 7 + i], expected));
+      CHECK(mpfr_get_prec(y[r * 7 + i].backend().data()) ==
+            static_cast<mpfr_prec_t>(shardsim::mp_significand_bits()));
+    }
+  }
+}
+
 TEST_CASE("layer_norm_backward matches central finite differences in mp256", "[layer_norm][mp]") {
   shardsim::set_mp_precision(256);
   // Loss L = sum(dy * y). Central differences with step h = 2^-80 have truncation error

@@ -158,3 +158,30 @@ TEST_CASE("ulp_distance_mp measures |a - b| in ulps of b", "[scalar][mp]") {
   CHECK(shardsim::ulp_distance_mp(one, one) == 0.0);
   CHECK(std::isinf(shardsim::ulp_distance_mp(one, Mp(0))));
 }
+
+TEST_CASE("add_into, sub_into, mul_into on Mp equal Boost's operators, aliasing allowed",
+          "[scalar][mp]") {
+  shardsim::set_mp_precision(256);
+  using shardsim::Mp;
+  // 1/3 and 2/7 are not representable, so every result below is rounded: equality with the
+  // operator's result checks the rounding (nearest even, at the run's 257 bits), not just the
+  // value. Aliased forms (out is an operand) are how the kernels use them.
+  const Mp a = Mp(1) / Mp(3);
+  const Mp b = Mp(2) / Mp(7);
+  Mp out = 0;
+  shardsim::add_into(out, a, b);
+  CHECK(shardsim::ScalarTraits<Mp>::identical(out, a + b));
+  shardsim::sub_into(out, a, b);
+  CHECK(shardsim::ScalarTraits<Mp>::identical(out, a - b));
+  shardsim::mul_into(out, a, b);
+  CHECK(shardsim::ScalarTraits<Mp>::identical(out, a * b));
+  Mp acc = a;
+  shardsim::mul_into(acc, acc, acc);
+  CHECK(shardsim::ScalarTraits<Mp>::identical(acc, a * a));
+  shardsim::add_into(acc, acc, b);
+  CHECK(shardsim::ScalarTraits<Mp>::identical(acc, a * a + b));
+  // float and double: the plain operators.
+  float f = 0;
+  shardsim::mul_into(f, 0.1f, 3.0f);
+  CHECK(f == 0.1f * 3.0f);
+}

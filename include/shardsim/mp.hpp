@@ -42,4 +42,20 @@ struct ScalarTraits<Mp> {
   }
 };
 
+// The in-place arithmetic of scalar.hpp on MPFR storage: one correctly rounded operation (round to
+// nearest even) at out's precision, which for values made at the run's precision is that
+// precision, the same result Boost's operator gives. No allocation.
+template <>
+inline void add_into<Mp>(Mp& out, const Mp& a, const Mp& b) {
+  mpfr_add(out.backend().data(), a.backend().data(), b.backend().data(), MPFR_RNDN);
+}
+template <>
+inline void sub_into<Mp>(Mp& out, const Mp& a, const Mp& b) {
+  mpfr_sub(out.backend().data(), a.backend().data(), b.backend().data(), MPFR_RNDN);
+}
+template <>
+inline void mul_into<Mp>(Mp& out, const Mp& a, const Mp& b) {
+  mpfr_mul(out.backend().data(), a.backend().data(), b.backend().data(), MPFR_RNDN);
+}
+
 }  // namespace shardsim

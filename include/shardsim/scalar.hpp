@@ -65,4 +65,16 @@ struct ScalarTraits<double> {
   static bool identical(double a, double b);
 };
 
+// Arithmetic into an existing value, for hot loops: out = a op b, one rounding to nearest, exactly
+// what the operator gives. For float and double these are the operators; mp.hpp specializes them
+// for Mp to call MPFR on the operands' own storage, so a loop that reuses `out` allocates nothing
+// per element (Boost's operators construct, and so heap-allocate, every temporary). `out` may
+// alias `a` or `b`.
+template <typename T>
+inline void add_into(T& out, const T& a, const T& b) { out = a + b; }
+template <typename T>
+inline void sub_into(T& out, const T& a, const T& b) { out = a - b; }
+template <typename T>
+inline void mul_into(T& out, const T& a, const T& b) { out = a * b; }
+
 }  // namespace shardsim

@@ -42,6 +42,15 @@ class Tensor {
   std::vector<T> data_;  // row-major, outermost axis first
 };
 
+// Makes t a tensor of `shape` for a caller that then writes every element: when t already has
+// exactly that shape its storage is kept (no reallocation; the old values remain until
+// overwritten), otherwise t is remade with zeros. For Mp this saves one heap allocation per
+// element on every repeated call (a copy into a kept element takes the source's precision).
+template <typename T>
+void prepare_output(Tensor<T>& t, const Shape& shape) {
+  if (!(t.shape() == shape)) t = Tensor<T>(shape);
+}
+
 // Copies `count` positions along `axis` from src[src_begin...] into dst[dst_begin...].
 // REQUIRES: src and dst agree on every axis except `axis` (outer and inner sizes match).
 template <typename T>

@@ -1,5 +1,7 @@
 // Target 3: mp256 LayerNorm forward vs a raw MPFR loop with stack-allocated temporaries, and the
-// heap allocations per element of the kernel (counted by the GMP memory functions of mp.cpp).
+// heap allocations per element of the kernel (counted through GMP's memory functions, which MPFR
+// uses for every number it allocates).
+#include <gmp.h>
 #include <mpfr.h>
 
 #include <cstdio>
@@ -11,6 +13,34 @@
 namespace bench {
 
 using shardsim::Mp;
+
+namespace {
+
+// Counting wrappers around GMP's allocator (installed only while one kernel call is measured).
+std::int64_t g_allocations = 0;
+void* (*g_alloc)(size_t) = nullptr;
+void* (*g_realloc)(void*, size_t, size_t) = nullptr;
+void (*g_free)(void*, size_t) = nullptr;
+void* counting_alloc(size_t n) {
+  ++g_allocations;
+  return g_alloc(n);
+}
+void* counting_realloc(void* p, size_t old_n, size_t n) {
+  ++g_allocations;
+  return g_realloc(p, old_n, n);
+}
+
+// Heap allocations made by MPFR/GMP during one call of f.
+std::int64_t count_allocations(const std::function<void()>& f) {
+  mp_get_memory_functions(&g_alloc, &g_realloc, &g_free);
+  g_allocations = 0;
+  mp_set_memory_functions(counting_alloc, counting_realloc, g_free);
+  f();
+  mp_set_memory_functions(g_alloc, g_realloc, g_free);
+  return g_allocations;
+}
+
+}  // namespace
 
 int target_mp(const Options& o) {
   std::printf("Target 3: mp256 LayerNorm forward vs raw MPFR loop\n");
@@ -78,6 +108,17 @@ int target_mp(const Options& o) {
   }
   if (!(worst <= std::ldexp(1.0, -240))) {
     std::printf("  kernel and raw MPFR loop disagree: %.3g\n", worst);
+    ++failures;
+  }
+  // No allocation per element: a repeated call (y already has x's shape, so its elements are
+  // kept, tensor.hpp prepare_output) allocates only per row: mean and rstd, and the row
+  // statistics' temporaries. A per-element allocation would show up as >= rows * h.
+  const std::int64_t allocations = count_allocations(kernel);
+  std::printf("  heap allocations in a repeated call: %lld (%.2f per row of %lld, %.4f per element)\n",
+              (long long)allocations, double(allocations) / double(rows), (long long)h,
+              double(allocations) / double(rows * h));
+  if (allocations > 16 * rows) {
+    std::printf("  the kernel allocates per element (more than 16 per row)\n");
     ++failures;
   }
   if (!o.smoke) {

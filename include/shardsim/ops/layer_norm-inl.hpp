@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "shardsim/ops/layer_norm.hpp"
+#include "shardsim/scalar.hpp"
 
 namespace shardsim {
 
@@ -11,29 +12,38 @@ template <typename T>
 void layer_norm_forward(const Tensor<T>& x, const Tensor<T>* weight, const Tensor<T>* bias,
                         const LayerNormParams& params, Tensor<T>& y, LayerNormSaved<T>& saved) {
   using std::sqrt;
+  SHARDSIM_ASSERT(&x != &y, "layer_norm_forward: y must not be x");
   const AxisView view = AxisView::of(x.shape(), params.axis);
   const T count = T(view.extent);
   const T eps = T(params.eps);
-  y = Tensor<T>(x.shape());
+  prepare_output(y, x.shape());  // every element is written below
   saved.mean = Tensor<T>(x.shape().without(params.axis));  // (rows)
   saved.rstd = Tensor<T>(x.shape().without(params.axis));  // (rows)
+  // The per-element loops write through *_into into values made once per call, so an Mp run
+  // allocates nothing per element here (scalar.hpp); the arithmetic is the header's formula.
+  T sum = T(0);
+  T sum_sq = T(0);
+  T centered = T(0);
+  T out = T(0);
   for (std::int64_t o = 0; o < view.outer; ++o) {
     for (std::int64_t j = 0; j < view.inner; ++j) {
-      T sum = T(0);
-      for (std::int64_t i = 0; i < view.extent; ++i) sum += x[view.flat(o, i, j)];
+      sum = T(0);
+      for (std::int64_t i = 0; i < view.extent; ++i) add_into(sum, sum, x[view.flat(o, i, j)]);
       const T mean = sum / count;
-      T sum_sq = T(0);
+      sum_sq = T(0);
       for (std::int64_t i = 0; i < view.extent; ++i) {
-        const T centered = x[view.flat(o, i, j)] - mean;
-        sum_sq += centered * centered;
+        sub_into(centered, x[view.flat(o, i, j)], mean);
+        mul_into(centered, centered, centered);
+        add_into(sum_sq, sum_sq, centered);
       }
       const T var = sum_sq / count;
       const T rstd = T(1) / sqrt(var + eps);
       for (std::int64_t i = 0; i < view.extent; ++i) {
         const std::int64_t at = view.flat(o, i, j);
-        T out = (x[at] - mean) * rstd;
-        if (weight) out = out * (*weight)[i];
-        if (bias) out = out + (*bias)[i];
+        sub_into(out, x[at], mean);
+        mul_into(out, out, rstd);
+        if (weight) mul_into(out, out, (*weight)[i]);
+        if (bias) add_into(out, out, (*bias)[i]);
         y[at] = out;
       }
       saved.mean[o * view.inner + j] = mean;
@@ -47,8 +57,9 @@ void layer_norm_backward(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T
                          const LayerNormSaved<T>& saved, const LayerNormParams& params,
                          Tensor<T>& dx, Tensor<T>* dweight, Tensor<T>* dbias) {
   const AxisView view = AxisView::of(x.shape(), params.axis);
+  SHARDSIM_ASSERT(&dx != &x && &dx != &dy, "layer_norm_backward: dx must not be an input");
   const T count = T(view.extent);
-  dx = Tensor<T>(x.shape());
+  prepare_output(dx, x.shape());  // every element is written below
   for (std::int64_t o = 0; o < view.outer; ++o) {
     for (std::int64_t j = 0; j < view.inner; ++j) {
       const T mean = saved.mean[o * view.inner + j];
