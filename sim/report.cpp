@@ -115,6 +115,10 @@ std::string report_json(const Scenario& scenario, const std::vector<RunReport>& 
     }
     runs.back()["activation_bytes"] = r.activation.per_rank;
     runs.back()["activation_steps"] = steps;
+    if (r.resources) {
+      runs.back()["resources"] = Json{{"peak_rss_bytes", r.resources->peak_rss_bytes},
+                                      {"wall_seconds", r.resources->wall_seconds}};
+    }
   }
   Json root{{"scenario", scenario.name},
             {"file", scenario.file},
@@ -158,6 +162,19 @@ std::string format_run_table(const RunReport& r) {
     out << " (total " << total << ")\n";
   }
   if (r.first_divergence) out << "first divergence: " << format_divergence(*r.first_divergence) << "\n";
+  return out.str();
+}
+
+std::string format_resources(const RunReport& r) {
+  std::ostringstream out;
+  char line[160];
+  std::snprintf(line, sizeof line, "resources (%s): peak RSS %.1f MiB (%lld bytes), wall %.2f s",
+                r.precision.name().c_str(), double(r.resources->peak_rss_bytes) / (1 << 20),
+                static_cast<long long>(r.resources->peak_rss_bytes), r.resources->wall_seconds);
+  out << line << "; activation bytes per rank:";
+  for (std::int64_t bytes : r.activation.per_rank) out << " " << bytes;
+  if (r.activation.per_rank.empty()) out << " none (no backward)";
+  out << "\n";
   return out.str();
 }
 

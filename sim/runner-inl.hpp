@@ -13,12 +13,32 @@
 
 #include <map>
 #include <set>
+#include <string>
 
 #include "shardsim/ops/sgd.hpp"
 #include "shardsim/runner.hpp"
+#include "sim/release.hpp"
 #include "sim/steps/registry.hpp"
 
 namespace shardsim {
+
+namespace detail {
+
+// Memory: once steps [remaining, n) have run their backward, releases (dense and sharded) every
+// entry of `env` that no step still to run may read (sim/release.hpp), so a real-size replay does
+// not hold every activation of the oracle and of the ranks until the end. Boundaries are
+// compared when they are recorded, so releasing changes no result.
+template <typename T>
+void release_dead_tensors(StepEnv<T>& env, const std::vector<std::unique_ptr<StepOp<T>>>& ops,
+                          std::size_t remaining, const std::set<std::string>& pinned) {
+  std::vector<bool> reads_output;
+  for (std::size_t j = 0; j < remaining; ++j) reads_output.push_back(ops[j]->backward_reads_output());
+  const LiveNames live = live_names(env.scenario.steps, reads_output, pinned);
+  std::erase_if(env.dense, [&](const auto& entry) { return !live.keeps(entry.first); });
+  std::erase_if(env.sharded, [&](const auto& entry) { return !live.keeps(entry.first); });
+}
+
+}  // namespace detail
 
 template <typename T>
 std::vector<TraceEntry> run_scenario(const Scenario& scenario, const RunOptions& options,
@@ -95,6 +115,11 @@ std::vector<TraceEntry> run_scenario(const Scenario& scenario, const RunOptions&
 
   std::vector<std::unique_ptr<StepOp<T>>> ops;
   for (const StepSpec& spec : scenario.steps) ops.push_back(make_step_op<T>(spec, scenario));
+  std::set<std::string> pinned;  // never released: declared tensors, parameter gradients
+  for (const TensorSpec& spec : scenario.tensors) {
+    pinned.insert(spec.name);
+    if (spec.role == TensorRole::parameter) pinned.insert(grad_name(spec.name));
+  }
 
   // Streaming ([stream]): the streamed inputs and targets are kept whole here; before each chunk
   // runs, its slice along the stream axis is loaded for the oracle and laid out over the ranks
@@ -152,7 +177,10 @@ std::vector<TraceEntry> run_scenario(const Scenario& scenario, const RunOptions&
       }
       if (scenario.train_steps == 0) continue;
 
-      for (auto it = ops.rbegin(); it != ops.rend(); ++it) (*it)->backward(env);
+      for (std::size_t i = ops.size(); i-- > 0;) {
+        ops[i]->backward(env);
+        detail::release_dead_tensors(env, ops, i, pinned);
+      }
 
       for (const TensorSpec& spec : scenario.tensors) {
         if (spec.role != TensorRole::parameter || !env.has_grad(spec.name)) continue;

@@ -283,3 +283,28 @@ TEST_CASE("cli: explain, validate and list", "[cli]") {
   CHECK(list.out.find("layer_norm") != std::string::npos);
   CHECK(list.out.find("redistribute") != std::string::npos);
 }
+
+TEST_CASE("cli: --resources prints and reports each run's peak RSS and wall time, only on request",
+          "[cli]") {
+  TempDir dir;
+  const std::string scenario = shell_quoted(source_scenario("layernorm_train_sequence_sharded.toml"));
+  const CliResult plain = run_cli("run --quiet " + scenario + " -p f32 --report " +
+                                  shell_quoted(dir.path() / "plain.json"));
+  REQUIRE(plain.exit_code == 0);
+  CHECK(plain.out.find("resources") == std::string::npos);
+  CHECK(slurp(dir.path() / "plain.json").find("\"resources\"") == std::string::npos);
+
+  const CliResult measured = run_cli("run --quiet --resources " + scenario +
+                                     " -p f32 --report " + shell_quoted(dir.path() / "r.json"));
+  REQUIRE(measured.exit_code == 0);
+  // 4 ranks own 4,4,4,1 of the 13 tokens of both batch rows (hidden 16, f32 = 4 bytes); each
+  // keeps its x rows and a mean and an rstd per row: 2*4*16*4 + 2*(2*4)*4 = 576 bytes, the
+  // last rank 2*1*16*4 + 2*(2*1)*4 = 144.
+  CHECK(measured.out.find("resources (f32): peak RSS ") == 0);
+  CHECK(measured.out.find("; activation bytes per rank: 576 576 576 144\n") != std::string::npos);
+  const nlohmann::json report = nlohmann::json::parse(slurp(dir.path() / "r.json"));
+  const nlohmann::json& resources = report["runs"][0]["resources"];
+  // A running process has at least its binary and stack resident, and the run took some time.
+  CHECK(resources["peak_rss_bytes"].get<std::int64_t>() > (1 << 20));
+  CHECK(resources["wall_seconds"].get<double>() > 0);
+}

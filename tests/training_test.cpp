@@ -4,6 +4,7 @@
 // (uneven chunk/balanced/padded token splits, hidden-sharded LayerNorm, RMSNorm).
 #include <catch2/catch.hpp>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "shardsim/compare.hpp"
 #include "shardsim/runner.hpp"
 #include "shardsim/scenario.hpp"
+#include "sim/release.hpp"
 
 using shardsim::BoundaryResult;
 using shardsim::DistTensor;
@@ -224,4 +226,38 @@ TEST_CASE("distributed statistics do not depend on the rank schedule", "[trainin
       }
     }
   }
+}
+
+TEST_CASE("during backward the runner releases exactly what no remaining step reads",
+          "[training][memory]") {
+  // layernorm_train_sequence_sharded: step 0 layer_norm(x, ln.weight, ln.bias) -> y, step 1
+  // mse_loss(y, target) -> loss. Pinned: the declared tensors and the parameters' gradients.
+  const shardsim::Scenario sc = scenario("layernorm_train_sequence_sharded.toml");
+  REQUIRE(sc.steps.size() == 2);
+  const std::set<std::string> pinned{"x", "target", "ln.weight", "ln.bias", "grad(ln.weight)",
+                                     "grad(ln.bias)"};
+  // After the loss's backward, only layer_norm remains; its backward reads x, its saved
+  // statistics and grad(y), not y (LayerNormStep::backward_reads_output() is false).
+  const shardsim::LiveNames after_loss = shardsim::live_names(sc.steps, {false}, pinned);
+  for (const char* gone : {"y", "y.mean", "y.rstd", "loss", "loss.sum", "loss.valid_tokens",
+                           "grad(loss)"}) {
+    INFO(gone);
+    CHECK_FALSE(after_loss.keeps(gone));
+  }
+  for (const char* kept : {"x", "target", "ln.weight", "grad(y)", "grad(y).sum_dnorm",
+                           "grad(x)", "grad(x)@y", "grad(ln.bias)"}) {
+    INFO(kept);
+    CHECK(after_loss.keeps(kept));
+  }
+  // A step whose backward reads its output keeps it and what derives from it.
+  const shardsim::LiveNames reads = shardsim::live_names(sc.steps, {true}, pinned);
+  CHECK(reads.keeps("y"));
+  CHECK(reads.keeps("y.rstd"));
+  CHECK_FALSE(reads.keeps("yy"));  // a different name that merely starts with "y"
+  // After the last backward only the pinned entries remain.
+  const shardsim::LiveNames none = shardsim::live_names(sc.steps, {}, pinned);
+  CHECK_FALSE(none.keeps("grad(x)"));
+  CHECK_FALSE(none.keeps("grad(y)"));
+  CHECK(none.keeps("grad(ln.bias)"));
+  CHECK(none.keeps("x"));
 }

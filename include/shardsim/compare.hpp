@@ -70,6 +70,13 @@ struct BoundaryResult {
   std::shared_ptr<const CapturedBoundary> captured;  // only with RunOptions::capture_tensors
 };
 
+// Machine-dependent measurements of one run, taken only on request (`run --resources`), so
+// that reports stay byte-identical from machine to machine otherwise.
+struct RunResources {
+  std::int64_t peak_rss_bytes = 0;  // the process's resident-set high-water mark after the run
+  double wall_seconds = 0;          // this precision's run, judged
+};
+
 struct RunReport {
   std::string scenario;
   Precision precision;
@@ -80,6 +87,7 @@ struct RunReport {
   std::optional<Divergence> first_divergence;
   std::vector<BoundaryResult> boundaries;
   ActivationMemory activation;  // per-rank bytes kept for backward (runner.hpp)
+  std::optional<RunResources> resources;
 };
 
 // Runs `scenario` at `precision` (the one place precision is dispatched) and judges it.

@@ -21,6 +21,10 @@ std::string format_run_table(const RunReport& report);
 // The verdict line(s): what diverged first, where, and whether that was expected.
 std::string format_outcome(const Scenario& scenario, const Outcome& outcome);
 
+// One line of a run's measured resources and its per-rank activation bytes.
+// REQUIRES: report.resources.
+std::string format_resources(const RunReport& report);
+
 // "step 1 chunk 1 boundary #4 layer_norm -> y, rank 3, index [batch=0, seq=12, hidden=5]"
 std::string format_divergence(const Divergence& divergence);
 

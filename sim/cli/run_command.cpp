@@ -1,4 +1,7 @@
+#include <sys/resource.h>
+
 #include <boost/program_options.hpp>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -91,7 +94,10 @@ int run_command(const Args& args) {
   options.add_options()("precision,p", po::value<std::string>(),
                         "comma-separated levels, e.g. f32,f64,mp256 (default: the scenario's)")(
       "report,r", po::value<std::string>(), "write the JSON report to this file")(
-      "quiet,q", "print only the outcome, not the per-boundary tables");
+      "quiet,q", "print only the outcome, not the per-boundary tables")(
+      "resources",
+      "measure each precision's run: peak RSS (the process's high-water mark so far) and wall "
+      "time, printed and added to the report (machine-dependent, so off by default)");
   add_mesh_options(options);
   add_golden_options(options);
   po::variables_map vm;
@@ -120,8 +126,18 @@ int run_command(const Args& args) {
     RunOptions options = run;
     options.capture_tensors = golden && precision == golden->reference && !golden_run;
     if (options.capture_tensors) golden_run = reports.size();
+    const auto start = std::chrono::steady_clock::now();
     reports.push_back(evaluate(scenario, precision, options));
+    if (vm.count("resources")) {
+      struct rusage usage {};
+      getrusage(RUSAGE_SELF, &usage);
+      reports.back().resources = RunResources{
+          .peak_rss_bytes = static_cast<std::int64_t>(usage.ru_maxrss) * 1024,  // KiB on Linux
+          .wall_seconds =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+    }
     if (!vm.count("quiet")) std::cout << format_run_table(reports.back()) << "\n";
+    if (vm.count("resources")) std::cout << format_resources(reports.back());
   }
   const Outcome outcome = judge(scenario, reports);
   if (golden) {

@@ -90,16 +90,18 @@ class LayerNormStep final : public StepOp<T> {
     layer_norm_backward(dy, x, w, dense_saved_, params_, dx, w ? &dw : nullptr,
                         has_bias ? &db : nullptr);
 
-    DistTensor<T> sdy = env.sharded_at(grad_name(output));
-    if (hidden_ && !(sdy.placement == env.sharded_at(input).placement)) {
+    const DistTensor<T>* sdy = &env.sharded_at(grad_name(output));
+    DistTensor<T> moved;  // dy laid out like x, when it is not already
+    if (hidden_ && !(sdy->placement == env.sharded_at(input).placement)) {
       // The distributed backward works on dy laid out like x (e.g. a Partial dy is
       // reduce-scattered first).
-      sdy = env.world.redistribute(sdy, env.sharded_at(input).placement,
-                                   {.tensor = grad_name(output) + "@" + input,
-                                    .dense = grad_name(output),
-                                    .exact = !sdy.placement.is_partial(),
-                                    .inputs = {grad_name(output)}});
-      sdy.name = grad_name(output);  // the plan's boundaries keep the oracle's names
+      moved = env.world.redistribute(*sdy, env.sharded_at(input).placement,
+                                     {.tensor = grad_name(output) + "@" + input,
+                                      .dense = grad_name(output),
+                                      .exact = !sdy->placement.is_partial(),
+                                      .inputs = {grad_name(output)}});
+      moved.name = grad_name(output);  // the plan's boundaries keep the oracle's names
+      sdy = &moved;
     }
     const DistTensor<T>& sx = env.sharded_at(input);
     const DistTensor<T>* sw = env.sharded_opt(step_, "weight");
@@ -113,8 +115,8 @@ class LayerNormStep final : public StepOp<T> {
     if (!hidden_) {
       // Each rank's rows give dx exactly and a Partial share of dweight/dbias. A Partial dy
       // gives Partial addends of dx, whose sum is a reordered arithmetic: no claim then.
-      dx_exact = !sdy.placement.is_partial();
-      grads = layer_norm_row_sharded_backward(env.world, sdy, sx, sw, sb, row_saved_, params_,
+      dx_exact = !sdy->placement.is_partial();
+      grads = layer_norm_row_sharded_backward(env.world, *sdy, sx, sw, sb, row_saved_, params_,
                                               grad_name(input), grad_name(weight),
                                               grad_name(bias));
     } else {
@@ -131,7 +133,7 @@ class LayerNormStep final : public StepOp<T> {
         // dbias is the row-order sum of dy over the rank's own features: the dense order.
         dbias_exact = !faults_.hidden_shard_local_stats;
       }
-      grads = layer_norm_hidden_sharded_backward(env.world, sdy, sx, sw, sb, params_, stats_,
+      grads = layer_norm_hidden_sharded_backward(env.world, *sdy, sx, sw, sb, params_, stats_,
                                                  token_axis_, faults_, hidden_saved_,
                                                  grad_name(input), grad_name(weight),
                                                  grad_name(bias), dense_dx);
@@ -148,6 +150,9 @@ class LayerNormStep final : public StepOp<T> {
     env.add_grad(input, std::move(dx), std::move(grads.dx),
                  {.op = "layer_norm_backward", .exact = dx_exact, .inputs = dx_inputs});
   }
+
+  // Backward works from x, the saved statistics and grad(OUT): OUT itself may be released first.
+  bool backward_reads_output() const override { return false; }
 
   // Activation memory: the input, and on the row-sharded path the per-row mean and rstd.
   std::vector<std::int64_t> saved_bytes(const StepEnv<T>& env) const override {

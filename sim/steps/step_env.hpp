@@ -12,10 +12,10 @@
 
 #include "shardsim/runner.hpp"
 #include "shardsim/world-inl.hpp"
+#include "sim/release.hpp"
 
 namespace shardsim {
 
-inline std::string grad_name(const std::string& name) { return "grad(" + name + ")"; }
 
 template <typename T>
 struct StepEnv {
@@ -91,6 +91,11 @@ class StepOp {
   virtual void forward(StepEnv<T>& env) = 0;
   // Reads grad(outputs) and adds grad(inputs). A step whose output has no gradient is skipped.
   virtual void backward(StepEnv<T>& env) = 0;
+  // Whether backward reads the values of this step's `output` (or of the entries derived from
+  // it, "OUT.*" and "OUT@*"). After each backward the runner releases every tensor that no step
+  // still to run may read (release_dead_tensors); a step whose backward works from its inputs,
+  // its own saved state and grad(OUT) says false, so OUT can go before this backward runs.
+  virtual bool backward_reads_output() const { return true; }
   // Called at the start of every training step, before its first streamed chunk: a step that
   // carries state from chunk to chunk (a KV cache) resets it here.
   virtual void begin_stream() {}
