@@ -5,6 +5,7 @@
 // after RoPE, window - 1 keys) and the detached-cache gradient of a chunk (central differences).
 #include "shardsim/ops/attention.hpp"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "shardsim/mp.hpp"
+#include "shardsim/ops/attention_project.hpp"
 #include "shardsim/ops/attention_stream.hpp"
 #include "shardsim/ops/rope.hpp"
 #include "shardsim/rng.hpp"
@@ -259,6 +261,88 @@ TEST_CASE("attention backward matches central differences in mp256", "[attention
   CHECK(normwise_gap(bq, dq) <= 0x1p-241);
   CHECK(normwise_gap(bk, dk) <= 0x1p-241);
   CHECK(normwise_gap(bv, dv) <= 0x1p-241);
+}
+
+TEST_CASE("attention and projection kernels sum in the documented order, bitwise", "[attention]") {
+  // The kernels reorganize their loops for speed (rows of outputs at once, four keys side by
+  // side); every sum must still be one accumulator in the order attention.hpp and
+  // attention_project.hpp document. The textbook loops below are that specification, in f64,
+  // and must agree to the bit. head_dim 6 is not a multiple of 4 and 7 keys leave a tail block.
+  const std::int64_t batch = 2, seq = 5, kv = 7, heads = 2, dim = 6, hidden = 5;
+  const Tensor<double> x =
+      seeded<double>(Shape({{"batch", batch}, {"seq", seq}, {"hidden", hidden}}), 31);
+  const Tensor<double> w =
+      seeded<double>(Shape({{"hidden", hidden}, {"head", heads}, {"head_dim", dim}}), 32);
+  const Tensor<double> wo =
+      seeded<double>(Shape({{"head", heads}, {"head_dim", dim}, {"hidden", hidden}}), 33);
+  Tensor<double> q;
+  shardsim::project_heads(x, w, q);
+  for (std::int64_t b = 0; b < batch; ++b) {
+    for (std::int64_t s = 0; s < seq; ++s) {
+      for (std::int64_t n = 0; n < heads * dim; ++n) {
+        double acc = 0;
+        for (std::int64_t c = 0; c < hidden; ++c)
+          acc += x[(b * seq + s) * hidden + c] * w[c * heads * dim + n];
+        CHECK(q[(b * seq + s) * heads * dim + n] == acc);
+      }
+    }
+  }
+  Tensor<double> y;
+  shardsim::project_out(q, wo, y);
+  for (std::int64_t r = 0; r < batch * seq; ++r) {
+    for (std::int64_t c = 0; c < hidden; ++c) {
+      double acc = 0;
+      for (std::int64_t n = 0; n < heads * dim; ++n)
+        acc += q[r * heads * dim + n] * wo[n * hidden + c];
+      CHECK(y[r * hidden + c] == acc);
+    }
+  }
+
+  const Tensor<double> k = seeded<double>(head_shape(batch, "kv", kv, heads, dim), 34);
+  const Tensor<double> v = seeded<double>(head_shape(batch, "kv", kv, heads, dim), 35);
+  const std::vector<std::int64_t> q_pos = position_range(2, seq);  // 2..6
+  const std::vector<std::int64_t> k_pos = position_range(0, kv);   // 0..6
+  AttentionParams params;
+  params.window = 6;  // query 6 sees keys 1..6: six keys, one block of four and a tail of two
+  Tensor<double> out;
+  AttentionSaved<double> saved;
+  shardsim::attention_forward(q, q_pos, k, v, k_pos, params, out, saved);
+  const double scale = 1.0 / std::sqrt(double(dim));
+  auto at = [&](std::int64_t b, std::int64_t p, std::int64_t positions, std::int64_t h,
+                std::int64_t d) { return ((b * positions + p) * heads + h) * dim + d; };
+  for (std::int64_t b = 0; b < batch; ++b) {
+    for (std::int64_t h = 0; h < heads; ++h) {
+      for (std::int64_t i = 0; i < seq; ++i) {
+        std::vector<std::int64_t> keys;
+        std::vector<double> e;
+        for (std::int64_t j = 0; j < kv; ++j) {
+          const std::int64_t delta = q_pos[i] - k_pos[j];
+          if (delta < 0 || delta >= 6) continue;
+          double dot = 0;
+          for (std::int64_t d = 0; d < dim; ++d)
+            dot += q[at(b, i, seq, h, d)] * k[at(b, j, kv, h, d)];
+          keys.push_back(j);
+          e.push_back(dot * scale);
+        }
+        double m = -std::numeric_limits<double>::infinity();
+        for (double s : e) m = std::max(m, s);
+        double l = 0;
+        for (double& s : e) {
+          s = std::exp(s - m);
+          l += s;
+        }
+        const std::int64_t row = (b * seq + i) * heads + h;
+        CHECK(saved.max[row] == m);
+        CHECK(saved.sum[row] == l);
+        for (std::int64_t d = 0; d < dim; ++d) {
+          double acc = 0;
+          for (std::size_t n = 0; n < keys.size(); ++n) acc += e[n] * v[at(b, keys[n], kv, h, d)];
+          INFO("b " << b << " h " << h << " i " << i << " d " << d);
+          CHECK(out[at(b, i, seq, h, d)] == acc / l);
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("the streamed oracle caches the last window - 1 keys after RoPE", "[streaming]") {

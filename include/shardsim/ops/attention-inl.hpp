@@ -41,6 +41,8 @@ struct RowStrides {
 };
 
 // The scores s_j = (q_i . k_j) * scale of one query row against the allowed keys, ascending j.
+// Each dot product is one accumulator over d ascending; four keys are computed side by side
+// (independent accumulators, so the order of every sum is unchanged) to keep the FPU busy.
 template <typename T>
 void row_scores(const Tensor<T>& q, const HeadStrides& qv, const Tensor<T>& k,
                 const HeadStrides& kv, std::int64_t b, std::int64_t h, std::int64_t i,
@@ -48,13 +50,37 @@ void row_scores(const Tensor<T>& q, const HeadStrides& qv, const Tensor<T>& k,
                 const AttentionParams& params, const T& scale, std::vector<std::int64_t>& keys,
                 std::vector<T>& scores) {
   keys.clear();
-  scores.clear();
   for (std::int64_t j = 0; j < kv.positions; ++j) {
-    if (!attention_allowed(params, q_position, k_pos[static_cast<std::size_t>(j)])) continue;
+    if (attention_allowed(params, q_position, k_pos[static_cast<std::size_t>(j)]))
+      keys.push_back(j);
+  }
+  scores.assign(keys.size(), T(0));
+  const T* qi = q.data() + qv.at(b, i, h, 0);
+  const std::int64_t qd = qv.s_dim, kd = kv.s_dim;
+  std::size_t n = 0;
+  for (; n + 4 <= keys.size(); n += 4) {
+    const T* k0 = k.data() + kv.at(b, keys[n], h, 0);
+    const T* k1 = k.data() + kv.at(b, keys[n + 1], h, 0);
+    const T* k2 = k.data() + kv.at(b, keys[n + 2], h, 0);
+    const T* k3 = k.data() + kv.at(b, keys[n + 3], h, 0);
+    T a0 = T(0), a1 = T(0), a2 = T(0), a3 = T(0);
+    for (std::int64_t d = 0; d < qv.dim; ++d) {
+      const T x = qi[d * qd];
+      a0 += x * k0[d * kd];
+      a1 += x * k1[d * kd];
+      a2 += x * k2[d * kd];
+      a3 += x * k3[d * kd];
+    }
+    scores[n] = a0 * scale;
+    scores[n + 1] = a1 * scale;
+    scores[n + 2] = a2 * scale;
+    scores[n + 3] = a3 * scale;
+  }
+  for (; n < keys.size(); ++n) {
+    const T* kj = k.data() + kv.at(b, keys[n], h, 0);
     T dot = T(0);
-    for (std::int64_t d = 0; d < qv.dim; ++d) dot += q[qv.at(b, i, h, d)] * k[kv.at(b, j, h, d)];
-    keys.push_back(j);
-    scores.push_back(dot * scale);
+    for (std::int64_t d = 0; d < qv.dim; ++d) dot += qi[d * qd] * kj[d * kd];
+    scores[n] = dot * scale;
   }
 }
 
@@ -96,6 +122,7 @@ void attention_forward(const Tensor<T>& q, const std::vector<std::int64_t>& q_po
   const T scale = T(1) / sqrt(T(qv.dim));
   std::vector<std::int64_t> keys;
   std::vector<T> e;
+  std::vector<T> acc;
   for (std::int64_t b = 0; b < qv.batch; ++b) {
     for (std::int64_t h = 0; h < qv.heads; ++h) {
       for (std::int64_t i = 0; i < qv.positions; ++i) {
@@ -117,11 +144,15 @@ void attention_forward(const Tensor<T>& q, const std::vector<std::int64_t>& q_po
           s = exp(s - m);
           l += s;
         }
-        for (std::int64_t d = 0; d < qv.dim; ++d) {
-          T acc = T(0);
-          for (std::size_t n = 0; n < keys.size(); ++n) acc += e[n] * v[kv.at(b, keys[n], h, d)];
-          out[qv.at(b, i, h, d)] = acc / l;
+        // out_d = (sum_n e_n v_nd) / l: every d one accumulator over the keys ascending, all d
+        // together so v is read along its rows.
+        acc.assign(static_cast<std::size_t>(qv.dim), T(0));
+        for (std::size_t n = 0; n < keys.size(); ++n) {
+          const T en = e[n];
+          const T* vn = v.data() + kv.at(b, keys[n], h, 0);
+          for (std::int64_t d = 0; d < qv.dim; ++d) acc[d] += en * vn[d * kv.s_dim];
         }
+        for (std::int64_t d = 0; d < qv.dim; ++d) out[qv.at(b, i, h, d)] = acc[d] / l;
         saved.max[row] = m;
         saved.sum[row] = l;
         saved.lse[row] = m + log(l);
