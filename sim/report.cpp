@@ -1,17 +1,17 @@
 #include "shardsim/report.hpp"
-#include "sim/json_metric.hpp"
 
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "sim/json_metric.hpp"
+
 namespace shardsim {
 
 namespace {
 
 using Json = nlohmann::ordered_json;
-
 
 Json shape_json(const Shape& shape) {
   Json out = Json::object();
@@ -22,9 +22,15 @@ Json shape_json(const Shape& shape) {
 Json divergence_json(const Divergence& d) {
   Json index = Json::object();
   for (const auto& [axis, i] : d.index) index[axis] = i;
-  return Json{{"boundary", d.boundary}, {"step", d.step},          {"chunk", d.chunk},
-              {"op", d.op},             {"tensor", d.tensor},      {"rank", d.rank},
-              {"index", index},         {"dense", json_metric(d.dense)}, {"sharded", json_metric(d.sharded)},
+  return Json{{"boundary", d.boundary},
+              {"step", d.step},
+              {"chunk", d.chunk},
+              {"op", d.op},
+              {"tensor", d.tensor},
+              {"rank", d.rank},
+              {"index", index},
+              {"dense", json_metric(d.dense)},
+              {"sharded", json_metric(d.sharded)},
               {"reason", d.reason}};
 }
 
@@ -104,13 +110,14 @@ std::string report_json(const Scenario& scenario, const std::vector<RunReport>& 
                         {"reduce_order", reduce_order_name(r.reduce_order)},
                         {"schedule", r.schedule.str()},
                         {"verdict", r.pass ? "pass" : "fail"},
-                        {"first_divergence", r.first_divergence
-                                                 ? divergence_json(*r.first_divergence)
-                                                 : Json(nullptr)},
+                        {"first_divergence",
+                         r.first_divergence ? divergence_json(*r.first_divergence) : Json(nullptr)},
                         {"boundaries", boundaries}});
     Json steps = Json::array();
     for (const ActivationMemory::StepShare& share : r.activation.steps) {
-      steps.push_back(Json{{"step", share.step}, {"op", share.op}, {"output", share.output},
+      steps.push_back(Json{{"step", share.step},
+                           {"op", share.op},
+                           {"output", share.output},
                            {"bytes", share.bytes}});
     }
     runs.back()["activation_bytes"] = r.activation.per_rank;
@@ -161,7 +168,8 @@ std::string format_run_table(const RunReport& r) {
     }
     out << " (total " << total << ")\n";
   }
-  if (r.first_divergence) out << "first divergence: " << format_divergence(*r.first_divergence) << "\n";
+  if (r.first_divergence)
+    out << "first divergence: " << format_divergence(*r.first_divergence) << "\n";
   return out.str();
 }
 

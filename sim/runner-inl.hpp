@@ -32,7 +32,8 @@ template <typename T>
 void release_dead_tensors(StepEnv<T>& env, const std::vector<std::unique_ptr<StepOp<T>>>& ops,
                           std::size_t remaining, const std::set<std::string>& pinned) {
   std::vector<bool> reads_output;
-  for (std::size_t j = 0; j < remaining; ++j) reads_output.push_back(ops[j]->backward_reads_output());
+  for (std::size_t j = 0; j < remaining; ++j)
+    reads_output.push_back(ops[j]->backward_reads_output());
   const LiveNames live = live_names(env.scenario.steps, reads_output, pinned);
   std::erase_if(env.dense, [&](const auto& entry) { return !live.keeps(entry.first); });
   std::erase_if(env.sharded, [&](const auto& entry) { return !live.keeps(entry.first); });
@@ -106,7 +107,10 @@ std::vector<TraceEntry> run_scenario(const Scenario& scenario, const RunOptions&
           for (T& v : param.local(r).values()) v = T(*value);
         });
         zero_padding(param);
-        world.record({.op = "assumed_init", .tensor = spec.name, .exact = true, .kind = "input",
+        world.record({.op = "assumed_init",
+                      .tensor = spec.name,
+                      .exact = true,
+                      .kind = "input",
                       .inputs = {spec.name}},
                      param);
       }
@@ -195,18 +199,19 @@ std::vector<TraceEntry> run_scenario(const Scenario& scenario, const RunOptions&
           grad = world.redistribute(grad, param.placement, {.tensor = key, .inputs = {key}});
         }
         sgd_update(env.dense.at(spec.name), env.dense.at(key), scenario.learning_rate);
-        world.for_each_rank([&](int r) {
-          sgd_update(param.local(r), grad.local(r), scenario.learning_rate);
-        });
+        world.for_each_rank(
+            [&](int r) { sgd_update(param.local(r), grad.local(r), scenario.learning_rate); });
         if (param.placement.is_replicate()) {
           const Tensor<T> reference = param.local(0);
-          emit({.op = "replica_check", .tensor = spec.name + "@replicas", .exact = true,
+          emit({.op = "replica_check",
+                .tensor = spec.name + "@replicas",
+                .exact = true,
                 .kind = "check"},
                param, &reference);
         }
-        world.record({.op = "sgd", .tensor = spec.name, .kind = "update",
-                      .inputs = {spec.name, key}},
-                     param);
+        world.record(
+            {.op = "sgd", .tensor = spec.name, .kind = "update", .inputs = {spec.name, key}},
+            param);
       }
     }
   }

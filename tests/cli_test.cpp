@@ -35,8 +35,8 @@ class TempDir {
  public:
   TempDir() {
     static int counter = 0;
-    path_ = fs::temp_directory_path() / ("shardsim_cli_test_" + std::to_string(::getpid()) + "_" +
-                                         std::to_string(counter++));
+    path_ = fs::temp_directory_path() /
+            ("shardsim_cli_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
@@ -162,8 +162,9 @@ TEST_CASE("cli: bad scenario input exits 2 with a located message and no report"
                          "unknown key 'precision' (did you mean 'precisions'?)");
   }
   SECTION("(g) a duplicate tensor name") {
-    expect_located_error(edited("[[steps]]", "[[tensors]]\nname = \"x\"\naxes = [\"hidden\"]\n"
-                                             "shape = [4]\n\n[[steps]]"),
+    expect_located_error(edited("[[steps]]",
+                                "[[tensors]]\nname = \"x\"\naxes = [\"hidden\"]\n"
+                                "shape = [4]\n\n[[steps]]"),
                          "14:8: tensors[1].name", "duplicate tensor name 'x'");
   }
   SECTION("(h) a tensor used before it is defined") {
@@ -198,7 +199,8 @@ TEST_CASE("cli: bad command-line usage exits 2 and writes nothing", "[cli]") {
   }
   SECTION("(l) --report into a directory that does not exist") {
     const fs::path target = dir.path() / "no_such_dir" / "report.json";
-    const CliResult r = run_cli("run --quiet " + shell_quoted(scenario) + " --report " + shell_quoted(target));
+    const CliResult r =
+        run_cli("run --quiet " + shell_quoted(scenario) + " --report " + shell_quoted(target));
     CHECK(r.exit_code == 2);
     CHECK(r.err.find("does not exist") != std::string::npos);
     CHECK_FALSE(fs::exists(target.parent_path()));
@@ -217,8 +219,8 @@ TEST_CASE("cli: an unmet expectation exits 1 and still writes the report", "[cli
   TempDir dir;
   // The scenario passes, but says it must fail: "an expected divergence that did not happen".
   const fs::path scenario = dir.write("scenario.toml", kValid + "\n[expect]\nverdict = \"fail\"\n");
-  const CliResult r =
-      run_cli("run --quiet " + shell_quoted(scenario) + " --report " + shell_quoted(dir.path() / "r.json"));
+  const CliResult r = run_cli("run --quiet " + shell_quoted(scenario) + " --report " +
+                              shell_quoted(dir.path() / "r.json"));
   CHECK(r.exit_code == 1);
   CHECK(r.out.find("UNEXPECTED") != std::string::npos);
   const auto report = nlohmann::json::parse(slurp(dir.path() / "r.json"));
@@ -229,8 +231,9 @@ TEST_CASE("cli: an unmet expectation exits 1 and still writes the report", "[cli
 TEST_CASE("cli: run writes a JSON report with the documented keys", "[cli]") {
   TempDir dir;
   const fs::path report_path = dir.path() / "R.json";
-  const CliResult r = run_cli("run " + shell_quoted(source_scenario("layernorm_sequence_sharded.toml")) +
-                              " --report " + shell_quoted(report_path));
+  const CliResult r =
+      run_cli("run " + shell_quoted(source_scenario("layernorm_sequence_sharded.toml")) +
+              " --report " + shell_quoted(report_path));
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   CHECK(r.err.empty());
@@ -287,15 +290,16 @@ TEST_CASE("cli: explain, validate and list", "[cli]") {
 TEST_CASE("cli: --resources prints and reports each run's peak RSS and wall time, only on request",
           "[cli]") {
   TempDir dir;
-  const std::string scenario = shell_quoted(source_scenario("layernorm_train_sequence_sharded.toml"));
+  const std::string scenario =
+      shell_quoted(source_scenario("layernorm_train_sequence_sharded.toml"));
   const CliResult plain = run_cli("run --quiet " + scenario + " -p f32 --report " +
                                   shell_quoted(dir.path() / "plain.json"));
   REQUIRE(plain.exit_code == 0);
   CHECK(plain.out.find("resources") == std::string::npos);
   CHECK(slurp(dir.path() / "plain.json").find("\"resources\"") == std::string::npos);
 
-  const CliResult measured = run_cli("run --quiet --resources " + scenario +
-                                     " -p f32 --report " + shell_quoted(dir.path() / "r.json"));
+  const CliResult measured = run_cli("run --quiet --resources " + scenario + " -p f32 --report " +
+                                     shell_quoted(dir.path() / "r.json"));
   REQUIRE(measured.exit_code == 0);
   // 4 ranks own 4,4,4,1 of the 13 tokens of both batch rows (hidden 16, f32 = 4 bytes); each
   // keeps its x rows and a mean and an rstd per row: 2*4*16*4 + 2*(2*4)*4 = 576 bytes, the

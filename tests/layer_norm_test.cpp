@@ -1,19 +1,20 @@
 // Tests for ops/layer_norm.hpp and ops/layer_norm_plan.hpp: a hand-derived known answer, the
 // constant-row edge case, a finite-difference gradient check in mp, and the key property that
 // sequence-sharded LayerNorm equals the dense oracle bit for bit.
+#include "shardsim/ops/layer_norm.hpp"
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
 #include <type_traits>
 #include <vector>
 
+#include "dist_test_support.hpp"
 #include "shardsim/mp.hpp"
-#include "shardsim/ops/layer_norm.hpp"
 #include "shardsim/ops/layer_norm_plan.hpp"
 #include "shardsim/rng.hpp"
 #include "shardsim/scalar.hpp"
 #include "shardsim/world.hpp"
-#include "dist_test_support.hpp"
 
 using shardsim::DistTensor;
 using shardsim::LayerNormParams;
@@ -100,8 +101,10 @@ TEMPLATE_TEST_CASE("layer_norm_forward known answer in f32 and f64", "[layer_nor
   CHECK(saved.mean[0] == TestType(2.5));  // sum and division are exact
 
   auto rounded = [](const Mp& v) {
-    if constexpr (std::is_same_v<TestType, float>) return shardsim::round_to_f32(v);
-    else return shardsim::round_to_f64(v);
+    if constexpr (std::is_same_v<TestType, float>)
+      return shardsim::round_to_f32(v);
+    else
+      return shardsim::round_to_f64(v);
   };
   const Mp sqrt5 = sqrt(Mp(5));
   // rstd: sqrt and the division are each correctly rounded (relative error <= u each), so the
@@ -148,8 +151,8 @@ TEMPLATE_TEST_CASE("a constant row normalizes to exactly the bias", "[layer_norm
   shardsim::set_mp_precision(256);
   // x = 1.75 everywhere: the sum 4 * 1.75 = 7 and 7 / 4 = 1.75 are exact, so every centered
   // value is exactly 0 and y = 0 * rstd * w + b = b exactly (with eps = 1e-5, rstd is finite).
-  const auto x = make<TestType>(Shape({{"seq", 2}, {"hidden", 4}}), {1.75, 1.75, 1.75, 1.75, 1.75,
-                                                                     1.75, 1.75, 1.75});
+  const auto x = make<TestType>(Shape({{"seq", 2}, {"hidden", 4}}),
+                                {1.75, 1.75, 1.75, 1.75, 1.75, 1.75, 1.75, 1.75});
   const auto weight = make<TestType>(Shape({{"hidden", 4}}), {0.5, -3, 2, 7});
   const auto bias = make<TestType>(Shape({{"hidden", 4}}), {0.375, -1.5, 2.25, 0.125});
   LayerNormParams params;
@@ -312,10 +315,10 @@ TEMPLATE_TEST_CASE("row-sharded LayerNorm equals the dense oracle bitwise, forwa
     }
   }
 
-  const std::vector<Placement> placements = {
-      Placement::shard("seq"), Placement::shard("seq", SplitPolicy::balanced),
-      Placement::shard("seq", SplitPolicy::padded), Placement::shard("batch"),
-      Placement::replicate()};
+  const std::vector<Placement> placements = {Placement::shard("seq"),
+                                             Placement::shard("seq", SplitPolicy::balanced),
+                                             Placement::shard("seq", SplitPolicy::padded),
+                                             Placement::shard("batch"), Placement::replicate()};
   for (const Placement& placement : placements) {
     for (int ranks = 1; ranks <= 5; ++ranks) {
       INFO(placement.str() << " over " << ranks << " ranks");

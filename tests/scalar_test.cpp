@@ -1,5 +1,7 @@
 // Tests for scalar.hpp and mp.hpp: precision names, ULP distance, and correct (single) rounding
 // of mp values to f32 and f64.
+#include "shardsim/scalar.hpp"
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
@@ -7,7 +9,6 @@
 
 #include "shardsim/error.hpp"
 #include "shardsim/mp.hpp"
-#include "shardsim/scalar.hpp"
 
 using shardsim::InputError;
 using shardsim::kUlpNaN;
@@ -30,11 +31,10 @@ TEST_CASE("parse_precision accepts f32, f64 and mp<bits> with 64 <= bits", "[sca
   }
 }
 
-TEST_CASE("parse_precision rejects malformed or out-of-range levels with InputError",
-          "[scalar]") {
+TEST_CASE("parse_precision rejects malformed or out-of-range levels with InputError", "[scalar]") {
   // mp7 and mp63 are below kMinMpBits = 64; mp65537 is above kMaxMpBits.
-  for (const char* text : {"mp7", "mp63", "mp65537", "f16x", "mp", "mp256x", "", "F32", "mp-64",
-                           "f64 "}) {
+  for (const char* text :
+       {"mp7", "mp63", "mp65537", "f16x", "mp", "mp256x", "", "F32", "mp-64", "f64 "}) {
     INFO("text = '" << text << "'");
     CHECK_THROWS_AS(parse_precision(text), InputError);
   }

@@ -96,9 +96,11 @@ TEST_CASE("training scenarios pass and trace every step's loss, reduction, updat
       CHECK(find(report.boundaries, step, "mse_loss", "loss") != nullptr);
       for (const std::string& p : c.replicated) {
         // The Partial gradient is all-reduced as its own boundary, then SGD, then the check.
-        const BoundaryResult* reduce = find(report.boundaries, step, "all_reduce", "grad(" + p + ")");
+        const BoundaryResult* reduce =
+            find(report.boundaries, step, "all_reduce", "grad(" + p + ")");
         const BoundaryResult* update = find(report.boundaries, step, "sgd", p);
-        const BoundaryResult* check = find(report.boundaries, step, "replica_check", p + "@replicas");
+        const BoundaryResult* check =
+            find(report.boundaries, step, "replica_check", p + "@replicas");
         REQUIRE(reduce != nullptr);
         REQUIRE(update != nullptr);
         REQUIRE(check != nullptr);
@@ -121,8 +123,8 @@ TEST_CASE("sequence-sharded training is bitwise where the arithmetic is the dens
   // Step 1 starts from identical inputs, so y, its statistics and grad(x) are the dense
   // arithmetic row by row at every precision. Later steps use parameters updated from
   // all-reduced (reordered) gradients, so their claims are dropped, not failed.
-  for (const char* file : {"norm_train_chunk.toml", "norm_train_balanced.toml",
-                           "norm_train_padded.toml"}) {
+  for (const char* file :
+       {"norm_train_chunk.toml", "norm_train_balanced.toml", "norm_train_padded.toml"}) {
     for (const char* level : {"f32", "f64", "mp256"}) {
       INFO(file << " at " << level);
       const shardsim::RunReport report =
@@ -187,18 +189,19 @@ TEST_CASE("SGD moves the replicated parameters identically on every rank, and th
 
 TEST_CASE("hidden-sharded training agrees with the dense model to ~2^-(bits-16) at mp256",
           "[training][hidden][mp]") {
-  for (const char* file : {"norm_hidden_sum_sumsq.toml", "norm_hidden_welford.toml",
-                           "norm_rms_hidden.toml"}) {
+  for (const char* file :
+       {"norm_hidden_sum_sumsq.toml", "norm_hidden_welford.toml", "norm_rms_hidden.toml"}) {
     INFO(file);
     const shardsim::RunReport report =
         shardsim::evaluate(scenario(file), shardsim::parse_precision("mp256"));
     CHECK(report.pass);
     double worst = 0;
     for (const BoundaryResult& b : report.boundaries) {
-      if (b.status == Status::within) worst = std::max(worst, b.max_abs / std::max(b.scale, 1e-300));
+      if (b.status == Status::within)
+        worst = std::max(worst, b.max_abs / std::max(b.scale, 1e-300));
     }
-    CHECK(worst > 0);               // the statistics really are reordered (not exact)
-    CHECK(worst <= 0x1p-241);       // 2^(16 - 257): DESIGN.md invariant 5
+    CHECK(worst > 0);          // the statistics really are reordered (not exact)
+    CHECK(worst <= 0x1p-241);  // 2^(16 - 257): DESIGN.md invariant 5
   }
 }
 
@@ -234,18 +237,18 @@ TEST_CASE("during backward the runner releases exactly what no remaining step re
   // mse_loss(y, target) -> loss. Pinned: the declared tensors and the parameters' gradients.
   const shardsim::Scenario sc = scenario("layernorm_train_sequence_sharded.toml");
   REQUIRE(sc.steps.size() == 2);
-  const std::set<std::string> pinned{"x", "target", "ln.weight", "ln.bias", "grad(ln.weight)",
-                                     "grad(ln.bias)"};
+  const std::set<std::string> pinned{"x",       "target",          "ln.weight",
+                                     "ln.bias", "grad(ln.weight)", "grad(ln.bias)"};
   // After the loss's backward, only layer_norm remains; its backward reads x, its saved
   // statistics and grad(y), not y (LayerNormStep::backward_reads_output() is false).
   const shardsim::LiveNames after_loss = shardsim::live_names(sc.steps, {false}, pinned);
-  for (const char* gone : {"y", "y.mean", "y.rstd", "loss", "loss.sum", "loss.valid_tokens",
-                           "grad(loss)"}) {
+  for (const char* gone :
+       {"y", "y.mean", "y.rstd", "loss", "loss.sum", "loss.valid_tokens", "grad(loss)"}) {
     INFO(gone);
     CHECK_FALSE(after_loss.keeps(gone));
   }
-  for (const char* kept : {"x", "target", "ln.weight", "grad(y)", "grad(y).sum_dnorm",
-                           "grad(x)", "grad(x)@y", "grad(ln.bias)"}) {
+  for (const char* kept : {"x", "target", "ln.weight", "grad(y)", "grad(y).sum_dnorm", "grad(x)",
+                           "grad(x)@y", "grad(ln.bias)"}) {
     INFO(kept);
     CHECK(after_loss.keeps(kept));
   }

@@ -71,10 +71,16 @@ struct ScalarTraits<double> {
 // per element (Boost's operators construct, and so heap-allocate, every temporary). `out` may
 // alias `a` or `b`.
 template <typename T>
-inline void add_into(T& out, const T& a, const T& b) { out = a + b; }
+inline void add_into(T& out, const T& a, const T& b) {
+  out = a + b;
+}
 template <typename T>
-inline void sub_into(T& out, const T& a, const T& b) { out = a - b; }
+inline void sub_into(T& out, const T& a, const T& b) {
+  out = a - b;
+}
 template <typename T>
-inline void mul_into(T& out, const T& a, const T& b) { out = a * b; }
+inline void mul_into(T& out, const T& a, const T& b) {
+  out = a * b;
+}
 
 }  // namespace shardsim

@@ -54,8 +54,8 @@ void prepare_output(Tensor<T>& t, const Shape& shape) {
 // Copies `count` positions along `axis` from src[src_begin...] into dst[dst_begin...].
 // REQUIRES: src and dst agree on every axis except `axis` (outer and inner sizes match).
 template <typename T>
-void copy_along(const Tensor<T>& src, std::string_view axis, std::int64_t src_begin,
-                Tensor<T>& dst, std::int64_t dst_begin, std::int64_t count) {
+void copy_along(const Tensor<T>& src, std::string_view axis, std::int64_t src_begin, Tensor<T>& dst,
+                std::int64_t dst_begin, std::int64_t count) {
   const AxisView s = AxisView::of(src.shape(), axis);
   const AxisView d = AxisView::of(dst.shape(), axis);
   SHARDSIM_ASSERT(s.outer == d.outer && s.inner == d.inner, "copy_along: other axes differ");

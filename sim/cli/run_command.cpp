@@ -165,7 +165,8 @@ int explain_command(const Args& args) {
   po::options_description options("explain options");
   add_mesh_options(options);
   po::variables_map vm;
-  if (!parse_scenario_args(args, options, vm, "usage: shardsim explain SCENARIO [options]")) return 0;
+  if (!parse_scenario_args(args, options, vm, "usage: shardsim explain SCENARIO [options]"))
+    return 0;
   const Scenario scenario = load_scenario(vm["scenario"].as<std::string>());
   const RunReport report = evaluate(scenario, parse_precision("f64"), run_options(vm));
   std::cout << scenario.name << ": " << scenario.mesh.ranks << " ranks, reduce order "
@@ -208,7 +209,8 @@ int list_command(const Args& args) {
     }
   }
   std::cout << "faults:\n";
-  for (const FaultInfo& f : fault_catalogue()) std::cout << "  " << f.name << ": " << f.summary << "\n";
+  for (const FaultInfo& f : fault_catalogue())
+    std::cout << "  " << f.name << ": " << f.summary << "\n";
   std::cout << "placements: Replicate, Partial(sum), Shard(AXIS[, chunk|balanced|padded])\n"
                "reduce orders: rank, ring, tree\n"
                "schedules: rank, reverse, shuffle:SEED\n"

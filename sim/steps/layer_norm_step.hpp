@@ -48,8 +48,8 @@ class LayerNormStep final : public StepOp<T> {
     const std::string& output = step_.str("output");
     const Tensor<T>& x = env.dense_at(input);
     Tensor<T> y;
-    layer_norm_forward(x, env.dense_opt(step_, "weight"), env.dense_opt(step_, "bias"), params_,
-                       y, dense_saved_);
+    layer_norm_forward(x, env.dense_opt(step_, "weight"), env.dense_opt(step_, "bias"), params_, y,
+                       dense_saved_);
     env.dense[output] = std::move(y);
     env.dense[output + ".mean"] = dense_saved_.mean;
     env.dense[output + ".rstd"] = dense_saved_.rstd;
@@ -57,9 +57,9 @@ class LayerNormStep final : public StepOp<T> {
     const DistTensor<T>& sx = env.sharded_at(input);
     hidden_ = sx.placement.is_shard() && sx.placement.axis == params_.axis;
     if (!hidden_) {
-      env.sharded[output] = layer_norm_row_sharded(
-          env.world, sx, env.sharded_opt(step_, "weight"), env.sharded_opt(step_, "bias"),
-          params_, output, row_saved_, faults_);
+      env.sharded[output] = layer_norm_row_sharded(env.world, sx, env.sharded_opt(step_, "weight"),
+                                                   env.sharded_opt(step_, "bias"), params_, output,
+                                                   row_saved_, faults_);
       return;
     }
     if (stats_ == HiddenStats::sum_sumsq) {
@@ -67,9 +67,9 @@ class LayerNormStep final : public StepOp<T> {
       layer_norm_partial_sums(x, params_, x.shape().extent(params_.axis),
                               env.dense[output + ".sum"], env.dense[output + ".sumsq"]);
     }
-    env.sharded[output] = layer_norm_hidden_sharded(
-        env.world, sx, env.sharded_opt(step_, "weight"), env.sharded_opt(step_, "bias"), params_,
-        stats_, token_axis_, faults_, output, hidden_saved_);
+    env.sharded[output] = layer_norm_hidden_sharded(env.world, sx, env.sharded_opt(step_, "weight"),
+                                                    env.sharded_opt(step_, "bias"), params_, stats_,
+                                                    token_axis_, faults_, output, hidden_saved_);
   }
 
   void backward(StepEnv<T>& env) override {
@@ -117,35 +117,32 @@ class LayerNormStep final : public StepOp<T> {
       // gives Partial addends of dx, whose sum is a reordered arithmetic: no claim then.
       dx_exact = !sdy->placement.is_partial();
       grads = layer_norm_row_sharded_backward(env.world, *sdy, sx, sw, sb, row_saved_, params_,
-                                              grad_name(input), grad_name(weight),
-                                              grad_name(bias));
+                                              grad_name(input), grad_name(weight), grad_name(bias));
     } else {
       const std::string dense_dx = grad_name(input) + "@" + output;
       if (stats_ == HiddenStats::redistribute) {
         env.dense[dense_dx] = dx;  // this step's contribution, for the moved-back boundary
         dx_inputs = {dense_dx};
       } else {
-        layer_norm_backward_sums(dy, x, w, dense_saved_, params_,
-                                 x.shape().extent(params_.axis),
+        layer_norm_backward_sums(dy, x, w, dense_saved_, params_, x.shape().extent(params_.axis),
                                  env.dense[grad_name(output) + ".sum_dnorm"],
                                  env.dense[grad_name(output) + ".sum_dnorm_norm"]);
         dx_exact = false;  // built from all-reduced row sums
         // dbias is the row-order sum of dy over the rank's own features: the dense order.
         dbias_exact = !faults_.hidden_shard_local_stats;
       }
-      grads = layer_norm_hidden_sharded_backward(env.world, *sdy, sx, sw, sb, params_, stats_,
-                                                 token_axis_, faults_, hidden_saved_,
-                                                 grad_name(input), grad_name(weight),
-                                                 grad_name(bias), dense_dx);
+      grads = layer_norm_hidden_sharded_backward(
+          env.world, *sdy, sx, sw, sb, params_, stats_, token_axis_, faults_, hidden_saved_,
+          grad_name(input), grad_name(weight), grad_name(bias), dense_dx);
     }
     if (sw) {
       env.add_grad(weight, std::move(dw), std::move(grads.dweight),
                    {.op = "layer_norm_backward", .inputs = inputs});
     }
     if (has_bias) {
-      env.add_grad(bias, std::move(db), std::move(grads.dbias),
-                   {.op = "layer_norm_backward", .exact = dbias_exact,
-                    .inputs = {grad_name(output)}});
+      env.add_grad(
+          bias, std::move(db), std::move(grads.dbias),
+          {.op = "layer_norm_backward", .exact = dbias_exact, .inputs = {grad_name(output)}});
     }
     env.add_grad(input, std::move(dx), std::move(grads.dx),
                  {.op = "layer_norm_backward", .exact = dx_exact, .inputs = dx_inputs});

@@ -16,7 +16,6 @@
 
 namespace shardsim {
 
-
 template <typename T>
 struct StepEnv {
   const Scenario& scenario;

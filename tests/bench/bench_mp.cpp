@@ -114,9 +114,10 @@ int target_mp(const Options& o) {
   // kept, tensor.hpp prepare_output) allocates only per row: mean and rstd, and the row
   // statistics' temporaries. A per-element allocation would show up as >= rows * h.
   const std::int64_t allocations = count_allocations(kernel);
-  std::printf("  heap allocations in a repeated call: %lld (%.2f per row of %lld, %.4f per element)\n",
-              (long long)allocations, double(allocations) / double(rows), (long long)h,
-              double(allocations) / double(rows * h));
+  std::printf(
+      "  heap allocations in a repeated call: %lld (%.2f per row of %lld, %.4f per element)\n",
+      (long long)allocations, double(allocations) / double(rows), (long long)h,
+      double(allocations) / double(rows * h));
   if (allocations > 16 * rows) {
     std::printf("  the kernel allocates per element (more than 16 per row)\n");
     ++failures;

@@ -16,7 +16,8 @@ void layer_norm_forward(const Tensor<T>& x, const Tensor<T>* weight, const Tenso
   const AxisView view = AxisView::of(x.shape(), params.axis);
   const T count = T(view.extent);
   const T eps = T(params.eps);
-  prepare_output(y, x.shape());  // every element is written below
+  // Every element of y is written below, so its storage may be kept (tensor.hpp).
+  prepare_output(y, x.shape());
   saved.mean = Tensor<T>(x.shape().without(params.axis));  // (rows)
   saved.rstd = Tensor<T>(x.shape().without(params.axis));  // (rows)
   // The per-element loops write through *_into into values made once per call, so an Mp run
@@ -93,8 +94,8 @@ void layer_norm_backward(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T
 // ---- Building blocks for a row split over ranks ----
 
 template <typename T>
-void layer_norm_partial_sums(const Tensor<T>& x, const LayerNormParams& params,
-                             std::int64_t valid, Tensor<T>& sum, Tensor<T>& sum_sq) {
+void layer_norm_partial_sums(const Tensor<T>& x, const LayerNormParams& params, std::int64_t valid,
+                             Tensor<T>& sum, Tensor<T>& sum_sq) {
   const AxisView view = AxisView::of(x.shape(), params.axis);
   SHARDSIM_ASSERT(valid >= 0 && valid <= view.extent, "valid positions out of range");
   sum = Tensor<T>(x.shape().without(params.axis));
@@ -181,8 +182,7 @@ void layer_norm_apply(const Tensor<T>& x, const Tensor<T>* weight, const Tensor<
 template <typename T>
 void layer_norm_backward_sums(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T>* weight,
                               const LayerNormSaved<T>& stats, const LayerNormParams& params,
-                              std::int64_t valid, Tensor<T>& sum_dnorm,
-                              Tensor<T>& sum_dnorm_norm) {
+                              std::int64_t valid, Tensor<T>& sum_dnorm, Tensor<T>& sum_dnorm_norm) {
   const AxisView view = AxisView::of(x.shape(), params.axis);
   SHARDSIM_ASSERT(valid >= 0 && valid <= view.extent, "valid positions out of range");
   sum_dnorm = Tensor<T>(x.shape().without(params.axis));
@@ -239,25 +239,24 @@ void layer_norm_backward_apply(const Tensor<T>& dy, const Tensor<T>& x, const Te
 }  // namespace shardsim
 
 // Explicit instantiation list, used by layer_norm.cpp (float, double) and layer_norm_mp.cpp.
-#define SHARDSIM_INSTANTIATE_LAYER_NORM(T)                                                     \
-  template void layer_norm_forward(const Tensor<T>&, const Tensor<T>*, const Tensor<T>*,       \
-                                   const LayerNormParams&, Tensor<T>&, LayerNormSaved<T>&);    \
-  template void layer_norm_backward(const Tensor<T>&, const Tensor<T>&, const Tensor<T>*,      \
-                                    const LayerNormSaved<T>&, const LayerNormParams&,          \
-                                    Tensor<T>&, Tensor<T>*, Tensor<T>*);                       \
-  template void layer_norm_partial_sums(const Tensor<T>&, const LayerNormParams&, std::int64_t, \
-                                        Tensor<T>&, Tensor<T>&);                               \
-  template void layer_norm_partial_moments(const Tensor<T>&, const LayerNormParams&,           \
-                                           std::int64_t, Tensor<T>&, Tensor<T>&);              \
-  template void welford_merge(T&, T&, T&, const T&, const T&, const T&);                       \
-  template void layer_norm_apply(const Tensor<T>&, const Tensor<T>*, const Tensor<T>*,         \
-                                 const LayerNormSaved<T>&, const LayerNormParams&,             \
-                                 std::int64_t, Tensor<T>&);                                    \
-  template void layer_norm_backward_sums(const Tensor<T>&, const Tensor<T>&, const Tensor<T>*, \
-                                         const LayerNormSaved<T>&, const LayerNormParams&,     \
-                                         std::int64_t, Tensor<T>&, Tensor<T>&);                \
-  template void layer_norm_backward_apply(const Tensor<T>&, const Tensor<T>&, const Tensor<T>*, \
-                                          const LayerNormSaved<T>&, const Tensor<T>&,           \
-                                          const Tensor<T>&, std::int64_t,                       \
-                                          const LayerNormParams&, std::int64_t, Tensor<T>&,     \
-                                          Tensor<T>*, Tensor<T>*);
+#define SHARDSIM_INSTANTIATE_LAYER_NORM(T)                                                         \
+  template void layer_norm_forward(const Tensor<T>&, const Tensor<T>*, const Tensor<T>*,           \
+                                   const LayerNormParams&, Tensor<T>&, LayerNormSaved<T>&);        \
+  template void layer_norm_backward(const Tensor<T>&, const Tensor<T>&, const Tensor<T>*,          \
+                                    const LayerNormSaved<T>&, const LayerNormParams&, Tensor<T>&,  \
+                                    Tensor<T>*, Tensor<T>*);                                       \
+  template void layer_norm_partial_sums(const Tensor<T>&, const LayerNormParams&, std::int64_t,    \
+                                        Tensor<T>&, Tensor<T>&);                                   \
+  template void layer_norm_partial_moments(const Tensor<T>&, const LayerNormParams&, std::int64_t, \
+                                           Tensor<T>&, Tensor<T>&);                                \
+  template void welford_merge(T&, T&, T&, const T&, const T&, const T&);                           \
+  template void layer_norm_apply(const Tensor<T>&, const Tensor<T>*, const Tensor<T>*,             \
+                                 const LayerNormSaved<T>&, const LayerNormParams&, std::int64_t,   \
+                                 Tensor<T>&);                                                      \
+  template void layer_norm_backward_sums(const Tensor<T>&, const Tensor<T>&, const Tensor<T>*,     \
+                                         const LayerNormSaved<T>&, const LayerNormParams&,         \
+                                         std::int64_t, Tensor<T>&, Tensor<T>&);                    \
+  template void layer_norm_backward_apply(const Tensor<T>&, const Tensor<T>&, const Tensor<T>*,    \
+                                          const LayerNormSaved<T>&, const Tensor<T>&,              \
+                                          const Tensor<T>&, std::int64_t, const LayerNormParams&,  \
+                                          std::int64_t, Tensor<T>&, Tensor<T>*, Tensor<T>*);
