@@ -175,8 +175,9 @@ TEST_CASE("mp256 forward through MPFR in place equals the formula in Boost opera
   // that it allocates nothing per element. Each is one correctly rounded operation, so the result
   // must be bit for bit the header's formula evaluated with Boost's own operators, written out
   // here independently. A second call into the same y (storage kept, prepare_output) must give
-  // the same bits, and a y of another shape must be remade.
-  const Shape shape({{"seq", 3}, {"hidden", 7}});
+  // the same bits, and a y of another shape must be remade. 5 rows: one block of four rows
+  // reduced side by side, then a single tail row.
+  const Shape shape({{"seq", 5}, {"hidden", 7}});
   const auto x = seeded<Mp>(shape, normal(0.5, 2.0), 21);
   const auto weight = seeded<Mp>(Shape({{"hidden", 7}}), uniform(0.5, 1.5), 22);
   const auto bias = seeded<Mp>(Shape({{"hidden", 7}}), uniform(-0.25, 0.25), 23);
@@ -187,7 +188,7 @@ TEST_CASE("mp256 forward through MPFR in place equals the formula in Boost opera
   REQUIRE(y.shape() == shape);
   const Tensor<Mp> first = y;
   shardsim::layer_norm_forward(x, &weight, &bias, params, y, saved);
-  for (std::int64_t r = 0; r < 3; ++r) {
+  for (std::int64_t r = 0; r < 5; ++r) {
     Mp sum = 0;
     for (int i = 0; i < 7; ++i) sum = sum + x[r * 7 + i];
     const Mp mean = sum / Mp(7);
@@ -204,6 +205,55 @@ TEST_CASE("mp256 forward through MPFR in place equals the formula in Boost opera
       CHECK(mpfr_get_prec(y[r * 7 + i].backend().data()) ==
             static_cast<mpfr_prec_t>(shardsim::mp_significand_bits()));
     }
+  }
+}
+
+TEST_CASE("f64 forward and backward over blocks of rows equal the row-at-a-time formula, bitwise",
+          "[layer_norm]") {
+  // The kernels reduce four rows side by side (detail::for_row_blocks), each row still summed
+  // alone in ascending order, and accumulate dweight/dbias in row order. The textbook loops
+  // below, one row at a time in the header's order, must agree to the bit. hidden is the
+  // middle axis here (inner = 2), so rows are strided; 3 * 2 = 6 rows = one block + 2 tail.
+  const Shape shape({{"seq", 3}, {"hidden", 9}, {"batch", 2}});
+  const auto x = seeded<double>(shape, normal(0.5, 2.0), 41);
+  const auto dy = seeded<double>(shape, normal(0.0, 1.0), 42);
+  const auto w = seeded<double>(Shape({{"hidden", 9}}), uniform(0.5, 1.5), 43);
+  const auto b = seeded<double>(Shape({{"hidden", 9}}), uniform(-0.25, 0.25), 44);
+  LayerNormParams params;
+  Tensor<double> y, dx, dw(w.shape()), db(b.shape());
+  LayerNormSaved<double> saved;
+  shardsim::layer_norm_forward(x, &w, &b, params, y, saved);
+  shardsim::layer_norm_backward(dy, x, &w, saved, params, dx, &dw, &db);
+  std::vector<double> ref_dw(9, 0.0), ref_db(9, 0.0);
+  for (std::int64_t o = 0; o < 3; ++o) {
+    for (std::int64_t j = 0; j < 2; ++j) {
+      auto at = [&](std::int64_t i) { return (o * 9 + i) * 2 + j; };
+      double sum = 0;
+      for (int i = 0; i < 9; ++i) sum += x[at(i)];
+      const double mean = sum / 9;
+      double sum_sq = 0;
+      for (int i = 0; i < 9; ++i) sum_sq += (x[at(i)] - mean) * (x[at(i)] - mean);
+      const double rstd = 1 / std::sqrt(sum_sq / 9 + params.eps);
+      CHECK(saved.mean[o * 2 + j] == mean);
+      CHECK(saved.rstd[o * 2 + j] == rstd);
+      double ds = 0, dns = 0;
+      for (int i = 0; i < 9; ++i) {
+        CHECK(y[at(i)] == ((x[at(i)] - mean) * rstd) * w[i] + b[i]);
+        const double norm = (x[at(i)] - mean) * rstd;
+        ds += dy[at(i)] * w[i];
+        dns += (dy[at(i)] * w[i]) * norm;
+      }
+      for (int i = 0; i < 9; ++i) {
+        const double norm = (x[at(i)] - mean) * rstd;
+        ref_db[i] += dy[at(i)];
+        ref_dw[i] += dy[at(i)] * norm;
+        CHECK(dx[at(i)] == ((dy[at(i)] * w[i] - ds / 9) - norm * (dns / 9)) * rstd);
+      }
+    }
+  }
+  for (int i = 0; i < 9; ++i) {
+    CHECK(dw[i] == ref_dw[i]);
+    CHECK(db[i] == ref_db[i]);
   }
 }
 

@@ -1,12 +1,33 @@
 // Template bodies of ops/layer_norm.hpp.
 #pragma once
 
+#include <array>
 #include <cmath>
+#include <type_traits>
 
 #include "shardsim/ops/layer_norm.hpp"
 #include "shardsim/scalar.hpp"
 
 namespace shardsim {
+
+namespace detail {
+
+// Rows reduced side by side: four rows' sums advance together, each still one accumulator over
+// its own row in ascending order, so every result is bitwise what one row at a time gives; the
+// four independent chains only keep the adder busy (a single sequential sum waits on its own
+// latency). Calls f(first_row, std::integral_constant<int, N>) with N = 4, then 1 for the tail.
+inline constexpr int kLayerNormRowBlock = 4;
+
+template <typename F>
+void for_row_blocks(std::int64_t rows, F&& f) {
+  std::int64_t r = 0;
+  for (; r + kLayerNormRowBlock <= rows; r += kLayerNormRowBlock) {
+    f(r, std::integral_constant<int, kLayerNormRowBlock>{});
+  }
+  for (; r < rows; ++r) f(r, std::integral_constant<int, 1>{});
+}
+
+}  // namespace detail
 
 template <typename T>
 void layer_norm_forward(const Tensor<T>& x, const Tensor<T>* weight, const Tensor<T>* bias,
@@ -20,37 +41,46 @@ void layer_norm_forward(const Tensor<T>& x, const Tensor<T>* weight, const Tenso
   prepare_output(y, x.shape());
   saved.mean = Tensor<T>(x.shape().without(params.axis));  // (rows)
   saved.rstd = Tensor<T>(x.shape().without(params.axis));  // (rows)
-  // The per-element loops write through *_into into values made once per call, so an Mp run
-  // allocates nothing per element here (scalar.hpp); the arithmetic is the header's formula.
-  T sum = T(0);
-  T sum_sq = T(0);
-  T centered = T(0);
-  T out = T(0);
-  for (std::int64_t o = 0; o < view.outer; ++o) {
-    for (std::int64_t j = 0; j < view.inner; ++j) {
-      sum = T(0);
-      for (std::int64_t i = 0; i < view.extent; ++i) add_into(sum, sum, x[view.flat(o, i, j)]);
-      const T mean = sum / count;
-      sum_sq = T(0);
-      for (std::int64_t i = 0; i < view.extent; ++i) {
-        sub_into(centered, x[view.flat(o, i, j)], mean);
-        mul_into(centered, centered, centered);
-        add_into(sum_sq, sum_sq, centered);
+  const std::int64_t step = view.inner;                    // row r: element i at base(r) + i * step
+  detail::for_row_blocks(view.outer * view.inner, [&](std::int64_t r0, auto block) {
+    constexpr int n = decltype(block)::value;
+    // The per-element loops write through *_into into these values, made once per block, so
+    // an Mp run allocates nothing per element here (scalar.hpp), and being the block's own
+    // locals they stay in registers at f32/f64. The arithmetic is the header's formula.
+    std::array<T, n> sum, sum_sq, centered, mean, rstd;
+    T out = T(0);
+    std::int64_t base[n];
+    for (int q = 0; q < n; ++q) {
+      base[q] = view.flat((r0 + q) / view.inner, 0, (r0 + q) % view.inner);
+      sum[q] = T(0);
+      sum_sq[q] = T(0);
+    }
+    for (std::int64_t i = 0; i < view.extent; ++i) {
+      for (int q = 0; q < n; ++q) add_into(sum[q], sum[q], x[base[q] + i * step]);
+    }
+    for (int q = 0; q < n; ++q) mean[q] = sum[q] / count;
+    for (std::int64_t i = 0; i < view.extent; ++i) {
+      for (int q = 0; q < n; ++q) {
+        sub_into(centered[q], x[base[q] + i * step], mean[q]);
+        mul_into(centered[q], centered[q], centered[q]);
+        add_into(sum_sq[q], sum_sq[q], centered[q]);
       }
-      const T var = sum_sq / count;
-      const T rstd = T(1) / sqrt(var + eps);
+    }
+    for (int q = 0; q < n; ++q) {
+      const T var = sum_sq[q] / count;
+      rstd[q] = T(1) / sqrt(var + eps);
       for (std::int64_t i = 0; i < view.extent; ++i) {
-        const std::int64_t at = view.flat(o, i, j);
-        sub_into(out, x[at], mean);
-        mul_into(out, out, rstd);
+        const std::int64_t at = base[q] + i * step;
+        sub_into(out, x[at], mean[q]);
+        mul_into(out, out, rstd[q]);
         if (weight) mul_into(out, out, (*weight)[i]);
         if (bias) add_into(out, out, (*bias)[i]);
         y[at] = out;
       }
-      saved.mean[o * view.inner + j] = mean;
-      saved.rstd[o * view.inner + j] = rstd;
+      saved.mean[r0 + q] = mean[q];
+      saved.rstd[r0 + q] = rstd[q];
     }
-  }
+  });
 }
 
 template <typename T>
@@ -61,34 +91,45 @@ void layer_norm_backward(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T
   SHARDSIM_ASSERT(&dx != &x && &dx != &dy, "layer_norm_backward: dx must not be an input");
   const T count = T(view.extent);
   prepare_output(dx, x.shape());  // every element is written below
-  for (std::int64_t o = 0; o < view.outer; ++o) {
-    for (std::int64_t j = 0; j < view.inner; ++j) {
-      const T mean = saved.mean[o * view.inner + j];
-      const T rstd = saved.rstd[o * view.inner + j];
-      // Two reductions over the row: mean(dnorm) and mean(dnorm * norm).
-      T dnorm_sum = T(0);
-      T dnorm_norm_sum = T(0);
-      for (std::int64_t i = 0; i < view.extent; ++i) {
-        const std::int64_t at = view.flat(o, i, j);
-        const T norm = (x[at] - mean) * rstd;
+  const std::int64_t step = view.inner;
+  // The two row reductions run side by side over a block of rows (detail::for_row_blocks); the
+  // elementwise pass then goes row by row, so dweight and dbias accumulate in row order.
+  detail::for_row_blocks(view.outer * view.inner, [&](std::int64_t r0, auto block) {
+    constexpr int n = decltype(block)::value;
+    std::int64_t base[n];
+    T mean[n], rstd[n], dnorm_sum[n], dnorm_norm_sum[n];
+    for (int q = 0; q < n; ++q) {
+      base[q] = view.flat((r0 + q) / view.inner, 0, (r0 + q) % view.inner);
+      mean[q] = saved.mean[r0 + q];
+      rstd[q] = saved.rstd[r0 + q];
+      dnorm_sum[q] = T(0);
+      dnorm_norm_sum[q] = T(0);
+    }
+    // Two reductions over each row: sum(dnorm) and sum(dnorm * norm).
+    for (std::int64_t i = 0; i < view.extent; ++i) {
+      for (int q = 0; q < n; ++q) {
+        const std::int64_t at = base[q] + i * step;
+        const T norm = (x[at] - mean[q]) * rstd[q];
         const T dnorm = weight ? dy[at] * (*weight)[i] : dy[at];
-        dnorm_sum += dnorm;
-        dnorm_norm_sum += dnorm * norm;
+        dnorm_sum[q] += dnorm;
+        dnorm_norm_sum[q] += dnorm * norm;
       }
-      const T dnorm_mean = dnorm_sum / count;
-      const T dnorm_norm_mean = dnorm_norm_sum / count;
+    }
+    for (int q = 0; q < n; ++q) {
+      const T dnorm_mean = dnorm_sum[q] / count;
+      const T dnorm_norm_mean = dnorm_norm_sum[q] / count;
       for (std::int64_t i = 0; i < view.extent; ++i) {
-        const std::int64_t at = view.flat(o, i, j);
-        const T norm = (x[at] - mean) * rstd;
+        const std::int64_t at = base[q] + i * step;
+        const T norm = (x[at] - mean[q]) * rstd[q];
         const T dnorm = weight ? dy[at] * (*weight)[i] : dy[at];
         if (dbias) (*dbias)[i] += dy[at];
         if (dweight) (*dweight)[i] += dy[at] * norm;
         // term 1: dnorm; term 2: - mean(dnorm) (through the mean);
         // term 3: - norm * mean(dnorm * norm) (through the variance).
-        dx[at] = ((dnorm - dnorm_mean) - norm * dnorm_norm_mean) * rstd;
+        dx[at] = ((dnorm - dnorm_mean) - norm * dnorm_norm_mean) * rstd[q];
       }
     }
-  }
+  });
 }
 
 // ---- Building blocks for a row split over ranks ----
