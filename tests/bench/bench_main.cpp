@@ -1,4 +1,5 @@
-// shardsim_bench: the benchmark harness of issue 8. Not part of ctest except `--smoke`.
+// shardsim_bench: the benchmark harness of issue 8. Not part of ctest; `--smoke` runs tiny
+// sizes, correctness checks only.
 // Usage: shardsim_bench [--quick] [--smoke] [--torch SCRIPT] [--shardsim BIN] [--scratch DIR]
 //                       [--only N]...
 #include <fcntl.h>

@@ -111,15 +111,18 @@ int target_mp(const Options& o) {
     ++failures;
   }
   // No allocation per element: a repeated call (y already has x's shape, so its elements are
-  // kept, tensor.hpp prepare_output) allocates only per row: mean and rstd, and the row
-  // statistics' temporaries. A per-element allocation would show up as >= rows * h.
+  // kept, tensor.hpp prepare_output) allocates only per row and per block of rows: mean and
+  // rstd, the row statistics' temporaries and the block's scratch values, a count that does not
+  // grow with the row length (about 14 per row in blocks of four, up to 17 for a lone tail
+  // row). One allocation per element would add h (1024 here) per row; more than 32 per row
+  // fails.
   const std::int64_t allocations = count_allocations(kernel);
   std::printf(
       "  heap allocations in a repeated call: %lld (%.2f per row of %lld, %.4f per element)\n",
       (long long)allocations, double(allocations) / double(rows), (long long)h,
       double(allocations) / double(rows * h));
-  if (allocations > 16 * rows) {
-    std::printf("  the kernel allocates per element (more than 16 per row)\n");
+  if (allocations > 32 * rows) {
+    std::printf("  the kernel allocates per element (more than 32 per row)\n");
     ++failures;
   }
   if (!o.smoke) {
