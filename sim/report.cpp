@@ -181,7 +181,6 @@ std::string format_resources(const RunReport& r) {
                 static_cast<long long>(r.resources->peak_rss_bytes), r.resources->wall_seconds);
   out << line << "; activation bytes per rank:";
   for (std::int64_t bytes : r.activation.per_rank) out << " " << bytes;
-  if (r.activation.per_rank.empty()) out << " none (no backward)";
   out << "\n";
   return out.str();
 }
