@@ -12,72 +12,18 @@
 #include <string>
 #include <vector>
 
+#include "robustness_support.hpp"
+
+// The child-process runner, scratch directories and slurp are the robustness tests' helpers.
+using robustness::CliResult;
+using robustness::run_cli;
+using robustness::slurp;
+using robustness::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct CliResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// A scratch directory, unique per process (ctest runs each test case in its own process) and
-// per instance, removed on destruction.
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() /
-            ("shardsim_cli_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const fs::path& path() const { return path_; }
-  fs::path write(const std::string& name, const std::string& text) const {
-    std::ofstream(path_ / name, std::ios::binary) << text;
-    return path_ / name;
-  }
-  std::vector<std::string> entries() const {
-    std::vector<std::string> names;
-    for (const auto& entry : fs::directory_iterator(path_)) {
-      names.push_back(entry.path().filename().string());
-    }
-    return names;
-  }
-
- private:
-  fs::path path_;
-};
-
-// Runs `shardsim ARGS` (ARGS already shell-quoted), capturing stdout, stderr and the exit code.
-CliResult run_cli(const std::string& args) {
-  TempDir capture;
-  const fs::path out = capture.path() / "stdout";
-  const fs::path err = capture.path() / "stderr";
-  const std::string command = std::string("'") + SHARDSIM_BINARY + "' " + args + " > '" +
-                              out.string() + "' 2> '" + err.string() + "'";
-  const int status = std::system(command.c_str());
-  CliResult result;
-  REQUIRE(WIFEXITED(status));  // a crash (abort, segfault) is never an acceptable answer
-  result.exit_code = WEXITSTATUS(status);
-  result.out = slurp(out);
-  result.err = slurp(err);
-  return result;
-}
-
-std::string shell_quoted(const fs::path& path) { return "'" + path.string() + "'"; }
+std::string shell_quoted(const fs::path& path) { return robustness::q(path); }
 
 std::string source_scenario(const std::string& name) {
   return std::string(SHARDSIM_SOURCE_DIR) + "/scenarios/" + name;
@@ -125,7 +71,7 @@ void expect_located_error(const std::string& text, const std::string& location,
   CHECK(r.err.find("shardsim: error: " + scenario.string() + ":" + location + ": ") == 0);
   CHECK(r.err.find(what) != std::string::npos);
   CHECK(r.out.empty());
-  CHECK(dir.entries() == std::vector<std::string>{"scenario.toml"});
+  CHECK(robustness::entries(dir.path()) == std::vector<std::string>{"scenario.toml"});
 }
 
 }  // namespace
@@ -212,7 +158,7 @@ TEST_CASE("cli: bad command-line usage exits 2 and writes nothing", "[cli]") {
     CHECK(r.err.find("unknown command 'frobnicate'") != std::string::npos);
   }
   // One message, on stderr only, and never a partial report.
-  CHECK(dir.entries() == std::vector<std::string>{"scenario.toml"});
+  CHECK(robustness::entries(dir.path()) == std::vector<std::string>{"scenario.toml"});
 }
 
 TEST_CASE("cli: an unmet expectation exits 1 and still writes the report", "[cli]") {
