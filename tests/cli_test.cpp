@@ -29,32 +29,12 @@ std::string source_scenario(const std::string& name) {
   return std::string(SHARDSIM_SOURCE_DIR) + "/scenarios/" + name;
 }
 
-// A tiny valid scenario. Line numbers matter to the tests below:
-//   2 precisions, 5 ranks, 8 tensor name, 10 shape, 11 placement, 14 op, 15 input.
-const std::string kValid = R"toml(name = "tiny"
-precisions = ["f64"]
-
-[mesh]
-ranks = 2
-
-[[tensors]]
-name = "x"
-axes = ["batch", "seq", "hidden"]
-shape = [2, 5, 4]
-placement = "Shard(seq)"
-
-[[steps]]
-op = "layer_norm"
-input = "x"
-output = "y"
-)toml";
+// The tiny valid scenario of robustness_support.hpp (its line numbers are in the messages).
+const std::string& kValid = robustness::kTiny;
 
 // kValid with the first occurrence of `from` replaced by `to`.
 std::string edited(const std::string& from, const std::string& to) {
-  std::string text = kValid;
-  const std::size_t at = text.find(from);
-  REQUIRE(at != std::string::npos);
-  return text.replace(at, from.size(), to);
+  return robustness::replaced(kValid, from, to);
 }
 
 // Runs `shardsim run` on `text` with --report, and checks the bad-input contract: exit code 2,

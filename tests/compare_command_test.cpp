@@ -12,73 +12,27 @@
 #include <sstream>
 #include <string>
 
+#include "robustness_support.hpp"
 #include "shardsim/golden.hpp"
 
 namespace fs = std::filesystem;
 using namespace shardsim;
+// The CLI runner, scratch directories and file helpers are the robustness tests'.
+using robustness::CliResult;
+using robustness::entries;
+using robustness::q;
+using robustness::run_cli;
+using robustness::slurp;
+using robustness::TempDir;
 
 namespace {
-
-struct CliResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 void spit(const fs::path& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
 }
 
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() / ("shardsim_compare_test_" + std::to_string(::getpid()) +
-                                         "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-std::string q(const fs::path& path) { return "'" + path.string() + "'"; }
-
-CliResult run_cli(const std::string& args) {
-  TempDir capture;
-  const std::string command = std::string("'") + SHARDSIM_BINARY + "' " + args + " > " +
-                              q(capture.path() / "out") + " 2> " + q(capture.path() / "err");
-  const int status = std::system(command.c_str());
-  CliResult result;
-  REQUIRE(WIFEXITED(status));  // never a crash
-  result.exit_code = WEXITSTATUS(status);
-  result.out = slurp(capture.path() / "out");
-  result.err = slurp(capture.path() / "err");
-  return result;
-}
-
 std::string scenario(const std::string& name) {
   return q(fs::path(SHARDSIM_SOURCE_DIR) / "scenarios" / name);
-}
-
-std::vector<std::string> entries(const fs::path& dir) {
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
 }
 
 // Writes goldens of the sequence-sharded LayerNorm (f32 only, to keep the files small).
@@ -100,9 +54,9 @@ TEST_CASE("run --golden: replays give byte-identical goldens, written atomically
     const fs::path a = dir.path() / (std::string(format) + "_a");
     const fs::path b = dir.path() / (std::string(format) + "_b");
     for (const fs::path& target : {a, b}) {
-      const CliResult r = run_cli("run --quiet " + scenario("layernorm_train_sequence_sharded.toml") +
-                                  " --golden " + q(target) + " --format " + format +
-                                  " --reference mp128");
+      const CliResult r =
+          run_cli("run --quiet " + scenario("layernorm_train_sequence_sharded.toml") +
+                  " --golden " + q(target) + " --format " + format + " --reference mp128");
       INFO(r.err);
       REQUIRE(r.exit_code == 0);
       CHECK(r.out.find("goldens: ") != std::string::npos);
@@ -208,7 +162,8 @@ TEST_CASE("compare: bad input exits 2 with a clear message", "[compare]") {
   const fs::path golden = write_goldens(dir);
   const std::string good = slurp(golden / "goldens.safetensors");
   const fs::path candidate = dir.path() / "c.safetensors";
-  auto expect_2 = [&](const std::string& bytes, const std::string& what, const std::string& extra = "") {
+  auto expect_2 = [&](const std::string& bytes, const std::string& what,
+                      const std::string& extra = "") {
     spit(candidate, bytes);
     const CliResult r = run_cli("compare " + q(golden) + " " + q(candidate) + extra);
     INFO("stderr: " << r.err);

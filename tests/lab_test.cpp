@@ -1,5 +1,7 @@
 // The function lab: the seed's walk-through through the CLI with piped stdin, the banner, the
 // precision, and bad commands (a script stops with exit 2).
+#include "shardsim/lab.hpp"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,47 +12,24 @@
 #include <sstream>
 #include <string>
 
+#include "robustness_support.hpp"
 #include "shardsim/error.hpp"
-#include "shardsim/lab.hpp"
 
 namespace fs = std::filesystem;
+using robustness::CliResult;
+using robustness::q;
+using robustness::run_cli;
+using robustness::TempDir;
 using shardsim::InputError;
 using shardsim::Lab;
 using shardsim::parse_precision;
 
 namespace {
 
-struct CliResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // Runs `shardsim lab ARGS` with `script` on stdin (a file, so stdin is not a terminal).
 CliResult run_lab(const std::string& script, const std::string& args = "") {
-  static int counter = 0;
-  const fs::path dir = fs::temp_directory_path() /
-                       ("shardsim_lab_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-  fs::create_directories(dir);
-  std::ofstream(dir / "in") << script;
-  const std::string command = std::string("'") + SHARDSIM_BINARY + "' lab " + args + " < '" +
-                              (dir / "in").string() + "' > '" + (dir / "out").string() + "' 2> '" +
-                              (dir / "err").string() + "'";
-  const int status = std::system(command.c_str());
-  CliResult r;
-  REQUIRE(WIFEXITED(status));
-  r.exit_code = WEXITSTATUS(status);
-  r.out = slurp(dir / "out");
-  r.err = slurp(dir / "err");
-  fs::remove_all(dir);
-  return r;
+  const TempDir dir;
+  return run_cli("lab " + args + " < " + q(dir.write("in", script)));
 }
 
 std::size_t count(const std::string& text, const std::string& word) {
@@ -142,7 +121,8 @@ TEST_CASE("lab: a rejected command leaves the state unchanged", "[lab]") {
   lab.execute("predict y 4");
   CHECK_THROWS_AS(lab.execute("predict y 5 slope x"), InputError);  // validated before applying
   CHECK_THROWS_AS(lab.execute("set x 1e"), InputError);
-  CHECK(lab.execute("show") == "a = 1, x = 2; predicted y 4, slope -; 0 step(s), 0 of 0 prediction(s) right\n");
+  CHECK(lab.execute("show") ==
+        "a = 1, x = 2; predicted y 4, slope -; 0 step(s), 0 of 0 prediction(s) right\n");
   const std::string step = lab.execute("step");
   CHECK(step.find("y     = a*x^2 = 4 ") != std::string::npos);
   CHECK(step.find("right") != std::string::npos);

@@ -11,31 +11,6 @@ using namespace robustness;
 
 namespace {
 
-// Line numbers matter: 2 precisions, 5 ranks, 10 shape, 15 input, 16 output.
-const std::string kTiny = R"toml(name = "tiny"
-precisions = ["f64"]
-
-[mesh]
-ranks = 2
-
-[[tensors]]
-name = "x"
-axes = ["batch", "seq", "hidden"]
-shape = [2, 5, 4]
-placement = "Shard(seq)"
-
-[[steps]]
-op = "layer_norm"
-input = "x"
-output = "y"
-)toml";
-
-std::string replaced(std::string text, const std::string& from, const std::string& to) {
-  const std::size_t at = text.find(from);
-  REQUIRE(at != std::string::npos);
-  return text.replace(at, from.size(), to);
-}
-
 // Runs the scenario with both --report and --golden pointing into a fresh directory and checks
 // the bad-input contract.
 void expect_bad(const std::string& text, const std::string& location, const std::string& what) {
@@ -70,35 +45,38 @@ TEST_CASE("robustness: bad scenario values exit 2 with a located message", "[rob
                "ranks must be in [1, 4096], got -3");
   }
   SECTION("eps < 0") {
-    expect_bad(replaced(kTiny, "output = \"y\"", "output = \"y\"\neps = -1e-5"), "17:7: steps[0].eps",
-               "eps must be >= 0");
+    expect_bad(replaced(kTiny, "output = \"y\"", "output = \"y\"\neps = -1e-5"),
+               "17:7: steps[0].eps", "eps must be >= 0");
   }
   SECTION("an unknown op key, with a suggestion (a transposition is one edit)") {
-    expect_bad(replaced(kTiny, "output = \"y\"", "output = \"y\"\nesp = 1e-5"), "17:1: steps[0].esp",
-               "unknown key 'esp' (did you mean 'eps'?)");
+    expect_bad(replaced(kTiny, "output = \"y\"", "output = \"y\"\nesp = 1e-5"),
+               "17:1: steps[0].esp", "unknown key 'esp' (did you mean 'eps'?)");
   }
   SECTION("dropout p = 1 and p < 0") {
     expect_bad(kTiny + kDropoutTail + "1.0\n", "22:5: steps[1].p", "p must be in [0, 1), got 1");
-    expect_bad(kTiny + kDropoutTail + "-0.1\n", "22:5: steps[1].p", "p must be in [0, 1), got -0.1");
+    expect_bad(kTiny + kDropoutTail + "-0.1\n", "22:5: steps[1].p",
+               "p must be in [0, 1), got -0.1");
   }
   SECTION("a shape mismatch between steps names both shapes") {
-    expect_bad(kTiny + "\n[[tensors]]\nname = \"w\"\nrole = \"parameter\"\naxes = [\"ffn\", \"hidden\"]\n"
-                       "shape = [8, 5]\n\n[[steps]]\nop = \"linear\"\ninput = \"y\"\nweight = \"w\"\n"
-                       "output = \"z\"\n",
-               "27:10: steps[1].weight",
-               "'w' [ffn=8, hidden=5] contracts hidden=5 but 'y' is [batch=2, seq=5, hidden=4]");
+    expect_bad(
+        kTiny +
+            "\n[[tensors]]\nname = \"w\"\nrole = \"parameter\"\naxes = [\"ffn\", \"hidden\"]\n"
+            "shape = [8, 5]\n\n[[steps]]\nop = \"linear\"\ninput = \"y\"\nweight = \"w\"\n"
+            "output = \"z\"\n",
+        "27:10: steps[1].weight",
+        "'w' [ffn=8, hidden=5] contracts hidden=5 but 'y' is [batch=2, seq=5, hidden=4]");
   }
   SECTION("a fault name that does not exist") {
-    expect_bad(replaced(kTiny, "[\"f64\"]", "[\"f64\"]\nfaults = [\"no_such_fault\"]"), "3:11: faults[0]",
-               "unknown fault 'no_such_fault'");
+    expect_bad(replaced(kTiny, "[\"f64\"]", "[\"f64\"]\nfaults = [\"no_such_fault\"]"),
+               "3:11: faults[0]", "unknown fault 'no_such_fault'");
   }
   SECTION("precision f16x") {
     expect_bad(replaced(kTiny, "[\"f64\"]", "[\"f16x\"]"), "2:15: precisions[0]",
                "invalid precision 'f16x'");
   }
   SECTION("an element count that overflows 64 bits") {
-    expect_bad(replaced(kTiny, "[2, 5, 4]", "[4294967296, 4294967296, 4]"), "10:9: tensors[0].shape",
-               "overflows a 64-bit integer");
+    expect_bad(replaced(kTiny, "[2, 5, 4]", "[4294967296, 4294967296, 4]"),
+               "10:9: tensors[0].shape", "overflows a 64-bit integer");
   }
 }
 
@@ -122,9 +100,11 @@ TEST_CASE("robustness: NaN and Inf inits run, fail, and the report names the pos
     INFO("value = " << value);
     TempDir dir;
     const fs::path scenario = dir.write(
-        "s.toml", replaced(kTiny, "placement", std::string("init = { dist = \"constant\", value = ") +
-                                                   value + " }\nplacement"));
-    const CliResult r = run_cli("run --quiet " + q(scenario) + " --report " + q(dir.path() / "r.json"));
+        "s.toml",
+        replaced(kTiny, "placement",
+                 std::string("init = { dist = \"constant\", value = ") + value + " }\nplacement"));
+    const CliResult r =
+        run_cli("run --quiet " + q(scenario) + " --report " + q(dir.path() / "r.json"));
     INFO("stderr: " << r.err);
     CHECK(r.exit_code == 1);
     const auto report = nlohmann::json::parse(slurp(dir.path() / "r.json"));

@@ -41,8 +41,8 @@ class TempDir {
  public:
   TempDir() {
     static int counter = 0;
-    path_ = fs::temp_directory_path() / ("shardsim_robust_" + std::to_string(::getpid()) + "_" +
-                                         std::to_string(counter++));
+    path_ = fs::temp_directory_path() /
+            ("shardsim_robust_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
     fs::remove_all(path_);
     fs::create_directories(path_);
     fs::permissions(path_, fs::perms::all);
@@ -64,11 +64,39 @@ class TempDir {
   fs::path path_;
 };
 
+// A tiny valid scenario for the bad-input tests. Line numbers matter to them:
+//   2 precisions, 5 ranks, 8 tensor name, 10 shape, 11 placement, 14 op, 15 input, 16 output.
+inline const std::string kTiny = R"toml(name = "tiny"
+precisions = ["f64"]
+
+[mesh]
+ranks = 2
+
+[[tensors]]
+name = "x"
+axes = ["batch", "seq", "hidden"]
+shape = [2, 5, 4]
+placement = "Shard(seq)"
+
+[[steps]]
+op = "layer_norm"
+input = "x"
+output = "y"
+)toml";
+
+// `text` with the first occurrence of `from` replaced by `to` (which must occur).
+inline std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  const std::size_t at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  return text.replace(at, from.size(), to);
+}
+
 // Names in `dir`, sorted (empty when `dir` does not exist).
 inline std::vector<std::string> entries(const fs::path& dir) {
   std::vector<std::string> names;
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) names.push_back(e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   return names;
 }
@@ -94,8 +122,9 @@ inline CliResult run_cli(const std::string& args, const std::string& prefix = ""
 inline std::string as_nobody() {
   static const std::string prefix = [] {
     if (::geteuid() != 0) return std::string(" ");  // already unprivileged: bits apply
-    const int status = std::system("setpriv --reuid=65534 --regid=65534 --clear-groups true "
-                                   ">/dev/null 2>&1");
+    const int status = std::system(
+        "setpriv --reuid=65534 --regid=65534 --clear-groups true "
+        ">/dev/null 2>&1");
     return WIFEXITED(status) && WEXITSTATUS(status) == 0
                ? std::string("setpriv --reuid=65534 --regid=65534 --clear-groups")
                : std::string();
@@ -110,8 +139,8 @@ inline std::string source_scenario(const std::string& name) {
 // True when no name in `dir` (recursively) contains ".tmp.".
 inline bool no_temp_files(const fs::path& dir) {
   std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(dir, ec); it != fs::recursive_directory_iterator();
-       it.increment(ec)) {
+  for (auto it = fs::recursive_directory_iterator(dir, ec);
+       it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (it->path().filename().string().find(".tmp.") != std::string::npos) return false;
   }
   return true;
