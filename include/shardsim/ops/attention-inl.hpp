@@ -84,6 +84,34 @@ void row_scores(const Tensor<T>& q, const HeadStrides& qv, const Tensor<T>& k,
   }
 }
 
+// The gradients of one query row (b, h, i) given p_n and ds_n over its allowed keys:
+//   dq_i = (sum_n ds_n k_n) * scale     (n ascending; written, or added when accumulate_dq)
+//   dk_n += (ds_n q_i) * scale,  dv_n += p_n dout_i
+// Writing dq (not adding it to a zero) keeps the sign of a zero result.
+template <typename T>
+void row_gradients(const Tensor<T>& dout, const Tensor<T>& q, const HeadStrides& qv,
+                   const Tensor<T>& k, const HeadStrides& kv, std::int64_t b, std::int64_t h,
+                   std::int64_t i, const std::vector<std::int64_t>& keys, const std::vector<T>& p,
+                   const std::vector<T>& ds, const T& scale, bool accumulate_dq, Tensor<T>& dq,
+                   Tensor<T>& dk, Tensor<T>& dv) {
+  for (std::int64_t d = 0; d < qv.dim; ++d) {
+    T acc = T(0);
+    for (std::size_t n = 0; n < keys.size(); ++n) acc += ds[n] * k[kv.at(b, keys[n], h, d)];
+    if (accumulate_dq) {
+      dq[qv.at(b, i, h, d)] += acc * scale;
+    } else {
+      dq[qv.at(b, i, h, d)] = acc * scale;
+    }
+  }
+  for (std::size_t n = 0; n < keys.size(); ++n) {
+    for (std::int64_t d = 0; d < qv.dim; ++d) {
+      const std::int64_t at = kv.at(b, keys[n], h, d);
+      dk[at] += (ds[n] * q[qv.at(b, i, h, d)]) * scale;
+      dv[at] += p[n] * dout[qv.at(b, i, h, d)];
+    }
+  }
+}
+
 template <typename T>
 void check_attention_shapes(const Tensor<T>& q, const std::vector<std::int64_t>& q_pos,
                             const Tensor<T>& k, const Tensor<T>& v,
@@ -201,18 +229,7 @@ void attention_backward(const Tensor<T>& dout, const Tensor<T>& q,
           total += p[n] * dp;
         }
         for (std::size_t n = 0; n < keys.size(); ++n) ds[n] = p[n] * (ds[n] - total);
-        for (std::int64_t d = 0; d < qv.dim; ++d) {
-          T acc = T(0);
-          for (std::size_t n = 0; n < keys.size(); ++n) acc += ds[n] * k[kv.at(b, keys[n], h, d)];
-          dq[qv.at(b, i, h, d)] = acc * scale;
-        }
-        for (std::size_t n = 0; n < keys.size(); ++n) {
-          for (std::int64_t d = 0; d < qv.dim; ++d) {
-            const std::int64_t at = kv.at(b, keys[n], h, d);
-            dk[at] += (ds[n] * q[qv.at(b, i, h, d)]) * scale;
-            dv[at] += p[n] * dout[qv.at(b, i, h, d)];
-          }
-        }
+        detail::row_gradients(dout, q, qv, k, kv, b, h, i, keys, p, ds, scale, false, dq, dk, dv);
       }
     }
   }
@@ -259,18 +276,7 @@ void attention_block_backward(const Tensor<T>& dout, const Tensor<T>& q,
           }
           ds[n] = p[n] * (dp - total);
         }
-        for (std::int64_t d = 0; d < qv.dim; ++d) {
-          T acc = T(0);
-          for (std::size_t n = 0; n < keys.size(); ++n) acc += ds[n] * k[kv.at(b, keys[n], h, d)];
-          dq[qv.at(b, i, h, d)] += acc * scale;
-        }
-        for (std::size_t n = 0; n < keys.size(); ++n) {
-          for (std::int64_t d = 0; d < qv.dim; ++d) {
-            const std::int64_t at = kv.at(b, keys[n], h, d);
-            dk[at] += (ds[n] * q[qv.at(b, i, h, d)]) * scale;
-            dv[at] += p[n] * dout[qv.at(b, i, h, d)];
-          }
-        }
+        detail::row_gradients(dout, q, qv, k, kv, b, h, i, keys, p, ds, scale, true, dq, dk, dv);
       }
     }
   }
