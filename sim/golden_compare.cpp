@@ -28,9 +28,12 @@ Tolerance tolerance_for(format::Dtype dtype, const CompareOptions& options) {
     return {options.rtol.value_or(0), options.atol.value_or(0), options.max_ulp};
   }
   switch (dtype) {
-    case format::Dtype::f32: return {1.3e-6, 1e-5, std::nullopt};
-    case format::Dtype::f64: return {1e-7, 1e-7, std::nullopt};
-    default: return {0, 0, std::nullopt};  // masks and integers: exact
+    case format::Dtype::f32:
+      return {1.3e-6, 1e-5, std::nullopt};
+    case format::Dtype::f64:
+      return {1e-7, 1e-7, std::nullopt};
+    default:
+      return {0, 0, std::nullopt};  // masks and integers: exact
   }
 }
 
@@ -76,7 +79,8 @@ ElementReport locate(const GoldenInfo& info, std::int64_t flat) {
         if (name != placement.axis || !axis) continue;
         const std::int64_t extent = info.global_shape[*axis].extent;
         if (i >= 0 && i < extent) {
-          out.owner = "rank " + std::to_string(owner_of(shard_slices(extent, info.ranks, placement.split), i));
+          out.owner = "rank " + std::to_string(
+                                    owner_of(shard_slices(extent, info.ranks, placement.split), i));
         }
       }
     }
@@ -131,6 +135,15 @@ TensorComparison compare_tensor(const GoldenInfo& info, const RawTensor& golden,
     if (!within && tol.max_ulp && std::isfinite(gv) && std::isfinite(cv) && ulp <= *tol.max_ulp) {
       within = true;
     }
+    auto element = [&] {  // this element, located, with its values and errors
+      ElementReport r = locate(info, static_cast<std::int64_t>(e));
+      r.golden = gv;
+      r.candidate = cv;
+      r.abs = abs_err;
+      r.rel = rel_err;
+      r.ulp = ulp;
+      return r;
+    };
     out.max_abs = std::max(out.max_abs, abs_err);
     out.max_rel = std::max(out.max_rel, rel_err);
     out.max_ulp = std::max(out.max_ulp, ulp);
@@ -139,24 +152,12 @@ TensorComparison compare_tensor(const GoldenInfo& info, const RawTensor& golden,
     if (nonfinite) {
       ++out.nonfinite;
       if (out.nonfinite_examples.size() < kNonfiniteExamples) {
-        ElementReport r = locate(info, static_cast<std::int64_t>(e));
-        r.golden = gv;
-        r.candidate = cv;
-        r.abs = abs_err;
-        r.rel = rel_err;
-        r.ulp = ulp;
-        out.nonfinite_examples.push_back(std::move(r));
+        out.nonfinite_examples.push_back(element());
       }
     }
     if (ulp > worst_ulp) {
       worst_ulp = ulp;
-      ElementReport r = locate(info, static_cast<std::int64_t>(e));
-      r.golden = gv;
-      r.candidate = cv;
-      r.abs = abs_err;
-      r.rel = rel_err;
-      r.ulp = ulp;
-      out.worst = std::move(r);
+      out.worst = element();
     }
   }
   out.pass = out.outside == 0;
@@ -201,7 +202,8 @@ ComparisonReport compare_candidate(const GoldenDir& golden, const Candidate& can
       throw InputError("--map " + from + "=" + to + ": no golden tensor named '" + from + "'");
     }
     if (!by_name.count(to)) {
-      throw InputError("--map " + from + "=" + to + ": the candidate has no tensor named '" + to + "'");
+      throw InputError("--map " + from + "=" + to + ": the candidate has no tensor named '" + to +
+                       "'");
     }
     mapped[from] = to;
   }
@@ -220,16 +222,18 @@ ComparisonReport compare_candidate(const GoldenDir& golden, const Candidate& can
       continue;
     }
     used[key] = true;
-    report.tensors.push_back(compare_tensor(info, golden.tensors.at(info.name), *found->second, options));
+    report.tensors.push_back(
+        compare_tensor(info, golden.tensors.at(info.name), *found->second, options));
     if (!report.tensors.back().pass) report.pass = false;
   }
   for (const RawTensor& t : candidate.tensors) {
     if (!used.count(t.name)) report.candidate_only.push_back(t.name);
   }
   if (report.tensors.empty()) {
-    throw InputError("no candidate tensor matches a golden name (goldens are named like '" +
-                     (golden.infos.empty() ? std::string("f32/s1/c1/y") : golden.infos.front().name) +
-                     "'); use --map GOLDEN=CANDIDATE");
+    throw InputError(
+        "no candidate tensor matches a golden name (goldens are named like '" +
+        (golden.infos.empty() ? std::string("f32/s1/c1/y") : golden.infos.front().name) +
+        "'); use --map GOLDEN=CANDIDATE");
   }
   return report;
 }
@@ -240,7 +244,8 @@ std::string format_comparison(const ComparisonReport& report) {
   for (const TensorComparison& t : report.tensors) {
     if (!t.pass) ++failed;
     std::string shape = "[";
-    for (std::size_t i = 0; i < t.shape.size(); ++i) shape += (i ? ", " : "") + std::to_string(t.shape[i]);
+    for (std::size_t i = 0; i < t.shape.size(); ++i)
+      shape += (i ? ", " : "") + std::to_string(t.shape[i]);
     shape += "]";
     out << (t.pass ? "ok    " : "FAIL  ") << t.golden;
     if (t.candidate != t.golden) out << "  (candidate '" << t.candidate << "')";
@@ -251,8 +256,8 @@ std::string format_comparison(const ComparisonReport& report) {
     }
     std::int64_t numel = 1;
     for (std::int64_t d : t.shape) numel *= d;
-    out << "      max_abs " << metric(t.max_abs) << "  max_rel " << metric(t.max_rel) << "  max_ulp "
-        << metric(t.max_ulp) << "  (" << t.outside << " of " << numel
+    out << "      max_abs " << metric(t.max_abs) << "  max_rel " << metric(t.max_rel)
+        << "  max_ulp " << metric(t.max_ulp) << "  (" << t.outside << " of " << numel
         << " outside rtol " << metric(t.rtol) << ", atol " << metric(t.atol);
     if (t.max_ulp_allowed) out << ", max_ulp " << metric(*t.max_ulp_allowed);
     out << ")\n";
@@ -263,16 +268,19 @@ std::string format_comparison(const ComparisonReport& report) {
     if (t.nonfinite > 0) {
       out << "      " << t.nonfinite << " non-finite candidate value(s):";
       for (const ElementReport& r : t.nonfinite_examples) {
-        out << "\n        " << element_str(r) << ": " << num(r.candidate) << " (golden " << num(r.golden) << ")";
+        out << "\n        " << element_str(r) << ": " << num(r.candidate) << " (golden "
+            << num(r.golden) << ")";
       }
-      if (t.nonfinite > static_cast<std::int64_t>(t.nonfinite_examples.size())) out << "\n        ...";
+      if (t.nonfinite > static_cast<std::int64_t>(t.nonfinite_examples.size()))
+        out << "\n        ...";
       out << "\n";
     }
   }
   out << "compared " << report.tensors.size() << " tensor(s) against " << report.golden_precision
       << " goldens: " << (report.tensors.size() - static_cast<std::size_t>(failed))
       << " within tolerance, " << failed << " outside";
-  if (!report.golden_only.empty()) out << "; " << report.golden_only.size() << " golden tensor(s) not in the candidate";
+  if (!report.golden_only.empty())
+    out << "; " << report.golden_only.size() << " golden tensor(s) not in the candidate";
   out << "\n";
   if (!report.candidate_only.empty()) {
     out << "candidate tensors with no golden counterpart (ignored; see --map):";
