@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dist_test_support.hpp"
+#include "norm_test_support.hpp"
 #include "shardsim/mp.hpp"
 #include "shardsim/ops/layer_norm_plan.hpp"
 #include "shardsim/rng.hpp"
@@ -25,55 +26,19 @@ using shardsim::Shape;
 using shardsim::SplitPolicy;
 using shardsim::Tensor;
 
-namespace {
+// make, seeded, normal, uniform and unit_roundoff are the normalization tests' shared helpers.
+using norm_test::make;
+using norm_test::normal;
+using norm_test::seeded;
+using norm_test::uniform;
+using norm_test::unit_roundoff;
 
-template <typename T>
-Tensor<T> make(Shape shape, const std::vector<double>& values) {
-  std::vector<T> data;
-  for (double v : values) data.push_back(T(v));
-  return Tensor<T>(std::move(shape), std::move(data));
-}
+namespace {
 
 // A null gradient buffer (the kernels' "not wanted"), typed so the template argument deduces.
 template <typename T>
 Tensor<T>* nullptr_grad() {
   return nullptr;
-}
-
-// Unit roundoff u = 2^-p of the type's p-bit significand (round to nearest).
-template <typename T>
-double unit_roundoff() {
-  if constexpr (std::is_same_v<T, Mp>) {
-    return std::ldexp(1.0, -static_cast<int>(shardsim::mp_significand_bits()));
-  } else {
-    return std::ldexp(1.0, -std::numeric_limits<T>::digits);
-  }
-}
-
-// f32-representable pseudo-random values (the runner's initialization), so every precision sees
-// the same inputs.
-template <typename T>
-Tensor<T> seeded(Shape shape, shardsim::InitSpec spec, std::uint64_t seed) {
-  Tensor<T> t(std::move(shape));
-  for (std::int64_t i = 0; i < t.numel(); ++i) {
-    t[i] = T(shardsim::init_value(spec, seed, static_cast<std::uint64_t>(i)));
-  }
-  return t;
-}
-
-shardsim::InitSpec normal(double mean, double stddev) {
-  shardsim::InitSpec s;
-  s.dist = shardsim::InitDist::normal;
-  s.mean = mean;
-  s.stddev = stddev;
-  return s;
-}
-
-shardsim::InitSpec uniform(double low, double high) {
-  shardsim::InitSpec s;
-  s.low = low;
-  s.high = high;
-  return s;
 }
 
 }  // namespace
