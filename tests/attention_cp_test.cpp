@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "norm_test_support.hpp"
 #include "shardsim/mp.hpp"
 #include "shardsim/ops/attention_plan.hpp"
 #include "shardsim/ops/attention_stream.hpp"
@@ -25,19 +26,9 @@ using shardsim::RopeConvention;
 using shardsim::Shape;
 using shardsim::Tensor;
 
-namespace {
+using norm_test::seeded_normal;
 
-template <typename T>
-Tensor<T> seeded(Shape shape, std::uint64_t seed, double stddev) {
-  shardsim::InitSpec spec;
-  spec.dist = shardsim::InitDist::normal;
-  spec.stddev = stddev;
-  Tensor<T> t(std::move(shape));
-  for (std::int64_t i = 0; i < t.numel(); ++i) {
-    t[i] = T(shardsim::init_value(spec, seed, static_cast<std::uint64_t>(i)));
-  }
-  return t;
-}
+namespace {
 
 template <typename T>
 double to_double(const T& v) {
@@ -105,11 +96,11 @@ void stream(const Case& c, Visit visit) {
   std::int64_t total = 0;
   for (std::int64_t n : c.chunks) total += n;
   const Tensor<T> x =
-      seeded<T>(Shape({{"batch", batch}, {"seq", total}, {"hidden", hidden}}), 1, 1);
+      seeded_normal<T>(Shape({{"batch", batch}, {"seq", total}, {"hidden", hidden}}), 1, 1);
   const Shape in_shape({{"hidden", hidden}, {"head", c.heads}, {"head_dim", head_dim}});
   const Shape out_shape({{"head", c.heads}, {"head_dim", head_dim}, {"hidden", hidden}});
-  const Tensor<T> wq = seeded<T>(in_shape, 2, 0.5), wk = seeded<T>(in_shape, 3, 0.5);
-  const Tensor<T> wv = seeded<T>(in_shape, 4, 0.5), wo = seeded<T>(out_shape, 5, 0.5);
+  const Tensor<T> wq = seeded_normal<T>(in_shape, 2, 0.5), wk = seeded_normal<T>(in_shape, 3, 0.5);
+  const Tensor<T> wv = seeded_normal<T>(in_shape, 4, 0.5), wo = seeded_normal<T>(out_shape, 5, 0.5);
   shardsim::World<T> world(c.ranks, shardsim::ReduceOrder::rank, c.schedule);
   const Placement replicate = Placement::replicate();
   auto dist = [&](const char* name, const Tensor<T>& t) {
@@ -142,7 +133,7 @@ void stream(const Case& c, Visit visit) {
     visit(chunk, "cache_v", dense_cache.v, global_of(cache.v));
     CHECK(cache.next_position == dense_cache.next_position);
 
-    const Tensor<T> dy = seeded<T>(acts.y.shape(), 100 + chunk, 1);
+    const Tensor<T> dy = seeded_normal<T>(acts.y.shape(), 100 + chunk, 1);
     shardsim::StreamAttentionGrads<T> g;
     Tensor<T> dwq(wq.shape()), dwk(wk.shape()), dwv(wv.shape()), dwo(wo.shape());
     shardsim::stream_attention_backward(dy, xc, wq, wk, wv, wo, acts, config.params, g, dwq, dwk,
@@ -269,8 +260,8 @@ TEST_CASE("the KV axis is split with torch.chunk semantics", "[attention_cp]") {
     const Shape x_shape({{"batch", 1}, {"seq", chunk}, {"hidden", 2}});
     const Shape w_shape({{"hidden", 2}, {"head", 1}, {"head_dim", 2}});
     auto dist = [&](const char* name, const Shape& shape) {
-      return shardsim::distribute<double>(name, seeded<double>(shape, 9, 1), Placement::replicate(),
-                                          4);
+      return shardsim::distribute<double>(name, seeded_normal<double>(shape, 9, 1),
+                                          Placement::replicate(), 4);
     };
     shardsim::CpAttentionConfig config;
     config.name = "y";

@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "norm_test_support.hpp"
 #include "shardsim/mp.hpp"
 #include "shardsim/ops/attention_project.hpp"
 #include "shardsim/ops/attention_stream.hpp"
@@ -26,19 +27,9 @@ using shardsim::position_range;
 using shardsim::Shape;
 using shardsim::Tensor;
 
-namespace {
+using norm_test::seeded_normal;
 
-template <typename T>
-Tensor<T> seeded(Shape shape, std::uint64_t seed, double stddev = 1.0) {
-  shardsim::InitSpec spec;
-  spec.dist = shardsim::InitDist::normal;
-  spec.stddev = stddev;
-  Tensor<T> t(std::move(shape));
-  for (std::int64_t i = 0; i < t.numel(); ++i) {
-    t[i] = T(shardsim::init_value(spec, seed, static_cast<std::uint64_t>(i)));
-  }
-  return t;
-}
+namespace {
 
 double to_double(const Mp& v) { return shardsim::round_to_f64(v); }
 
@@ -106,9 +97,9 @@ TEMPLATE_TEST_CASE("a query with no allowed key gives out = 0 and lse = -inf", "
                    double, Mp) {
   using std::isinf;
   shardsim::set_mp_precision(256);
-  const Tensor<TestType> q = seeded<TestType>(head_shape(1, "seq", 2, 2, 4), 3);
-  const Tensor<TestType> k = seeded<TestType>(head_shape(1, "kv", 3, 2, 4), 4);
-  const Tensor<TestType> v = seeded<TestType>(head_shape(1, "kv", 3, 2, 4), 5);
+  const Tensor<TestType> q = seeded_normal<TestType>(head_shape(1, "seq", 2, 2, 4), 3);
+  const Tensor<TestType> k = seeded_normal<TestType>(head_shape(1, "kv", 3, 2, 4), 4);
+  const Tensor<TestType> v = seeded_normal<TestType>(head_shape(1, "kv", 3, 2, 4), 5);
   AttentionParams params;
   params.window = 2;
   Tensor<TestType> out;
@@ -128,8 +119,8 @@ TEMPLATE_TEST_CASE("merging a fully masked block is a no-op, never NaN", "[atten
   using std::isnan;
   shardsim::set_mp_precision(256);
   const Shape shape = head_shape(1, "seq", 3, 2, 4);
-  const Tensor<TestType> block_out = seeded<TestType>(shape, 7);
-  Tensor<TestType> block_lse = seeded<TestType>(shape.without("head_dim"), 8);
+  const Tensor<TestType> block_out = seeded_normal<TestType>(shape, 7);
+  Tensor<TestType> block_lse = seeded_normal<TestType>(shape.without("head_dim"), 8);
   Tensor<TestType> masked_lse(block_lse.shape());
   for (TestType& value : masked_lse.values()) value = shardsim::negative_infinity<TestType>();
   const Tensor<TestType> zeros(shape);
@@ -160,9 +151,9 @@ TEST_CASE("block attention merged by log-sum-exp equals dense attention in mp256
   // few dozen roundings at 257 bits; 2^-241 (2^16 units) relative to max |out| is the issue's
   // bound for mp and leaves room for that.
   shardsim::set_mp_precision(256);
-  const Tensor<Mp> q = seeded<Mp>(head_shape(2, "seq", 6, 2, 4), 11);
-  const Tensor<Mp> k = seeded<Mp>(head_shape(2, "kv", 11, 2, 4), 12);
-  const Tensor<Mp> v = seeded<Mp>(head_shape(2, "kv", 11, 2, 4), 13);
+  const Tensor<Mp> q = seeded_normal<Mp>(head_shape(2, "seq", 6, 2, 4), 11);
+  const Tensor<Mp> k = seeded_normal<Mp>(head_shape(2, "kv", 11, 2, 4), 12);
+  const Tensor<Mp> v = seeded_normal<Mp>(head_shape(2, "kv", 11, 2, 4), 13);
   const std::vector<std::int64_t> q_pos = position_range(5, 6);  // 5 .. 10
   const std::vector<std::int64_t> k_pos = position_range(0, 11);
   AttentionParams params;
@@ -199,10 +190,10 @@ TEST_CASE("attention backward matches central differences in mp256", "[attention
   // and rounding error ~ 2^-257 / h ~ 2^-197 (relative to |L| ~ 10): far below the 2^-100
   // relative tolerance, which any wrong term (O(1) relative) misses by 30 orders of magnitude.
   shardsim::set_mp_precision(256);
-  const Tensor<Mp> q = seeded<Mp>(head_shape(1, "seq", 3, 2, 4), 21);
-  const Tensor<Mp> k = seeded<Mp>(head_shape(1, "kv", 5, 2, 4), 22);
-  const Tensor<Mp> v = seeded<Mp>(head_shape(1, "kv", 5, 2, 4), 23);
-  const Tensor<Mp> g = seeded<Mp>(q.shape(), 24);
+  const Tensor<Mp> q = seeded_normal<Mp>(head_shape(1, "seq", 3, 2, 4), 21);
+  const Tensor<Mp> k = seeded_normal<Mp>(head_shape(1, "kv", 5, 2, 4), 22);
+  const Tensor<Mp> v = seeded_normal<Mp>(head_shape(1, "kv", 5, 2, 4), 23);
+  const Tensor<Mp> g = seeded_normal<Mp>(q.shape(), 24);
   const std::vector<std::int64_t> q_pos{3, 4, 5};
   const std::vector<std::int64_t> k_pos{1, 2, 3, 4, 5};
   AttentionParams params;
@@ -270,11 +261,11 @@ TEST_CASE("attention and projection kernels sum in the documented order, bitwise
   // and must agree to the bit. head_dim 6 is not a multiple of 4 and 7 keys leave a tail block.
   const std::int64_t batch = 2, seq = 5, kv = 7, heads = 2, dim = 6, hidden = 5;
   const Tensor<double> x =
-      seeded<double>(Shape({{"batch", batch}, {"seq", seq}, {"hidden", hidden}}), 31);
+      seeded_normal<double>(Shape({{"batch", batch}, {"seq", seq}, {"hidden", hidden}}), 31);
   const Tensor<double> w =
-      seeded<double>(Shape({{"hidden", hidden}, {"head", heads}, {"head_dim", dim}}), 32);
+      seeded_normal<double>(Shape({{"hidden", hidden}, {"head", heads}, {"head_dim", dim}}), 32);
   const Tensor<double> wo =
-      seeded<double>(Shape({{"head", heads}, {"head_dim", dim}, {"hidden", hidden}}), 33);
+      seeded_normal<double>(Shape({{"head", heads}, {"head_dim", dim}, {"hidden", hidden}}), 33);
   Tensor<double> q;
   shardsim::project_heads(x, w, q);
   for (std::int64_t b = 0; b < batch; ++b) {
@@ -298,8 +289,8 @@ TEST_CASE("attention and projection kernels sum in the documented order, bitwise
     }
   }
 
-  const Tensor<double> k = seeded<double>(head_shape(batch, "kv", kv, heads, dim), 34);
-  const Tensor<double> v = seeded<double>(head_shape(batch, "kv", kv, heads, dim), 35);
+  const Tensor<double> k = seeded_normal<double>(head_shape(batch, "kv", kv, heads, dim), 34);
+  const Tensor<double> v = seeded_normal<double>(head_shape(batch, "kv", kv, heads, dim), 35);
   const std::vector<std::int64_t> q_pos = position_range(2, seq);  // 2..6
   const std::vector<std::int64_t> k_pos = position_range(0, kv);   // 0..6
   AttentionParams params;
@@ -346,12 +337,14 @@ TEST_CASE("attention and projection kernels sum in the documented order, bitwise
 }
 
 TEST_CASE("the streamed oracle caches the last window - 1 keys after RoPE", "[streaming]") {
-  const Tensor<double> x = seeded<double>(Shape({{"batch", 1}, {"seq", 8}, {"hidden", 4}}), 1, 1);
+  const Tensor<double> x =
+      seeded_normal<double>(Shape({{"batch", 1}, {"seq", 8}, {"hidden", 4}}), 1, 1);
   const Shape w_shape({{"hidden", 4}, {"head", 1}, {"head_dim", 2}});
-  const Tensor<double> wq = seeded<double>(w_shape, 2, 1), wk = seeded<double>(w_shape, 3, 1);
-  const Tensor<double> wv = seeded<double>(w_shape, 4, 1);
+  const Tensor<double> wq = seeded_normal<double>(w_shape, 2, 1),
+                       wk = seeded_normal<double>(w_shape, 3, 1);
+  const Tensor<double> wv = seeded_normal<double>(w_shape, 4, 1);
   const Tensor<double> wo =
-      seeded<double>(Shape({{"head", 1}, {"head_dim", 2}, {"hidden", 4}}), 5, 1);
+      seeded_normal<double>(Shape({{"head", 1}, {"head_dim", 2}, {"hidden", 4}}), 5, 1);
   for (const auto& [window, keep] :
        {std::pair<std::optional<std::int64_t>, std::int64_t>{4, 3}, {1, 0}, {std::nullopt, 5}}) {
     shardsim::StreamAttentionParams params;
@@ -382,11 +375,12 @@ TEST_CASE("streamed backward is the detached-cache gradient (central differences
   // fixed (detached). h = 2^-60: truncation O(h^2) ~ 2^-120, rounding ~ 2^-257 / h ~ 2^-197,
   // both far below the 2^-100 tolerance; a missing or extra path is O(1).
   shardsim::set_mp_precision(256);
-  const Tensor<Mp> x = seeded<Mp>(Shape({{"batch", 1}, {"seq", 7}, {"hidden", 3}}), 11, 1);
+  const Tensor<Mp> x = seeded_normal<Mp>(Shape({{"batch", 1}, {"seq", 7}, {"hidden", 3}}), 11, 1);
   const Shape w_shape({{"hidden", 3}, {"head", 2}, {"head_dim", 2}});
   std::vector<Tensor<Mp>> w = {
-      seeded<Mp>(w_shape, 12, 0.7), seeded<Mp>(w_shape, 13, 0.7), seeded<Mp>(w_shape, 14, 0.7),
-      seeded<Mp>(Shape({{"head", 2}, {"head_dim", 2}, {"hidden", 3}}), 15, 0.7)};
+      seeded_normal<Mp>(w_shape, 12, 0.7), seeded_normal<Mp>(w_shape, 13, 0.7),
+      seeded_normal<Mp>(w_shape, 14, 0.7),
+      seeded_normal<Mp>(Shape({{"head", 2}, {"head_dim", 2}, {"hidden", 3}}), 15, 0.7)};
   shardsim::StreamAttentionParams params;
   params.attention.window = 3;
   params.rope.convention = shardsim::RopeConvention::interleaved;
@@ -396,7 +390,7 @@ TEST_CASE("streamed backward is the detached-cache gradient (central differences
   shardsim::stream_attention_forward(shardsim::slice_along(x, "seq", 0, 4), w[0], w[1], w[2], w[3],
                                      params, after_chunk1, acts);
   Tensor<Mp> x2 = shardsim::slice_along(x, "seq", 4, 3);
-  const Tensor<Mp> g = seeded<Mp>(Shape({{"batch", 1}, {"seq", 3}, {"hidden", 3}}), 16, 1);
+  const Tensor<Mp> g = seeded_normal<Mp>(Shape({{"batch", 1}, {"seq", 3}, {"hidden", 3}}), 16, 1);
   auto loss = [&](const Tensor<Mp>& xx, const std::vector<Tensor<Mp>>& ww) {
     shardsim::KvCache<Mp> cache = after_chunk1;  // the detached cache, never perturbed
     shardsim::StreamAttentionActivations<Mp> a;

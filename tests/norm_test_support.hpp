@@ -10,11 +10,11 @@
 #include <type_traits>
 #include <vector>
 
+#include "dist_test_support.hpp"
 #include "shardsim/dist_tensor.hpp"
 #include "shardsim/mp.hpp"
 #include "shardsim/rng.hpp"
 #include "shardsim/scalar.hpp"
-#include "dist_test_support.hpp"
 
 namespace norm_test {
 
@@ -54,6 +54,12 @@ inline shardsim::InitSpec uniform(double low, double high) {
   s.low = low;
   s.high = high;
   return s;
+}
+
+// Normal(0, stddev) values from `seed` (the attention and RoPE tests' inputs).
+template <typename T>
+Tensor<T> seeded_normal(Shape shape, std::uint64_t seed, double stddev = 1.0) {
+  return seeded<T>(std::move(shape), normal(0.0, stddev), seed);
 }
 
 // Unit roundoff u = 2^-p of the type's p-bit significand (round to nearest).
@@ -100,7 +106,8 @@ double normwise_error(const DistTensor<T>& dist, const Tensor<T>& dense) {
   REQUIRE(dist.global == dense.shape());
   using std::abs;
   double scale = 0;
-  for (std::int64_t e = 0; e < dense.numel(); ++e) scale = std::max(scale, std::fabs(to_double(dense[e])));
+  for (std::int64_t e = 0; e < dense.numel(); ++e)
+    scale = std::max(scale, std::fabs(to_double(dense[e])));
   double worst = 0;
   const DistTensor<T>* source = &dist;
   DistTensor<T> summed;

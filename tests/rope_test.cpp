@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "norm_test_support.hpp"
 #include "shardsim/mp.hpp"
 #include "shardsim/ops/attention.hpp"
 #include "shardsim/placement.hpp"
@@ -20,36 +21,11 @@ using shardsim::RopeParams;
 using shardsim::Shape;
 using shardsim::Tensor;
 
+using norm_test::seeded_normal;
+using norm_test::to_double;
+using norm_test::unit_roundoff;
+
 namespace {
-
-template <typename T>
-Tensor<T> seeded(Shape shape, std::uint64_t seed) {
-  shardsim::InitSpec spec;
-  spec.dist = shardsim::InitDist::normal;
-  Tensor<T> t(std::move(shape));
-  for (std::int64_t i = 0; i < t.numel(); ++i) {
-    t[i] = T(shardsim::init_value(spec, seed, static_cast<std::uint64_t>(i)));
-  }
-  return t;
-}
-
-template <typename T>
-double unit_roundoff() {
-  if constexpr (std::is_same_v<T, Mp>) {
-    return std::ldexp(1.0, -static_cast<int>(shardsim::mp_significand_bits()));
-  } else {
-    return std::ldexp(1.0, -std::numeric_limits<T>::digits);
-  }
-}
-
-template <typename T>
-double as_double(const T& v) {
-  if constexpr (std::is_same_v<T, Mp>) {
-    return shardsim::round_to_f64(v);
-  } else {
-    return static_cast<double>(v);
-  }
-}
 
 // One token, one head: x = [1, 2, 3, 4] at position 1 with theta = 10000, D = 4.
 //   inv_freq = [10000^0, 10000^(-2/4)] = [1, 0.01], so the planes turn by 1 and 0.01 radians.
@@ -104,7 +80,7 @@ TEMPLATE_TEST_CASE("rope_forward known answers for both conventions", "[rope]", 
 
 TEMPLATE_TEST_CASE("rope at position 0 is the identity bit for bit", "[rope]", float, double, Mp) {
   shardsim::set_mp_precision(256);
-  const Tensor<TestType> x = seeded<TestType>(shardsim::head_shape(2, "seq", 1, 3, 6), 11);
+  const Tensor<TestType> x = seeded_normal<TestType>(shardsim::head_shape(2, "seq", 1, 3, 6), 11);
   for (RopeConvention convention : {RopeConvention::rotate_half, RopeConvention::interleaved}) {
     RopeParams params;
     params.convention = convention;
@@ -118,8 +94,8 @@ TEMPLATE_TEST_CASE("rope at position 0 is the identity bit for bit", "[rope]", f
 TEST_CASE("rope backward inverts forward and is its adjoint, in mp256", "[rope][mp]") {
   shardsim::set_mp_precision(256);
   const Shape shape = shardsim::head_shape(2, "seq", 5, 2, 8);
-  const Tensor<Mp> x = seeded<Mp>(shape, 21);
-  const Tensor<Mp> g = seeded<Mp>(shape, 22);
+  const Tensor<Mp> x = seeded_normal<Mp>(shape, 21);
+  const Tensor<Mp> g = seeded_normal<Mp>(shape, 22);
   const std::vector<std::int64_t> positions{3, 4, 5, 6, 1000};
   for (RopeConvention convention : {RopeConvention::rotate_half, RopeConvention::interleaved}) {
     RopeParams params;
@@ -134,14 +110,14 @@ TEST_CASE("rope backward inverts forward and is its adjoint, in mp256", "[rope][
     const double tol = std::ldexp(1.0, -240);
     Mp dot_y = 0, dot_x = 0, norm_x = 0, norm_y = 0;
     for (std::int64_t i = 0; i < x.numel(); ++i) {
-      CHECK(std::fabs(as_double(Mp(back[i] - x[i]))) <= tol * 8);
+      CHECK(std::fabs(to_double(Mp(back[i] - x[i]))) <= tol * 8);
       dot_y += y[i] * g[i];
       dot_x += x[i] * gt[i];
       norm_x += x[i] * x[i];
       norm_y += y[i] * y[i];
     }
-    CHECK(std::fabs(as_double(Mp(dot_y - dot_x))) <= tol * as_double(norm_x));
-    CHECK(std::fabs(as_double(Mp(norm_y - norm_x))) <= tol * as_double(norm_x));
+    CHECK(std::fabs(to_double(Mp(dot_y - dot_x))) <= tol * to_double(norm_x));
+    CHECK(std::fabs(to_double(Mp(norm_y - norm_x))) <= tol * to_double(norm_x));
   }
 }
 
@@ -150,7 +126,7 @@ TEMPLATE_TEST_CASE("per-shard rope at absolute positions equals whole-tensor rop
   // The allgather plan's premise: RoPE is elementwise per token, so rotating each shard with its
   // own absolute positions and concatenating is the whole rotation, bit for bit.
   const std::int64_t n = 13;
-  const Tensor<TestType> k = seeded<TestType>(shardsim::head_shape(2, "kv", n, 3, 4), 31);
+  const Tensor<TestType> k = seeded_normal<TestType>(shardsim::head_shape(2, "kv", n, 3, 4), 31);
   RopeParams params;
   params.pos_axis = "kv";
   const std::vector<std::int64_t> positions = shardsim::position_range(100, n);
@@ -175,7 +151,7 @@ TEMPLATE_TEST_CASE("rope follows named axes, not positions", "[rope]", float, do
   // The same data laid out (batch, seq, head_dim, head) rotates to the same values as in the
   // (batch, seq, head, head_dim) layout: the kernel finds head_dim by name.
   const Shape standard = shardsim::head_shape(2, "seq", 3, 3, 4);
-  const Tensor<TestType> x = seeded<TestType>(standard, 41);
+  const Tensor<TestType> x = seeded_normal<TestType>(standard, 41);
   const Shape swapped({{"batch", 2}, {"seq", 3}, {"head_dim", 4}, {"head", 3}});
   Tensor<TestType> xs(swapped);
   auto at_standard = [](std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t d) {
