@@ -29,7 +29,7 @@ int target_attention(const Options& o, TorchServer* torch) {
   const std::int64_t seq = o.smoke ? 24 : o.quick ? 1024 : 4096;
   const std::int64_t window = o.smoke ? 5 : o.quick ? 128 : 512;
   const std::int64_t heads = o.smoke ? 2 : 8, dim = o.smoke ? 4 : 64, hidden = heads * dim;
-  const int reps = o.smoke ? 1 : o.quick ? 3 : 3;
+  const int reps = o.smoke ? 1 : 3;
   std::printf(
       "Target 4: CP all-gather sliding-window attention, f64, %d ranks, seq %lld in %d "
       "chunks, window %lld, %lld heads x %lld\n",
