@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "shardsim/compare.hpp"
+#include "shardsim/compare/compare.hpp"
 #include "shardsim/io.hpp"
-#include "shardsim/report.hpp"
-#include "shardsim/scenario.hpp"
+#include "shardsim/report/report.hpp"
+#include "shardsim/scenario/scenario.hpp"
 
 using shardsim::ActivationMemory;
 using shardsim::RunReport;

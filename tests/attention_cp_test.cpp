@@ -1,5 +1,5 @@
-// Tests for the context-parallel attention plans (ops/attention_plan.hpp) against the dense
-// streaming oracle (ops/attention_stream.hpp), chunk by chunk with the cache carried:
+// Tests for the context-parallel attention plans (ops/attention/plan.hpp) against the dense
+// streaming oracle (ops/attention/stream.hpp), chunk by chunk with the cache carried:
 //   - allgather and ulysses equal the oracle bitwise (==) in f32 and f64, forward, cache and
 //     backward, for cp_size 1..5, uneven and short KV axes, uneven head groups;
 //   - ring differs by reordering only: within 2^(16 - bits) at f32/f64 and 2^-241 at mp256, with
@@ -14,8 +14,8 @@
 
 #include "norm_test_support.hpp"
 #include "shardsim/mp.hpp"
-#include "shardsim/ops/attention_plan.hpp"
-#include "shardsim/ops/attention_stream.hpp"
+#include "shardsim/ops/attention/plan.hpp"
+#include "shardsim/ops/attention/stream.hpp"
 #include "shardsim/rng.hpp"
 
 using shardsim::CpMode;

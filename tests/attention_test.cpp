@@ -1,9 +1,9 @@
-// Tests for the kernels of ops/attention.hpp: hand-derived known answers for the mask rule and
+// Tests for the kernels of ops/attention/attention.hpp: hand-derived known answers for the mask rule and
 // the softmax, the log-sum-exp merge (fully masked blocks merge without NaN; block merges agree
 // with the dense softmax in mp), and finite-difference gradients in mp for the dense and the
-// block backward; and the streamed oracle of ops/attention_stream.hpp: the cache convention (K
+// block backward; and the streamed oracle of ops/attention/stream.hpp: the cache convention (K
 // after RoPE, window - 1 keys) and the detached-cache gradient of a chunk (central differences).
-#include "shardsim/ops/attention.hpp"
+#include "shardsim/ops/attention/attention.hpp"
 
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -14,8 +14,8 @@
 
 #include "norm_test_support.hpp"
 #include "shardsim/mp.hpp"
-#include "shardsim/ops/attention_project.hpp"
-#include "shardsim/ops/attention_stream.hpp"
+#include "shardsim/ops/attention/project.hpp"
+#include "shardsim/ops/attention/stream.hpp"
 #include "shardsim/ops/rope.hpp"
 #include "shardsim/rng.hpp"
 
@@ -257,7 +257,7 @@ TEST_CASE("attention backward matches central differences in mp256", "[attention
 TEST_CASE("attention and projection kernels sum in the documented order, bitwise", "[attention]") {
   // The kernels reorganize their loops for speed (rows of outputs at once, four keys side by
   // side); every sum must still be one accumulator in the order attention.hpp and
-  // attention_project.hpp document. The textbook loops below are that specification, in f64,
+  // attention/project.hpp document. The textbook loops below are that specification, in f64,
   // and must agree to the bit. head_dim 6 is not a multiple of 4 and 7 keys leave a tail block.
   const std::int64_t batch = 2, seq = 5, kv = 7, heads = 2, dim = 6, hidden = 5;
   const Tensor<double> x =

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "robustness_support.hpp"
-#include "shardsim/golden.hpp"
+#include "shardsim/golden/golden_set.hpp"
 
 namespace fs = std::filesystem;
 using namespace shardsim;

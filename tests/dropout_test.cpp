@@ -7,12 +7,12 @@
 #include <string>
 
 #include "mlp_test_support.hpp"
-#include "shardsim/compare.hpp"
+#include "shardsim/compare/compare.hpp"
 #include "shardsim/error.hpp"
 #include "shardsim/ops/dropout.hpp"
 #include "shardsim/ops/dropout_plan.hpp"
 #include "shardsim/rng.hpp"
-#include "shardsim/scenario.hpp"
+#include "shardsim/scenario/scenario.hpp"
 
 using mlp_test::assemble;
 using mlp_test::bitwise_equal;

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "shardsim/error.hpp"
-#include "shardsim/golden.hpp"
+#include "shardsim/golden/golden_set.hpp"
 #include "shardsim/io.hpp"
 #include "shardsim/sha256.hpp"
 

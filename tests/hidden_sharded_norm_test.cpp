@@ -8,7 +8,7 @@
 #include "norm_test_support.hpp"
 #include "shardsim/ops/layer_norm.hpp"
 #include "shardsim/ops/layer_norm_hidden_plan.hpp"
-#include "shardsim/scenario.hpp"
+#include "shardsim/scenario/scenario.hpp"
 #include "shardsim/world.hpp"
 
 using norm_test::make;

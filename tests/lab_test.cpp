@@ -1,6 +1,6 @@
 // The function lab: the seed's walk-through through the CLI with piped stdin, the banner, the
 // precision, and bad commands (a script stops with exit 2).
-#include "shardsim/lab.hpp"
+#include "sim/lab/lab.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "shardsim/compare.hpp"
-#include "shardsim/scenario.hpp"
+#include "shardsim/compare/compare.hpp"
+#include "shardsim/scenario/scenario.hpp"
 
 using shardsim::RunReport;
 using shardsim::Scenario;

@@ -13,8 +13,8 @@
 #include <string>
 
 #include "shardsim/error.hpp"
-#include "shardsim/html_report.hpp"
-#include "shardsim/precision_diff.hpp"
+#include "shardsim/report/html_report.hpp"
+#include "shardsim/precision/precision_diff.hpp"
 
 using namespace shardsim;
 namespace fs = std::filesystem;

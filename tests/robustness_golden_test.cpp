@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "robustness_support.hpp"
-#include "shardsim/golden.hpp"
+#include "shardsim/golden/golden_set.hpp"
 
 using namespace robustness;
 using namespace shardsim;

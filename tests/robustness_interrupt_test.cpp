@@ -1,5 +1,5 @@
 // Issue 7, interruption: SIGINT or SIGTERM in the middle of a golden write leaves the previous
-// complete files or nothing, and never a temporary file (sim/io.cpp registers the temporary
+// complete files or nothing, and never a temporary file (sim/core/io.cpp registers the temporary
 // paths with a signal handler that unlinks them and re-raises).
 #include <fcntl.h>
 #include <signal.h>

@@ -11,7 +11,7 @@
 
 #include "norm_test_support.hpp"
 #include "shardsim/mp.hpp"
-#include "shardsim/ops/attention.hpp"
+#include "shardsim/ops/attention/attention.hpp"
 #include "shardsim/placement.hpp"
 #include "shardsim/rng.hpp"
 

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "shardsim/compare.hpp"
-#include "shardsim/report.hpp"
-#include "shardsim/scenario.hpp"
+#include "shardsim/compare/compare.hpp"
+#include "shardsim/report/report.hpp"
+#include "shardsim/scenario/scenario.hpp"
 #include "shardsim/world.hpp"
 
 namespace fs = std::filesystem;

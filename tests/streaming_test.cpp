@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "shardsim/compare.hpp"
+#include "shardsim/compare/compare.hpp"
 #include "shardsim/error.hpp"
-#include "shardsim/scenario.hpp"
+#include "shardsim/scenario/scenario.hpp"
 
 namespace fs = std::filesystem;
 

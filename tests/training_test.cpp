@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "norm_test_support.hpp"
-#include "shardsim/compare.hpp"
-#include "shardsim/runner.hpp"
-#include "shardsim/scenario.hpp"
-#include "sim/release.hpp"
+#include "shardsim/compare/compare.hpp"
+#include "shardsim/runner/runner.hpp"
+#include "shardsim/scenario/scenario.hpp"
+#include "sim/runner/release.hpp"
 
 using shardsim::BoundaryResult;
 using shardsim::DistTensor;

@@ -3,7 +3,7 @@
 #include <iostream>
 
 #include "shardsim/error.hpp"
-#include "shardsim/golden_compare.hpp"
+#include "shardsim/golden/golden_compare.hpp"
 #include "sim/cli/commands.hpp"
 
 namespace po = boost::program_options;

@@ -1,4 +1,4 @@
-// shardsim lab [--precision P]: the function lab (shardsim/lab.hpp), commands read from stdin.
+// shardsim lab [--precision P]: the function lab (sim/lab/lab.hpp), commands read from stdin.
 //
 // Interactive (stdin is a terminal): a prompt, and a bad command prints its message and the lab
 // goes on. Scripted (stdin is a pipe or file): a bad command stops the lab with
@@ -10,7 +10,7 @@
 #include <string>
 
 #include "shardsim/error.hpp"
-#include "shardsim/lab.hpp"
+#include "sim/lab/lab.hpp"
 #include "sim/cli/commands.hpp"
 
 namespace po = boost::program_options;

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "shardsim/error.hpp"
-#include "shardsim/report.hpp"
+#include "shardsim/report/report.hpp"
 #include "sim/cli/commands.hpp"
 
 namespace {

@@ -4,9 +4,9 @@
 #include <iostream>
 
 #include "shardsim/error.hpp"
-#include "shardsim/html_report.hpp"
+#include "shardsim/report/html_report.hpp"
 #include "shardsim/io.hpp"
-#include "shardsim/precision_diff.hpp"
+#include "shardsim/precision/precision_diff.hpp"
 #include "sim/cli/commands.hpp"
 
 namespace po = boost::program_options;

@@ -6,9 +6,9 @@
 #include <iostream>
 #include <optional>
 
-#include "shardsim/golden.hpp"
+#include "shardsim/golden/golden_set.hpp"
 #include "shardsim/io.hpp"
-#include "shardsim/report.hpp"
+#include "shardsim/report/report.hpp"
 #include "sim/cli/commands.hpp"
 
 namespace po = boost::program_options;

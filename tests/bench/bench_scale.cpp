@@ -12,10 +12,10 @@
 #include <string>
 
 #include "bench.hpp"
-#include "shardsim/golden.hpp"
+#include "shardsim/golden/golden_set.hpp"
 #include "shardsim/io.hpp"
-#include "shardsim/ops/attention_plan.hpp"
-#include "shardsim/ops/attention_stream.hpp"
+#include "shardsim/ops/attention/plan.hpp"
+#include "shardsim/ops/attention/stream.hpp"
 
 namespace bench {
 

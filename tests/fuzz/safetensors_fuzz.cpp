@@ -8,7 +8,7 @@
 
 #include "raw_tensor_check.hpp"
 #include "shardsim/error.hpp"
-#include "shardsim/golden.hpp"
+#include "shardsim/golden/tensor_file.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "shardsim/error.hpp"
-#include "shardsim/scenario.hpp"
+#include "shardsim/scenario/scenario.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {

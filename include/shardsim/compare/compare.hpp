@@ -1,0 +1,118 @@
+// Compare: the metrics and verdicts for a run at one precision.
+//
+// At every boundary the ranks' local tensors are checked against the dense oracle's global
+// tensor (padding positions are skipped; a Replicate tensor is checked on every rank; a Partial
+// tensor is summed in rank order first). Per boundary:
+//   max_abs  max |s - d|
+//   max_rel  max |s - d| / |d|   (|d| = 0 with s != d counts as +inf)
+//   max_ulp  max ULP distance in the run's own scalar type
+//   status   exact   every element bitwise equal
+//            within  every element has |s - d| <= rtol * max|d|  (normwise; rtol from the
+//                    scenario's [tolerance] or 2^(16 - bits), see default_rtol)
+//            fail    otherwise, or not bitwise equal where the boundary claims exactness.
+// NaN never matches anything; an infinity matches only the same infinity.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "shardsim/runner/runner.hpp"
+
+namespace shardsim {
+
+enum class Status { exact, within, fail, unchecked };
+std::string_view status_name(Status status);
+
+struct Divergence {
+  int boundary = 0;
+  int step = 1;
+  int chunk = 1;
+  std::string op;
+  std::string tensor;
+  int rank = 0;
+  std::vector<std::pair<std::string, std::int64_t>> index;  // global, by named axis
+  double dense = 0;
+  double sharded = 0;
+  std::string reason;  // "not bitwise equal (exact boundary)", "outside tolerance", "NaN", ...
+};
+
+// One tensor's values as captured at a boundary (RunOptions::capture_tensors), row-major, each
+// converted once with correct rounding from the run's own type (round-to-nearest-even; an mp
+// value goes to f32 directly, never through f64).
+struct CapturedValues {
+  std::vector<float> f32;
+  std::vector<double> f64;
+  // mp runs only: each value exactly, as MPFR's hexadecimal "%Ra" text (e.g. "0x1.8p+0"), so a
+  // later comparison can work at any precision. Empty for f32 and f64 runs.
+  std::vector<std::string> exact;
+};
+
+// Everything a boundary held: the oracle's global tensor and each rank's local tensor (padding
+// positions included, as the rank holds them).
+struct CapturedBoundary {
+  bool has_dense = false;  // false when the boundary has no oracle counterpart
+  CapturedValues dense;
+  std::vector<CapturedValues> ranks;  // one per rank, in rank order
+};
+
+struct BoundaryResult {
+  TraceEntry entry;
+  Status status = Status::unchecked;
+  double max_abs = 0;
+  double max_rel = 0;
+  double max_ulp = 0;
+  double scale = 0;  // max |d| over the boundary
+  double rtol = 0;
+  std::optional<Divergence> first_bad;
+  std::shared_ptr<const CapturedBoundary> captured;  // only with RunOptions::capture_tensors
+};
+
+// Machine-dependent measurements of one run, taken only on request (`run --resources`), so
+// that reports stay byte-identical from machine to machine otherwise.
+struct RunResources {
+  std::int64_t peak_rss_bytes = 0;  // the process's resident-set high-water mark after the run
+  double wall_seconds = 0;          // this precision's run, judged
+};
+
+struct RunReport {
+  std::string scenario;
+  Precision precision;
+  unsigned significand_bits = 0;
+  ReduceOrder reduce_order = ReduceOrder::rank;
+  Schedule schedule;
+  bool pass = true;
+  std::optional<Divergence> first_divergence;
+  std::vector<BoundaryResult> boundaries;
+  ActivationMemory activation;  // per-rank bytes kept for backward (runner.hpp)
+  std::optional<RunResources> resources;
+};
+
+// Runs `scenario` at `precision` (the one place precision is dispatched) and judges it.
+RunReport evaluate(const Scenario& scenario, const Precision& precision,
+                   const RunOptions& options = {});
+
+// The verdict over all precisions of a replay: it fails when any precision fails, and its first
+// divergence is that of the first failing precision, in the order run.
+struct Outcome {
+  bool pass = true;
+  std::optional<Precision> failed_at;
+  std::optional<Divergence> first_divergence;
+  bool matches_expectation = true;
+  std::string why;  // when it does not match: what was expected and what happened
+};
+
+// Judges the reports against the scenario's [expect] block (verdict and, for an expected failure,
+// the named step/chunk/tensor/op of the first divergence).
+Outcome judge(const Scenario& scenario, const std::vector<RunReport>& reports);
+
+namespace detail {
+// Per-precision entry points (compare.cpp, compare_mp.cpp).
+RunReport evaluate_f32(const Scenario&, const RunOptions&);
+RunReport evaluate_f64(const Scenario&, const RunOptions&);
+RunReport evaluate_mp(const Scenario&, unsigned bits, const RunOptions&);
+}  // namespace detail
+
+}  // namespace shardsim

@@ -1,0 +1,110 @@
+// Golden tensors: the values of a high-precision run, correctly rounded to F32/F64, written as
+// safetensors (or one .npy per tensor) plus a JSON manifest, for other backends to check against.
+// The tensor-file codecs they use are in tensor_file.hpp.
+//
+// Naming (README.md "Golden tensors" has the full table):
+//   PREFIX/inputs/TENSOR               a scenario input, target or initial parameter
+//   PREFIX/sSTEP/cCHUNK/TENSOR         a boundary's global (oracle) value in a step and chunk
+//   PREFIX/sSTEP/cCHUNK/TENSOR#K       an earlier boundary of the same tensor in that step and
+//                                      chunk (K = 1, 2, ... in recording order); the bare name is
+//                                      the last one, e.g. a gradient's final accumulated value
+//   NAME@rankR[SLICE]                  rank R's local tensor at that boundary; SLICE is
+//                                      AXIS=BEGIN:END (global, half-open, "+Npad" when padded),
+//                                      "replicate" or "partial"
+//   PREFIX is f64 or f32 (the dtype of the values), or u8 for dropout masks (boundaries whose
+//   tensor name ends in ".mask" and whose values are all 0 or 1).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shardsim/compare/compare.hpp"
+#include "shardsim/golden/tensor_file.hpp"
+
+namespace shardsim {
+
+// ---------------------------------------------------------------------------------------------
+// Writing goldens.
+
+enum class GoldenFormat { safetensors, npy };
+
+struct GoldenOptions {
+  GoldenFormat format = GoldenFormat::safetensors;
+  bool write_f64 = true;
+  bool write_f32 = true;
+};
+
+// One tensor of a golden set with the facts the manifest records about it.
+struct GoldenEntry {
+  RawTensor tensor;
+  std::string file;        // relative to the golden directory
+  std::size_t boundary = 0;  // index into RunReport::boundaries
+  int rank = -1;           // the rank for a shard, -1 for a global (oracle) value
+  std::string slice;       // "seq=12:13", "seq=12:13+3pad", "replicate", "partial"; "" if global
+};
+
+struct GoldenSet {
+  std::vector<GoldenEntry> entries;  // in data order: f64, then f32, then u8
+  std::string manifest;              // manifest.json text
+  std::string safetensors;           // goldens.safetensors bytes (safetensors format only)
+};
+
+// Builds the golden set of a run captured at the reference precision.
+// REQUIRES: `reference` was evaluated with RunOptions::capture_tensors.
+// Throws InputError when two tensors would share an npy file name.
+GoldenSet build_goldens(const Scenario& scenario, const RunReport& reference,
+                        const GoldenOptions& options);
+
+// Checks that `dir` is a writable directory, or that it is missing and its parent is a writable
+// directory. Throws InputError otherwise. Run it before any work, so that bad usage writes
+// nothing (not even the directory).
+void prepare_golden_dir(const std::string& dir);
+
+// Writes the set into `dir`, creating it when missing: every data file atomically (temporary name, then rename), the
+// manifest last, so a directory with a manifest is complete.
+void write_goldens(const std::string& dir, const GoldenSet& set, const GoldenOptions& options);
+
+// ---------------------------------------------------------------------------------------------
+// Reading goldens back (shardsim compare).
+
+// What the manifest says about one tensor.
+struct GoldenInfo {
+  std::string name;
+  std::string file;
+  format::Dtype dtype = format::Dtype::f64;
+  std::vector<std::string> axes;      // this tensor's axis names, outermost first
+  std::vector<std::int64_t> shape;    // this tensor's extents
+  int rank = -1;                      // shard: its rank; global: -1
+  std::string slice;
+  std::map<std::string, std::int64_t> offset;  // shard: global offset per sharded axis
+  Shape global_shape;                 // the boundary's global shape
+  std::string placement;              // "Shard(seq)", ...
+  int ranks = 1;                      // mesh size
+  std::string sha256;
+  std::string boundary;               // "#5 step 1 chunk 1 layer_norm -> y"
+};
+
+struct GoldenDir {
+  std::string path;
+  std::string precision;
+  std::vector<GoldenInfo> infos;               // manifest order
+  std::map<std::string, RawTensor> tensors;    // by name
+};
+
+// Loads DIR/manifest.json and the tensors it lists (from the safetensors file or the .npy files),
+// checking each tensor's dtype, shape and SHA-256 against the manifest. Throws InputError on any
+// mismatch or malformed file.
+GoldenDir load_golden_dir(const std::string& dir);
+
+// A candidate: a safetensors file (tensors by name), or a directory of .npy files (each tensor
+// named by its file name without ".npy"; other files are ignored).
+struct Candidate {
+  bool is_npy_dir = false;
+  std::vector<RawTensor> tensors;
+};
+Candidate load_candidate(const std::string& path);
+
+}  // namespace shardsim

@@ -1,0 +1,202 @@
+// Shared vocabulary of the context-parallel attention plans (attention/plan.hpp): the cp modes,
+// the seeded faults, the carried per-rank KV cache, what forward keeps for backward, and the
+// per-rank helpers that build this rank's slice of the KV axis.
+#pragma once
+
+#include <algorithm>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shardsim/error.hpp"
+#include "shardsim/ops/attention/attention.hpp"
+#include "shardsim/ops/attention/project.hpp"
+#include "shardsim/ops/attention/stream.hpp"
+#include "shardsim/ops/rope.hpp"
+#include "shardsim/world.hpp"
+
+namespace shardsim {
+
+enum class CpMode { allgather, ring, ulysses };
+
+inline std::string_view cp_mode_name(CpMode mode) {
+  switch (mode) {
+    case CpMode::allgather:
+      return "allgather";
+    case CpMode::ring:
+      return "ring";
+    case CpMode::ulysses:
+      return "ulysses";
+  }
+  return "?";
+}
+
+inline CpMode parse_cp_mode(std::string_view text) {
+  if (text == "allgather") return CpMode::allgather;
+  if (text == "ring") return CpMode::ring;
+  if (text == "ulysses") return CpMode::ulysses;
+  throw InputError("unknown cp_mode '" + std::string(text) + "' (known: allgather, ring, ulysses)");
+}
+
+// The boundary name of a gradient, as the runner names them ("grad(NAME)").
+inline std::string grad_name_of(const std::string& name) { return "grad(" + name + ")"; }
+
+// Seeded bugs. They change the sharded plan only, never the oracle.
+struct AttentionFaults {
+  bool cache_raw_k = false;           // the cache keeps K before RoPE
+  bool rope_local_positions = false;  // a shard rotates its keys at shard-local positions
+  bool window_off_by_one = false;     // the mask allows q_pos - k_pos <= window
+  // allgather only: no per-shard RoPE; RoPE once on the gathered chunk keys at positions offset
+  // by the cache length a second time (gathered index g rotated at P + g instead of P - L + g).
+  bool rope_after_gather_wrong_offset = false;
+};
+
+struct CpAttentionConfig {
+  std::string name;  // the step's output; intermediate boundaries are "NAME.q", "NAME.k_shard", ...
+  StreamAttentionParams params;
+  CpMode mode = CpMode::allgather;
+  AttentionFaults faults;
+
+  std::string tensor(std::string_view suffix) const { return name + "." + std::string(suffix); }
+  AttentionParams attention() const {
+    AttentionParams p = params.attention;
+    p.window_inclusive = faults.window_off_by_one;
+    return p;
+  }
+  RopeParams rope(const std::string& pos_axis) const {
+    RopeParams p = params.rope;
+    p.pos_axis = pos_axis;
+    return p;
+  }
+};
+
+// The carried state on the ranks: Replicate in allgather and ring modes, Shard(head) in ulysses
+// mode (each rank keeps its head group's keys). Empty (no locals) before the first chunk.
+template <typename T>
+struct CpKvCache {
+  DistTensor<T> k;  // (batch, kv=L, head, head_dim), after RoPE
+  DistTensor<T> v;
+  std::int64_t next_position = 0;
+
+  std::int64_t length() const { return k.locals.empty() ? 0 : k.global.extent("kv"); }
+  void reset() { *this = CpKvCache<T>(); }
+};
+
+// The geometry of one chunk, the same on every rank.
+struct ChunkGeometry {
+  std::int64_t first = 0;   // P: absolute position of the chunk's first token
+  std::int64_t cached = 0;  // L: keys in the cache read by this chunk
+  std::int64_t length = 0;  // t: tokens in the chunk
+  std::int64_t keep = 0;    // C: keys in the cache written back
+  std::int64_t batch = 0, heads = 0, dim = 0;
+  std::vector<Slice> kv_slices;  // torch.chunk split of the KV axis (L + t) over the ranks
+
+  Shape chunk_shape() const { return head_shape(batch, "seq", length, heads, dim); }
+  Shape kv_shape() const { return head_shape(batch, "kv", cached + length, heads, dim); }
+  Shape cache_shape() const { return head_shape(batch, "kv", keep, heads, dim); }
+  Shape row_shape() const { return Shape({{"batch", batch}, {"seq", length}, {"head", heads}}); }
+  std::vector<std::int64_t> q_pos() const { return position_range(first, length); }
+  std::vector<std::int64_t> k_pos() const {
+    return position_range(first - cached, cached + length);
+  }
+  // This rank's chunk keys: local index of the first, and how many.
+  std::int64_t first_chunk_local(int rank) const {
+    const Slice& s = kv_slices[static_cast<std::size_t>(rank)];
+    return std::max(s.begin, cached) - s.begin;
+  }
+  std::int64_t chunk_keys(int rank) const {
+    const Slice& s = kv_slices[static_cast<std::size_t>(rank)];
+    return std::max<std::int64_t>(0, s.end - std::max(s.begin, cached));
+  }
+};
+
+// What forward keeps for backward (only the members of the plan's mode are filled).
+template <typename T>
+struct CpAttentionSaved {
+  ChunkGeometry geo;
+  DistTensor<T> q, k, v, q_rot, attn;  // Replicate
+  DistTensor<T> k_shard, v_shard;      // Shard(kv): this rank's RoPE'd keys, values
+  std::vector<std::vector<std::int64_t>> rope_positions;  // per rank: positions of its chunk keys
+  DistTensor<T> k_all, v_all;                             // allgather: Replicate
+  DistTensor<T> q_part, k_heads, v_heads;  // ring: q_part Shard(seq); ulysses: Shard(head)
+  DistTensor<T> attn_part, lse;            // ring: Shard(seq); ulysses: Shard(head)
+  std::vector<AttentionSaved<T>> core;     // allgather, ulysses: per rank
+};
+
+// What a mode's attention backward hands back: gradients of the queries (Replicate) and of the
+// RoPE'd keys and values. dk is Replicate (the whole gathered axis) when the
+// rope_after_gather_wrong_offset fault is on, Shard(kv) otherwise.
+template <typename T>
+struct CoreGrads {
+  DistTensor<T> q_rot;  // Replicate
+  DistTensor<T> k;      // Shard(kv) (or Replicate, see above)
+  DistTensor<T> v;      // Shard(kv)
+};
+
+// Positions of the KV axis: index g holds the key at absolute position P - L + g.
+inline std::vector<std::int64_t> kv_positions(std::int64_t first, std::int64_t cached,
+                                              const Slice& slice) {
+  return position_range(first - cached + slice.begin, slice.valid());
+}
+
+// This rank's slice [begin, end) of the KV axis cache ++ chunk, from its own copies of the cache
+// (kv = L) and of the chunk keys (seq = t, raw). Returns (batch, kv=end-begin, head, head_dim).
+template <typename T>
+Tensor<T> kv_slice(const Tensor<T>& cache, const Tensor<T>& chunk, const Slice& slice) {
+  const Shape& cs = chunk.shape();
+  const std::int64_t cached = cache.shape().extent("kv");
+  const std::int64_t t = cs.extent("seq");
+  const Tensor<T> chunk_kv = chunk.reshaped(
+      head_shape(cs.extent("batch"), "kv", t, cs.extent("head"), cs.extent("head_dim")));
+  Tensor<T> out(chunk_kv.shape().with_extent("kv", slice.valid()));
+  const std::int64_t cache_end = std::min(slice.end, cached);
+  if (slice.begin < cache_end) {
+    copy_along(cache, "kv", slice.begin, out, 0, cache_end - slice.begin);
+  }
+  const std::int64_t chunk_begin = std::max(slice.begin, cached);
+  if (chunk_begin < slice.end) {
+    copy_along(chunk_kv, "kv", chunk_begin - cached, out, chunk_begin - slice.begin,
+               slice.end - chunk_begin);
+  }
+  return out;
+}
+
+// The last `keep` positions of cache ++ chunk along kv (chunk: (batch, seq, head, head_dim)).
+template <typename T>
+Tensor<T> kv_tail(const Tensor<T>& cache, const Tensor<T>& chunk, std::int64_t keep) {
+  const std::int64_t total = cache.shape().extent("kv") + chunk.shape().extent("seq");
+  return kv_slice(cache, chunk, Slice{total - keep, total, keep});
+}
+
+// Rotates, in place, the chunk positions of a rank's KV slice (the cache positions are RoPE'd
+// already). `positions` gives one position per chunk key of the slice; `first_chunk_local` is
+// the local index of the slice's first chunk key.
+template <typename T>
+void rope_chunk_keys(Tensor<T>& slice, std::int64_t first_chunk_local,
+                     const std::vector<std::int64_t>& positions, const RopeParams& rope,
+                     bool backward) {
+  const std::int64_t count = static_cast<std::int64_t>(positions.size());
+  if (count == 0) return;
+  const Tensor<T> part = slice_along(slice, "kv", first_chunk_local, count);
+  Tensor<T> turned;
+  if (backward) {
+    rope_backward(part, positions, rope, turned);
+  } else {
+    rope_forward(part, positions, rope, turned);
+  }
+  copy_along(turned, "kv", 0, slice, first_chunk_local, count);
+}
+
+// A DistTensor from per-rank locals built in a local phase.
+template <typename T>
+DistTensor<T> dist_from_locals(std::string name, const Shape& global, const Placement& placement,
+                               std::vector<Tensor<T>> locals) {
+  DistTensor<T> out{std::move(name), global, placement, std::move(locals)};
+  for (int r = 0; r < out.ranks(); ++r) {
+    SHARDSIM_ASSERT(out.local(r).shape() == local_shape(global, placement, out.ranks(), r),
+                    "a local does not have the shape its placement gives");
+  }
+  return out;
+}
+
+}  // namespace shardsim

@@ -1,0 +1,176 @@
+// cp_mode = "ring" (ring attention, Liu et al. 2023): each rank keeps its KV shard and owns a
+// torch.chunk slice of the queries; the KV shards travel around the ring by send/recv.
+//
+// Hop h = 0 .. k-1: rank r holds the KV block of rank (r - h) mod k (sends to r + 1, receives
+// from r - 1), computes its queries' partial result against that block (ops/attention/attention.hpp:
+// out and lse over the block's keys) and merges it into its running (out, lse) with the
+// log-sum-exp formula of attention_merge. Merge order on rank r: blocks r, r-1, ..., r-k+1
+// (mod k), i.e. arrival order. A block the window masks out entirely has lse = -inf and merges
+// as a no-op (no NaN). The running result starts at (0, -inf), so the first block is taken bit
+// for bit; the merges reorder the dense arithmetic, so the result is compared within tolerance.
+//
+// Forward boundaries: NAME.q_shard (Replicate -> Shard(seq)), NAME.lse and NAME.attn_shard
+// (Shard(seq)), NAME.attn (all_gather -> Replicate). Every block passes through every rank, so
+// each rank copies the cache positions out of the blocks as they pass: the cache written back is
+// Replicate with no extra collective.
+// Backward: the same ring again. From the merged (out, lse), each block contributes
+// (attention_block_backward) to its rank's dq (accumulated in arrival order) and to a full-length
+// Partial dK/dV; the Partial sums are reduce-scattered to the block owners (Shard(kv)) in the
+// mesh's reduce order.
+#pragma once
+
+#include "shardsim/ops/attention/plan_common.hpp"
+
+namespace shardsim {
+
+namespace detail {
+
+// The block rank r holds at hop h.
+inline int ring_owner(int rank, int hop, int ranks) {
+  return ((rank - hop) % ranks + ranks) % ranks;
+}
+
+}  // namespace detail
+
+template <typename T>
+DistTensor<T> ring_attention_forward(const World<T>& world, const CpAttentionConfig& config,
+                                     const ChunkGeometry& geo, CpAttentionSaved<T>& saved,
+                                     CpKvCache<T>& cache) {
+  const int ranks = world.size();
+  const auto count = static_cast<std::size_t>(ranks);
+  saved.q_part = world.redistribute(saved.q_rot, Placement::shard("seq"),
+                                    {.tensor = config.tensor("q_shard"),
+                                     .dense = saved.q_rot.name,
+                                     .exact = true,
+                                     .inputs = {saved.q_rot.name}});
+  saved.q_part.name = config.tensor("q_shard");
+  const std::vector<Slice> q_slices = shard_slices(geo.length, ranks, SplitPolicy::chunk);
+  std::vector<Tensor<T>> out(count), lse(count), cache_k(count), cache_v(count);
+  std::vector<Tensor<T>> k_blocks = saved.k_shard.locals;
+  std::vector<Tensor<T>> v_blocks = saved.v_shard.locals;
+  const std::int64_t tail_begin = geo.cached + geo.length - geo.keep;
+  world.for_each_rank([&](int r) {
+    const auto at = static_cast<std::size_t>(r);
+    out[at] = Tensor<T>(saved.q_part.local(r).shape());
+    lse[at] = Tensor<T>(saved.q_part.local(r).shape().without("head_dim"));
+    for (T& value : lse[at].values()) value = negative_infinity<T>();
+    cache_k[at] = Tensor<T>(geo.cache_shape());
+    cache_v[at] = Tensor<T>(geo.cache_shape());
+  });
+  for (int hop = 0; hop < ranks; ++hop) {
+    world.for_each_rank([&](int r) {
+      const auto at = static_cast<std::size_t>(r);
+      const Slice& block =
+          geo.kv_slices[static_cast<std::size_t>(detail::ring_owner(r, hop, ranks))];
+      const Slice& mine = q_slices[at];
+      Tensor<T> block_out;
+      AttentionSaved<T> block_saved;
+      attention_forward(saved.q_part.local(r), position_range(geo.first + mine.begin, mine.valid()),
+                        k_blocks[at], v_blocks[at], kv_positions(geo.first, geo.cached, block),
+                        config.attention(), block_out, block_saved);
+      attention_merge(out[at], lse[at], block_out, block_saved.lse);
+      // The cache positions of this block, copied as it passes.
+      const std::int64_t lo = std::max(block.begin, tail_begin);
+      if (lo < block.end) {
+        copy_along(k_blocks[at], "kv", lo - block.begin, cache_k[at], lo - tail_begin,
+                   block.end - lo);
+        copy_along(v_blocks[at], "kv", lo - block.begin, cache_v[at], lo - tail_begin,
+                   block.end - lo);
+      }
+    });
+    if (hop + 1 < ranks) {
+      k_blocks = world.ring_send_recv(k_blocks);
+      v_blocks = world.ring_send_recv(v_blocks);
+    }
+  }
+  const std::vector<std::string> inputs{saved.q_part.name, saved.k_shard.name, saved.v_shard.name};
+  saved.lse = dist_from_locals(config.tensor("lse"), geo.row_shape(), Placement::shard("seq"), lse);
+  world.record({.op = "ring_attention", .tensor = saved.lse.name, .inputs = inputs}, saved.lse);
+  saved.attn_part = dist_from_locals(config.tensor("attn_shard"), geo.chunk_shape(),
+                                     Placement::shard("seq"), out);
+  world.record({.op = "ring_attention",
+                .tensor = saved.attn_part.name,
+                .dense = config.tensor("attn"),
+                .inputs = inputs},
+               saved.attn_part);
+  DistTensor<T> attn = world.all_gather(
+      saved.attn_part,
+      {.tensor = config.tensor("attn"), .exact = true, .inputs = {saved.attn_part.name}});
+  attn.name = config.tensor("attn");
+  cache.k = dist_from_locals(cache.k.name, geo.cache_shape(), Placement::replicate(), cache_k);
+  cache.v = dist_from_locals(cache.v.name, geo.cache_shape(), Placement::replicate(), cache_v);
+  return attn;
+}
+
+template <typename T>
+CoreGrads<T> ring_attention_backward(const World<T>& world, const CpAttentionConfig& config,
+                                     const ChunkGeometry& geo, const DistTensor<T>& dattn,
+                                     const CpAttentionSaved<T>& saved) {
+  const int ranks = world.size();
+  const auto count = static_cast<std::size_t>(ranks);
+  const std::string dpart_name = grad_name_of(saved.attn_part.name);
+  const DistTensor<T> dpart = world.redistribute(
+      dattn, Placement::shard("seq"),
+      {.tensor = dpart_name, .dense = dattn.name, .exact = true, .inputs = {dattn.name}});
+  const std::vector<Slice> q_slices = shard_slices(geo.length, ranks, SplitPolicy::chunk);
+  std::vector<Tensor<T>> dq(count), dk(count), dv(count);
+  std::vector<Tensor<T>> k_blocks = saved.k_shard.locals;
+  std::vector<Tensor<T>> v_blocks = saved.v_shard.locals;
+  world.for_each_rank([&](int r) {
+    const auto at = static_cast<std::size_t>(r);
+    dq[at] = Tensor<T>(saved.q_part.local(r).shape());
+    dk[at] = Tensor<T>(geo.kv_shape());
+    dv[at] = Tensor<T>(geo.kv_shape());
+  });
+  for (int hop = 0; hop < ranks; ++hop) {
+    world.for_each_rank([&](int r) {
+      const auto at = static_cast<std::size_t>(r);
+      const Slice& block =
+          geo.kv_slices[static_cast<std::size_t>(detail::ring_owner(r, hop, ranks))];
+      const Slice& mine = q_slices[at];
+      Tensor<T> dk_block(k_blocks[at].shape());
+      Tensor<T> dv_block(v_blocks[at].shape());
+      attention_block_backward(dpart.local(r), saved.q_part.local(r),
+                               position_range(geo.first + mine.begin, mine.valid()), k_blocks[at],
+                               v_blocks[at], kv_positions(geo.first, geo.cached, block),
+                               saved.attn_part.local(r), saved.lse.local(r), config.attention(),
+                               dq[at], dk_block, dv_block);
+      copy_along(dk_block, "kv", 0, dk[at], block.begin, block.valid());
+      copy_along(dv_block, "kv", 0, dv[at], block.begin, block.valid());
+    });
+    if (hop + 1 < ranks) {
+      k_blocks = world.ring_send_recv(k_blocks);
+      v_blocks = world.ring_send_recv(v_blocks);
+    }
+  }
+  const std::vector<std::string> inputs{dpart_name,           saved.q_part.name,
+                                        saved.k_shard.name,   saved.v_shard.name,
+                                        saved.attn_part.name, saved.lse.name};
+  const std::string dq_name = grad_name_of(saved.q_part.name);
+  const DistTensor<T> dq_part =
+      dist_from_locals(dq_name, geo.chunk_shape(), Placement::shard("seq"), dq);
+  world.record({.op = "ring_attention_backward",
+                .tensor = dq_name,
+                .dense = grad_name_of(config.tensor("q_rot")),
+                .inputs = inputs},
+               dq_part);
+  CoreGrads<T> grads;
+  grads.q_rot = world.all_gather(
+      dq_part,
+      {.tensor = grad_name_of(config.tensor("q_rot")), .exact = true, .inputs = {dq_name}});
+  grads.q_rot.name = grad_name_of(config.tensor("q_rot"));
+  // Each rank's contributions to every block, summed at the block owners.
+  const DistTensor<T> dk_partial = dist_from_locals(grad_name_of(config.tensor("k_shard")),
+                                                    geo.kv_shape(), Placement::partial(), dk);
+  const DistTensor<T> dv_partial = dist_from_locals(grad_name_of(config.tensor("v_shard")),
+                                                    geo.kv_shape(), Placement::partial(), dv);
+  grads.k = world.reduce_scatter(
+      dk_partial, Placement::shard("kv"),
+      {.tensor = dk_partial.name, .dense = grad_name_of(config.tensor("k_all")), .inputs = inputs});
+  grads.v = world.reduce_scatter(
+      dv_partial, Placement::shard("kv"),
+      {.tensor = dv_partial.name, .dense = grad_name_of(config.tensor("v_all")), .inputs = inputs});
+  return grads;
+}
+
+}  // namespace shardsim

@@ -1,0 +1,153 @@
+// cp_mode = "ulysses" (DeepSpeed-Ulysses, Jacobs et al. 2023): an all-to-all swaps the KV axis
+// shards for head shards, full-sequence attention runs per head group, and an all-to-all swaps
+// back.
+//
+// Head groups: the head axis is split with torch.chunk semantics (c = ceil(n_head / k); rank r
+// owns heads [min(n, r c), min(n, (r+1) c))), so heads that do not divide by the group size give
+// an uneven layout (3 heads over 2 ranks: 2, 1; over 4 ranks: 1, 1, 1, 0) and a rank with no
+// head idles. Attention is independent per head and runs the dense kernel on whole heads, so
+// every boundary here is bitwise the dense one (DESIGN.md invariant 5).
+//
+// Forward boundaries: NAME.q_heads (Replicate -> Shard(head), local: the queries are already on
+// every rank), NAME.k_heads, NAME.v_heads (all_to_all Shard(kv) -> Shard(head)), NAME.lse and
+// NAME.attn_heads (Shard(head)), NAME.attn_seq (all_to_all Shard(head) -> Shard(seq)), NAME.attn
+// (all_gather -> Replicate). The cache written back stays with the head groups (Shard(head),
+// no collective); the next chunk all-gathers it before splitting the KV axis again.
+// Backward: the conjugate collectives in reverse order around the same per-head kernel.
+#pragma once
+
+#include "shardsim/ops/attention/plan_common.hpp"
+
+namespace shardsim {
+
+template <typename T>
+DistTensor<T> ulysses_attention_forward(const World<T>& world, const CpAttentionConfig& config,
+                                        const ChunkGeometry& geo, CpAttentionSaved<T>& saved,
+                                        CpKvCache<T>& cache) {
+  const int ranks = world.size();
+  const auto count = static_cast<std::size_t>(ranks);
+  const Placement heads = Placement::shard("head");
+  saved.q_part = world.redistribute(saved.q_rot, heads,
+                                    {.tensor = config.tensor("q_heads"),
+                                     .dense = saved.q_rot.name,
+                                     .exact = true,
+                                     .inputs = {saved.q_rot.name}});
+  saved.q_part.name = config.tensor("q_heads");
+  saved.k_heads = world.all_to_all(saved.k_shard, heads,
+                                   {.tensor = config.tensor("k_heads"),
+                                    .dense = config.tensor("k_all"),
+                                    .exact = true,
+                                    .inputs = {saved.k_shard.name}});
+  saved.k_heads.name = config.tensor("k_heads");
+  saved.v_heads = world.all_to_all(saved.v_shard, heads,
+                                   {.tensor = config.tensor("v_heads"),
+                                    .dense = config.tensor("v_all"),
+                                    .exact = true,
+                                    .inputs = {saved.v_shard.name}});
+  saved.v_heads.name = config.tensor("v_heads");
+
+  const std::vector<std::int64_t> q_pos = geo.q_pos();
+  const std::vector<std::int64_t> k_pos = geo.k_pos();
+  std::vector<Tensor<T>> out(count), lse(count), cache_k(count), cache_v(count);
+  saved.core.assign(count, {});
+  const std::int64_t tail_begin = geo.cached + geo.length - geo.keep;
+  world.for_each_rank([&](int r) {
+    const auto at = static_cast<std::size_t>(r);
+    attention_forward(saved.q_part.local(r), q_pos, saved.k_heads.local(r), saved.v_heads.local(r),
+                      k_pos, config.attention(), out[at], saved.core[at]);
+    lse[at] = saved.core[at].lse;
+    cache_k[at] = slice_along(saved.k_heads.local(r), "kv", tail_begin, geo.keep);
+    cache_v[at] = slice_along(saved.v_heads.local(r), "kv", tail_begin, geo.keep);
+  });
+  const std::vector<std::string> inputs{saved.q_part.name, saved.k_heads.name, saved.v_heads.name};
+  saved.lse = dist_from_locals(config.tensor("lse"), geo.row_shape(), heads, lse);
+  world.record({.op = "attention", .tensor = saved.lse.name, .exact = true, .inputs = inputs},
+               saved.lse);
+  saved.attn_part = dist_from_locals(config.tensor("attn_heads"), geo.chunk_shape(), heads, out);
+  world.record({.op = "attention",
+                .tensor = saved.attn_part.name,
+                .dense = config.tensor("attn"),
+                .exact = true,
+                .inputs = inputs},
+               saved.attn_part);
+  DistTensor<T> attn_seq = world.all_to_all(saved.attn_part, Placement::shard("seq"),
+                                            {.tensor = config.tensor("attn_seq"),
+                                             .dense = config.tensor("attn"),
+                                             .exact = true,
+                                             .inputs = {saved.attn_part.name}});
+  attn_seq.name = config.tensor("attn_seq");
+  DistTensor<T> attn = world.all_gather(
+      attn_seq, {.tensor = config.tensor("attn"), .exact = true, .inputs = {attn_seq.name}});
+  attn.name = config.tensor("attn");
+  cache.k = dist_from_locals(cache.k.name, geo.cache_shape(), heads, cache_k);
+  cache.v = dist_from_locals(cache.v.name, geo.cache_shape(), heads, cache_v);
+  return attn;
+}
+
+template <typename T>
+CoreGrads<T> ulysses_attention_backward(const World<T>& world, const CpAttentionConfig& config,
+                                        const ChunkGeometry& geo, const DistTensor<T>& dattn,
+                                        const CpAttentionSaved<T>& saved) {
+  const int ranks = world.size();
+  const auto count = static_cast<std::size_t>(ranks);
+  const Placement heads = Placement::shard("head");
+  const std::string dseq_name = grad_name_of(config.tensor("attn_seq"));
+  const DistTensor<T> dseq = world.redistribute(
+      dattn, Placement::shard("seq"),
+      {.tensor = dseq_name, .dense = dattn.name, .exact = true, .inputs = {dattn.name}});
+  const std::string dheads_name = grad_name_of(saved.attn_part.name);
+  DistTensor<T> dheads = world.all_to_all(
+      dseq, heads,
+      {.tensor = dheads_name, .dense = dattn.name, .exact = true, .inputs = {dseq_name}});
+  dheads.name = dheads_name;
+
+  const std::vector<std::int64_t> q_pos = geo.q_pos();
+  const std::vector<std::int64_t> k_pos = geo.k_pos();
+  std::vector<Tensor<T>> dq(count), dk(count), dv(count);
+  world.for_each_rank([&](int r) {
+    const auto at = static_cast<std::size_t>(r);
+    attention_backward(dheads.local(r), saved.q_part.local(r), q_pos, saved.k_heads.local(r),
+                       saved.v_heads.local(r), k_pos, saved.core[at], config.attention(), dq[at],
+                       dk[at], dv[at]);
+  });
+  const std::vector<std::string> inputs{dheads_name, saved.q_part.name, saved.k_heads.name,
+                                        saved.v_heads.name};
+  const DistTensor<T> dq_heads =
+      dist_from_locals(grad_name_of(saved.q_part.name), geo.chunk_shape(), heads, dq);
+  const DistTensor<T> dk_heads =
+      dist_from_locals(grad_name_of(saved.k_heads.name), geo.kv_shape(), heads, dk);
+  const DistTensor<T> dv_heads =
+      dist_from_locals(grad_name_of(saved.v_heads.name), geo.kv_shape(), heads, dv);
+  const std::string dense_of[3] = {grad_name_of(config.tensor("q_rot")),
+                                   grad_name_of(config.tensor("k_all")),
+                                   grad_name_of(config.tensor("v_all"))};
+  const DistTensor<T>* parts[3] = {&dq_heads, &dk_heads, &dv_heads};
+  for (int i = 0; i < 3; ++i) {
+    world.record({.op = "attention_backward",
+                  .tensor = parts[i]->name,
+                  .dense = dense_of[i],
+                  .exact = true,
+                  .inputs = inputs},
+                 *parts[i]);
+  }
+  CoreGrads<T> grads;
+  grads.q_rot =
+      world.all_gather(dq_heads, {.tensor = dense_of[0], .exact = true, .inputs = {dq_heads.name}});
+  grads.q_rot.name = dense_of[0];
+  const Placement kv = Placement::shard("kv");
+  grads.k = world.all_to_all(dk_heads, kv,
+                             {.tensor = grad_name_of(config.tensor("k_shard")),
+                              .dense = dense_of[1],
+                              .exact = true,
+                              .inputs = {dk_heads.name}});
+  grads.k.name = grad_name_of(config.tensor("k_shard"));
+  grads.v = world.all_to_all(dv_heads, kv,
+                             {.tensor = grad_name_of(config.tensor("v_shard")),
+                              .dense = dense_of[2],
+                              .exact = true,
+                              .inputs = {dv_heads.name}});
+  grads.v.name = grad_name_of(config.tensor("v_shard"));
+  return grads;
+}
+
+}  // namespace shardsim

@@ -1,0 +1,34 @@
+// Reports: the JSON report (stable keys, documented in README.md "Report format"), the
+// terminal table, and the `explain` text.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "shardsim/compare/compare.hpp"
+
+namespace shardsim {
+
+inline constexpr const char* kShardsimVersion = "0.1.0";
+
+// The whole replay: one entry in "runs" per precision.
+std::string report_json(const Scenario& scenario, const std::vector<RunReport>& reports,
+                        const Outcome& outcome);
+
+// A per-boundary table for one precision, readable in an 100-column terminal.
+std::string format_run_table(const RunReport& report);
+
+// The verdict line(s): what diverged first, where, and whether that was expected.
+std::string format_outcome(const Scenario& scenario, const Outcome& outcome);
+
+// One line of a run's measured resources and its per-rank activation bytes.
+// REQUIRES: report.resources.
+std::string format_resources(const RunReport& report);
+
+// "step 1 chunk 1 boundary #4 layer_norm -> y, rank 3, index [batch=0, seq=12, hidden=5]"
+std::string format_divergence(const Divergence& divergence);
+
+// Every boundary with global shape, placement and each rank's local shape and slice.
+std::string format_trace(const std::vector<TraceEntry>& trace);
+
+}  // namespace shardsim

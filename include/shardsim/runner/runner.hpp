@@ -1,0 +1,81 @@
+// The runner executes a scenario at one precision. It holds the dense oracle (plain global
+// tensors) and the world of ranks running the sharded plans, side by side, and hands every
+// boundary to a sink: the trace entry, the oracle's global tensor and the ranks' local tensors.
+// It does not judge; the compare layer does (it implements the sink).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shardsim/scenario/scenario.hpp"
+#include "shardsim/trace.hpp"
+#include "shardsim/world.hpp"
+
+namespace shardsim {
+
+// Activation memory: the bytes each rank keeps from the forward pass for backward, per step and
+// summed (training step 1; shapes do not change between training steps). An activation element
+// counts 4 bytes at f32 and 8 at f64 and mp, a dropout mask one byte per element. Steps that keep
+// nothing they report (redistribute, add, mse_loss) are absent.
+struct ActivationMemory {
+  struct StepShare {
+    int step = 0;        // index in [[steps]]
+    std::string op;
+    std::string output;
+    std::vector<std::int64_t> bytes;  // per rank
+  };
+  std::vector<std::int64_t> per_rank;  // summed over steps
+  std::vector<StepShare> steps;
+};
+
+template <typename T>
+class BoundarySink {
+ public:
+  virtual ~BoundarySink() = default;
+  // `dense` is null when the boundary has no oracle counterpart. Returns whether every element
+  // matched `dense` bitwise (false when there is no counterpart).
+  virtual bool on_boundary(const TraceEntry& entry, const Tensor<T>* dense,
+                           const DistTensor<T>& sharded) = 0;
+  // Called once, after the first forward pass.
+  virtual void on_activation_memory(const ActivationMemory& memory) { (void)memory; }
+};
+
+struct RunOptions {
+  std::optional<ReduceOrder> reduce_order;  // overrides the scenario's mesh.reduce_order
+  std::optional<Schedule> schedule;         // overrides the scenario's mesh.schedule
+  // Opt-in (off by default, for memory): the comparator keeps every boundary's values, see
+  // CapturedBoundary in compare.hpp. `shardsim precision` and `run --golden` use it.
+  bool capture_tensors = false;
+  // Refuse to run when the memory estimate exceeds this many bytes (default: 3/4 of the
+  // machine's physical memory).
+  std::optional<std::uint64_t> max_memory_bytes;
+};
+
+// A lower bound on the bytes a run at `precision` holds: every tensor the program defines, once
+// for the oracle and once per rank copy in the sharded world (a Replicate tensor is held by every
+// rank), doubled for gradients when training. Computed in long double and saturated, so it cannot overflow.
+std::uint64_t estimate_memory_bytes(const Scenario& scenario, const Precision& precision);
+std::uint64_t default_memory_limit_bytes();
+
+// Throws InputError, before anything is allocated, when the estimate exceeds the limit; the
+// message says how many GiB would be needed.
+void check_memory(const Scenario& scenario, const Precision& precision, const RunOptions& options);
+
+// The effective mesh settings of a run.
+ReduceOrder effective_reduce_order(const Scenario& scenario, const RunOptions& options);
+Schedule effective_schedule(const Scenario& scenario, const RunOptions& options);
+
+// Runs every step of `scenario` densely and sharded, reporting each boundary to `sink`.
+// Returns the trace. For T = Mp the caller has set the mp precision (set_mp_precision).
+template <typename T>
+std::vector<TraceEntry> run_scenario(const Scenario& scenario, const RunOptions& options,
+                                     BoundarySink<T>& sink);
+
+extern template std::vector<TraceEntry> run_scenario(const Scenario&, const RunOptions&,
+                                                     BoundarySink<float>&);
+extern template std::vector<TraceEntry> run_scenario(const Scenario&, const RunOptions&,
+                                                     BoundarySink<double>&);
+
+}  // namespace shardsim

@@ -1,0 +1,223 @@
+// The comparator: a BoundarySink that measures every boundary against the oracle.
+#pragma once
+
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "shardsim/compare/compare.hpp"
+#include "shardsim/scalar.hpp"
+
+namespace shardsim {
+
+// Converts a tensor's values once to f32 and f64 with correct rounding (and, at mp, to exact
+// text). The mp branch is only instantiated where mp.hpp and mp_exact.hpp are included
+// (compare_mp.cpp).
+template <typename T>
+CapturedValues capture_values(const Tensor<T>& tensor) {
+  CapturedValues out;
+  out.f32.reserve(static_cast<std::size_t>(tensor.numel()));
+  out.f64.reserve(static_cast<std::size_t>(tensor.numel()));
+  for (const T& v : tensor.values()) {
+    if constexpr (std::is_same_v<T, float>) {
+      out.f32.push_back(v);
+      out.f64.push_back(v);
+    } else if constexpr (std::is_same_v<T, double>) {
+      out.f32.push_back(static_cast<float>(v));  // IEEE conversion: round to nearest even
+      out.f64.push_back(v);
+    } else {
+      out.f32.push_back(round_to_f32(v));
+      out.f64.push_back(round_to_f64(v));
+      out.exact.push_back(mp_exact_text(v));
+    }
+  }
+  return out;
+}
+
+template <typename T>
+class Comparator final : public BoundarySink<T> {
+ public:
+  explicit Comparator(double rtol, bool capture = false) : rtol_(rtol), capture_(capture) {}
+
+  bool on_boundary(const TraceEntry& entry, const Tensor<T>* dense,
+                   const DistTensor<T>& sharded) override {
+    BoundaryResult result;
+    result.entry = entry;
+    result.rtol = rtol_;
+    if (dense) measure(*dense, sharded, result);
+    if (capture_) {
+      auto captured = std::make_shared<CapturedBoundary>();
+      captured->has_dense = dense != nullptr;
+      if (dense) captured->dense = capture_values(*dense);
+      for (int r = 0; r < sharded.ranks(); ++r) {
+        captured->ranks.push_back(capture_values(sharded.local(r)));
+      }
+      result.captured = std::move(captured);
+    }
+    const bool identical = result.status == Status::exact;
+    results_.push_back(std::move(result));
+    return identical;
+  }
+
+  std::vector<BoundaryResult>& results() { return results_; }
+
+  void on_activation_memory(const ActivationMemory& memory) override { activation_ = memory; }
+  ActivationMemory& activation() { return activation_; }
+
+ private:
+  using Traits = ScalarTraits<T>;
+
+  struct Element {
+    int rank;
+    std::int64_t global_flat;
+    const T* sharded;
+  };
+
+  // Visits every compared element: (rank, global flat index, sharded value).
+  template <typename Visit>
+  static void for_each_element(const DistTensor<T>& sharded, Tensor<T>& partial_sum,
+                               Visit visit) {
+    const Placement& placement = sharded.placement;
+    if (placement.is_partial()) {
+      partial_sum = sharded.local(0);
+      for (int r = 1; r < sharded.ranks(); ++r) {
+        for (std::int64_t e = 0; e < partial_sum.numel(); ++e) {
+          partial_sum[e] += sharded.local(r)[e];
+        }
+      }
+      for (std::int64_t e = 0; e < partial_sum.numel(); ++e) visit(0, e, partial_sum[e]);
+      return;
+    }
+    for (int r = 0; r < sharded.ranks(); ++r) {
+      const Tensor<T>& local = sharded.local(r);
+      if (placement.is_replicate()) {
+        for (std::int64_t e = 0; e < local.numel(); ++e) visit(r, e, local[e]);
+        continue;
+      }
+      const Slice slice = rank_slice(sharded.global, placement, sharded.ranks(), r);
+      const AxisView lv = AxisView::of(local.shape(), placement.axis);
+      const AxisView gv = AxisView::of(sharded.global, placement.axis);
+      for (std::int64_t o = 0; o < lv.outer; ++o) {
+        for (std::int64_t i = 0; i < slice.valid(); ++i) {
+          for (std::int64_t j = 0; j < lv.inner; ++j) {
+            visit(r, gv.flat(o, to_global(slice, i), j), local[lv.flat(o, i, j)]);
+          }
+        }
+      }
+    }
+  }
+
+  void measure(const Tensor<T>& dense, const DistTensor<T>& sharded, BoundaryResult& result) {
+    SHARDSIM_ASSERT(dense.shape() == sharded.global, "boundary shape differs from the oracle's");
+    double scale = 0;
+    for (std::int64_t e = 0; e < dense.numel(); ++e) {
+      const double d = std::fabs(Traits::to_double(dense[e]));
+      if (std::isfinite(d)) scale = std::max(scale, d);
+    }
+    result.scale = scale;
+    const double allowed = rtol_ * scale;
+    bool all_identical = true;
+    bool all_within = true;
+    std::optional<Divergence> first_not_identical;
+    std::optional<Divergence> first_outside;
+    Tensor<T> partial_sum;
+    for_each_element(sharded, partial_sum, [&](int rank, std::int64_t flat, const T& s) {
+      const T& d = dense[flat];
+      if (Traits::identical(s, d)) return;
+      const double sd = Traits::to_double(s);
+      const double dd = Traits::to_double(d);
+      double abs_err;
+      std::string reason;
+      if (std::isnan(sd) || std::isnan(dd)) {
+        abs_err = std::numeric_limits<double>::infinity();
+        reason = "NaN";
+      } else if (std::isinf(sd) || std::isinf(dd)) {
+        abs_err = sd == dd ? 0.0 : std::numeric_limits<double>::infinity();
+        reason = "infinity";
+      } else {
+        abs_err = Traits::to_double(magnitude(T(s - d)));
+        reason = "outside tolerance";
+      }
+      const double rel_err = dd == 0 ? std::numeric_limits<double>::infinity()
+                                     : abs_err / std::fabs(dd);
+      result.max_abs = std::max(result.max_abs, abs_err);
+      result.max_rel = std::max(result.max_rel, rel_err);
+      result.max_ulp = std::max(result.max_ulp, Traits::ulp(s, d));
+      auto describe = [&](std::string why) {
+        Divergence div;
+        div.rank = rank;
+        const std::vector<std::int64_t> index = unflatten(dense.shape(), flat);
+        for (std::size_t a = 0; a < index.size(); ++a) {
+          div.index.emplace_back(dense.shape()[a].name, index[a]);
+        }
+        div.dense = dd;
+        div.sharded = sd;
+        div.reason = std::move(why);
+        return div;
+      };
+      if (all_identical) {
+        all_identical = false;
+        first_not_identical = describe(reason == "NaN"
+                                           ? "NaN, which never matches"
+                                           : "not bitwise equal at a boundary that claims exactness");
+      }
+      if (!(abs_err <= allowed)) {
+        if (all_within) first_outside = describe(reason);
+        all_within = false;
+      }
+    });
+    if (all_identical) {
+      result.status = Status::exact;
+    } else if (result.entry.exact) {
+      result.status = Status::fail;
+      result.first_bad = first_not_identical;
+    } else if (all_within) {
+      result.status = Status::within;
+    } else {
+      result.status = Status::fail;
+      result.first_bad = first_outside;
+    }
+    if (result.first_bad) {
+      Divergence& div = *result.first_bad;
+      div.boundary = result.entry.id;
+      div.step = result.entry.step;
+      div.chunk = result.entry.chunk;
+      div.op = result.entry.op;
+      div.tensor = result.entry.tensor;
+    }
+  }
+
+  static T magnitude(const T& v) {
+    using std::abs;
+    return abs(v);
+  }
+
+  double rtol_;
+  bool capture_;
+  std::vector<BoundaryResult> results_;
+  ActivationMemory activation_;
+};
+
+template <typename T>
+RunReport evaluate_at(const Scenario& scenario, const Precision& precision,
+                      unsigned significand_bits, const RunOptions& options) {
+  Comparator<T> comparator(scenario.rtol(precision), options.capture_tensors);
+  run_scenario<T>(scenario, options, comparator);
+  RunReport report;
+  report.scenario = scenario.name;
+  report.precision = precision;
+  report.significand_bits = significand_bits;
+  report.reduce_order = effective_reduce_order(scenario, options);
+  report.schedule = effective_schedule(scenario, options);
+  report.boundaries = std::move(comparator.results());
+  report.activation = std::move(comparator.activation());
+  for (const BoundaryResult& b : report.boundaries) {
+    if (b.status == Status::fail) {
+      report.pass = false;
+      if (!report.first_divergence) report.first_divergence = b.first_bad;
+    }
+  }
+  return report;
+}
+
+}  // namespace shardsim

@@ -1,0 +1,77 @@
+#include "sim/compare/compare-inl.hpp"
+
+namespace shardsim {
+
+std::string_view status_name(Status status) {
+  switch (status) {
+    case Status::exact: return "exact";
+    case Status::within: return "within";
+    case Status::fail: return "fail";
+    case Status::unchecked: return "unchecked";
+  }
+  return "?";
+}
+
+namespace detail {
+RunReport evaluate_f32(const Scenario& s, const RunOptions& o) {
+  return evaluate_at<float>(s, parse_precision("f32"), 24, o);
+}
+RunReport evaluate_f64(const Scenario& s, const RunOptions& o) {
+  return evaluate_at<double>(s, parse_precision("f64"), 53, o);
+}
+}  // namespace detail
+
+RunReport evaluate(const Scenario& scenario, const Precision& precision,
+                   const RunOptions& options) {
+  check_memory(scenario, precision, options);
+  switch (precision.kind) {
+    case ScalarKind::f32: return detail::evaluate_f32(scenario, options);
+    case ScalarKind::f64: return detail::evaluate_f64(scenario, options);
+    case ScalarKind::mp: return detail::evaluate_mp(scenario, precision.bits, options);
+  }
+  SHARDSIM_ASSERT(false, "unknown precision kind");
+  return {};
+}
+
+Outcome judge(const Scenario& scenario, const std::vector<RunReport>& reports) {
+  Outcome outcome;
+  for (const RunReport& report : reports) {
+    if (!report.pass && outcome.pass) {
+      outcome.pass = false;
+      outcome.failed_at = report.precision;
+      outcome.first_divergence = report.first_divergence;
+    }
+  }
+  const Expectation& expect = scenario.expect;
+  auto mismatch = [&](const std::string& message) {
+    outcome.matches_expectation = false;
+    outcome.why = message;
+    return outcome;
+  };
+  if (expect.pass) {
+    if (outcome.pass) return outcome;
+    return mismatch("expected pass, but the sharded program diverged at " +
+                    outcome.failed_at->name());
+  }
+  if (outcome.pass) return mismatch("expected a divergence, but every boundary passed");
+  const Divergence& d = *outcome.first_divergence;
+  if (expect.step && *expect.step != d.step) {
+    return mismatch("expected the first divergence at step " + std::to_string(*expect.step) +
+                    ", got step " + std::to_string(d.step));
+  }
+  if (expect.chunk && *expect.chunk != d.chunk) {
+    return mismatch("expected the first divergence at chunk " + std::to_string(*expect.chunk) +
+                    ", got chunk " + std::to_string(d.chunk));
+  }
+  if (expect.tensor && *expect.tensor != d.tensor) {
+    return mismatch("expected the first divergence at tensor '" + *expect.tensor + "', got '" +
+                    d.tensor + "'");
+  }
+  if (expect.op && *expect.op != d.op) {
+    return mismatch("expected the first divergence in op '" + *expect.op + "', got '" + d.op +
+                    "'");
+  }
+  return outcome;
+}
+
+}  // namespace shardsim

@@ -1,0 +1,293 @@
+#include "shardsim/golden/golden_compare.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include "shardsim/error.hpp"
+#include "shardsim/placement.hpp"
+#include "shardsim/scalar.hpp"
+
+namespace shardsim {
+
+namespace {
+
+constexpr std::size_t kNonfiniteExamples = 5;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+struct Tolerance {
+  double rtol = 0;
+  double atol = 0;
+  std::optional<double> max_ulp;
+};
+
+Tolerance tolerance_for(format::Dtype dtype, const CompareOptions& options) {
+  if (options.rtol || options.atol || options.max_ulp) {
+    return {options.rtol.value_or(0), options.atol.value_or(0), options.max_ulp};
+  }
+  switch (dtype) {
+    case format::Dtype::f32:
+      return {1.3e-6, 1e-5, std::nullopt};
+    case format::Dtype::f64:
+      return {1e-7, 1e-7, std::nullopt};
+    default:
+      return {0, 0, std::nullopt};  // masks and integers: exact
+  }
+}
+
+// ULP distance of c from g in g's dtype.
+double ulp_in(format::Dtype dtype, double g, double c) {
+  if (std::isnan(g) || std::isnan(c)) return kInf;
+  if (dtype == format::Dtype::f32) {
+    return static_cast<double>(ulp_distance(static_cast<float>(g), static_cast<float>(c)));
+  }
+  if (dtype == format::Dtype::f64) return static_cast<double>(ulp_distance(g, c));
+  return std::fabs(c - g);
+}
+
+// Locates element `flat` of a golden tensor: its global index by named axis and its owner.
+ElementReport locate(const GoldenInfo& info, std::int64_t flat) {
+  ElementReport out;
+  std::vector<Axis> axes;
+  for (std::size_t a = 0; a < info.axes.size(); ++a) axes.push_back({info.axes[a], info.shape[a]});
+  const std::vector<std::int64_t> local = unflatten(Shape(axes), flat);
+  bool padding = false;
+  for (std::size_t a = 0; a < local.size(); ++a) {
+    std::int64_t global = local[a];
+    auto offset = info.offset.find(info.axes[a]);
+    if (offset != info.offset.end()) global += offset->second;
+    const auto extent = info.global_shape.find(info.axes[a]);
+    if (extent && global >= info.global_shape[*extent].extent) padding = true;
+    out.index.emplace_back(info.axes[a], global);
+  }
+  if (info.rank >= 0) {
+    out.owner = "rank " + std::to_string(info.rank) + (padding ? " (padding)" : "");
+    return out;
+  }
+  try {
+    const Placement placement = parse_placement(info.placement);
+    if (placement.is_replicate()) {
+      out.owner = "every rank (Replicate)";
+    } else if (placement.is_partial()) {
+      out.owner = "sum over ranks (Partial)";
+    } else {
+      out.owner = "rank ?";
+      const auto axis = info.global_shape.find(placement.axis);
+      for (const auto& [name, i] : out.index) {
+        if (name != placement.axis || !axis) continue;
+        const std::int64_t extent = info.global_shape[*axis].extent;
+        if (i >= 0 && i < extent) {
+          out.owner = "rank " + std::to_string(
+                                    owner_of(shard_slices(extent, info.ranks, placement.split), i));
+        }
+      }
+    }
+  } catch (const InputError&) {
+    out.owner = "rank ? (placement '" + info.placement + "')";
+  }
+  return out;
+}
+
+TensorComparison compare_tensor(const GoldenInfo& info, const RawTensor& golden,
+                                const RawTensor& candidate, const CompareOptions& options) {
+  TensorComparison out;
+  out.golden = info.name;
+  out.candidate = candidate.name;
+  out.dtype = std::string(format::dtype_info(info.dtype).safetensors);
+  out.shape = golden.shape;
+  const Tolerance tol = tolerance_for(info.dtype, options);
+  out.rtol = tol.rtol;
+  out.atol = tol.atol;
+  out.max_ulp_allowed = tol.max_ulp;
+  if (candidate.shape != golden.shape) {
+    auto str = [](const std::vector<std::int64_t>& s) {
+      std::string o = "[";
+      for (std::size_t i = 0; i < s.size(); ++i) o += (i ? ", " : "") + std::to_string(s[i]);
+      return o + "]";
+    };
+    out.mismatch = "shape " + str(candidate.shape) + " in the candidate, " + str(golden.shape) +
+                   " in the golden";
+    out.pass = false;
+    return out;
+  }
+  const std::vector<double> g = raw_values(golden);
+  const std::vector<double> c = raw_values(candidate);
+  double worst_ulp = -1;
+  for (std::size_t e = 0; e < g.size(); ++e) {
+    const double gv = g[e];
+    const double cv = c[e];
+    double abs_err, rel_err;
+    bool within;
+    if (std::isnan(gv) || std::isnan(cv)) {
+      abs_err = rel_err = kInf;
+      within = false;
+    } else if (std::isinf(gv) || std::isinf(cv)) {
+      within = gv == cv;
+      abs_err = rel_err = within ? 0.0 : kInf;
+    } else {
+      abs_err = std::fabs(cv - gv);
+      rel_err = gv == 0 ? (abs_err == 0 ? 0.0 : kInf) : abs_err / std::fabs(gv);
+      within = abs_err <= tol.atol + tol.rtol * std::fabs(gv);
+    }
+    const double ulp = ulp_in(info.dtype, gv, cv);
+    if (!within && tol.max_ulp && std::isfinite(gv) && std::isfinite(cv) && ulp <= *tol.max_ulp) {
+      within = true;
+    }
+    auto element = [&] {  // this element, located, with its values and errors
+      ElementReport r = locate(info, static_cast<std::int64_t>(e));
+      r.golden = gv;
+      r.candidate = cv;
+      r.abs = abs_err;
+      r.rel = rel_err;
+      r.ulp = ulp;
+      return r;
+    };
+    out.max_abs = std::max(out.max_abs, abs_err);
+    out.max_rel = std::max(out.max_rel, rel_err);
+    out.max_ulp = std::max(out.max_ulp, ulp);
+    if (!within) ++out.outside;
+    const bool nonfinite = !std::isfinite(cv) && !within;
+    if (nonfinite) {
+      ++out.nonfinite;
+      if (out.nonfinite_examples.size() < kNonfiniteExamples) {
+        out.nonfinite_examples.push_back(element());
+      }
+    }
+    if (ulp > worst_ulp) {
+      worst_ulp = ulp;
+      out.worst = element();
+    }
+  }
+  out.pass = out.outside == 0;
+  return out;
+}
+
+std::string num(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+std::string metric(double v) {
+  if (v == 0) return "0";
+  if (std::isinf(v)) return "inf";
+  char buf[40];
+  std::snprintf(buf, sizeof buf, v >= 1e6 || v < 1e-3 ? "%.2e" : "%.4g", v);
+  return buf;
+}
+
+std::string element_str(const ElementReport& r) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < r.index.size(); ++i) {
+    out += (i ? ", " : "") + r.index[i].first + "=" + std::to_string(r.index[i].second);
+  }
+  return out + "] " + r.owner;
+}
+
+}  // namespace
+
+ComparisonReport compare_candidate(const GoldenDir& golden, const Candidate& candidate,
+                                   const CompareOptions& options) {
+  ComparisonReport report;
+  report.golden_precision = golden.precision;
+  std::map<std::string, const RawTensor*> by_name;
+  for (const RawTensor& t : candidate.tensors) by_name[t.name] = &t;
+  std::map<std::string, std::string> mapped;
+  for (const auto& [from, to] : options.map) {
+    if (!golden.tensors.count(from)) {
+      throw InputError("--map " + from + "=" + to + ": no golden tensor named '" + from + "'");
+    }
+    if (!by_name.count(to)) {
+      throw InputError("--map " + from + "=" + to + ": the candidate has no tensor named '" + to +
+                       "'");
+    }
+    mapped[from] = to;
+  }
+  std::map<std::string, bool> used;
+  for (const GoldenInfo& info : golden.infos) {
+    std::string key = info.name;
+    if (auto m = mapped.find(info.name); m != mapped.end()) {
+      key = m->second;
+    } else if (candidate.is_npy_dir) {
+      key = npy_file_name(info.name);
+      key.resize(key.size() - 4);  // without ".npy"
+    }
+    auto found = by_name.find(key);
+    if (found == by_name.end()) {
+      report.golden_only.push_back(info.name);
+      continue;
+    }
+    used[key] = true;
+    report.tensors.push_back(
+        compare_tensor(info, golden.tensors.at(info.name), *found->second, options));
+    if (!report.tensors.back().pass) report.pass = false;
+  }
+  for (const RawTensor& t : candidate.tensors) {
+    if (!used.count(t.name)) report.candidate_only.push_back(t.name);
+  }
+  if (report.tensors.empty()) {
+    throw InputError(
+        "no candidate tensor matches a golden name (goldens are named like '" +
+        (golden.infos.empty() ? std::string("f32/s1/c1/y") : golden.infos.front().name) +
+        "'); use --map GOLDEN=CANDIDATE");
+  }
+  return report;
+}
+
+std::string format_comparison(const ComparisonReport& report) {
+  std::ostringstream out;
+  std::int64_t failed = 0;
+  for (const TensorComparison& t : report.tensors) {
+    if (!t.pass) ++failed;
+    std::string shape = "[";
+    for (std::size_t i = 0; i < t.shape.size(); ++i)
+      shape += (i ? ", " : "") + std::to_string(t.shape[i]);
+    shape += "]";
+    out << (t.pass ? "ok    " : "FAIL  ") << t.golden;
+    if (t.candidate != t.golden) out << "  (candidate '" << t.candidate << "')";
+    out << "  " << t.dtype << " " << shape << "\n";
+    if (!t.mismatch.empty()) {
+      out << "      " << t.mismatch << "\n";
+      continue;
+    }
+    std::int64_t numel = 1;
+    for (std::int64_t d : t.shape) numel *= d;
+    out << "      max_abs " << metric(t.max_abs) << "  max_rel " << metric(t.max_rel)
+        << "  max_ulp " << metric(t.max_ulp) << "  (" << t.outside << " of " << numel
+        << " outside rtol " << metric(t.rtol) << ", atol " << metric(t.atol);
+    if (t.max_ulp_allowed) out << ", max_ulp " << metric(*t.max_ulp_allowed);
+    out << ")\n";
+    if (t.worst && t.max_ulp > 0) {
+      out << "      worst " << element_str(*t.worst) << ": golden " << num(t.worst->golden)
+          << ", candidate " << num(t.worst->candidate) << " (" << metric(t.worst->ulp) << " ulp)\n";
+    }
+    if (t.nonfinite > 0) {
+      out << "      " << t.nonfinite << " non-finite candidate value(s):";
+      for (const ElementReport& r : t.nonfinite_examples) {
+        out << "\n        " << element_str(r) << ": " << num(r.candidate) << " (golden "
+            << num(r.golden) << ")";
+      }
+      if (t.nonfinite > static_cast<std::int64_t>(t.nonfinite_examples.size()))
+        out << "\n        ...";
+      out << "\n";
+    }
+  }
+  out << "compared " << report.tensors.size() << " tensor(s) against " << report.golden_precision
+      << " goldens: " << (report.tensors.size() - static_cast<std::size_t>(failed))
+      << " within tolerance, " << failed << " outside";
+  if (!report.golden_only.empty())
+    out << "; " << report.golden_only.size() << " golden tensor(s) not in the candidate";
+  out << "\n";
+  if (!report.candidate_only.empty()) {
+    out << "candidate tensors with no golden counterpart (ignored; see --map):";
+    for (const std::string& name : report.candidate_only) out << "\n  " << name;
+    out << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace shardsim

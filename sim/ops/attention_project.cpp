@@ -1,8 +1,0 @@
-#include "shardsim/ops/attention_project-inl.hpp"
-
-namespace shardsim {
-
-SHARDSIM_INSTANTIATE_ATTENTION_PROJECT(float)
-SHARDSIM_INSTANTIATE_ATTENTION_PROJECT(double)
-
-}  // namespace shardsim

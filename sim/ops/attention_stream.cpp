@@ -1,8 +1,0 @@
-#include "shardsim/ops/attention_stream-inl.hpp"
-
-namespace shardsim {
-
-SHARDSIM_INSTANTIATE_ATTENTION_STREAM(float)
-SHARDSIM_INSTANTIATE_ATTENTION_STREAM(double)
-
-}  // namespace shardsim

@@ -1,0 +1,267 @@
+// shardsim precision: the runs, the per-boundary metrics and verdicts, the reduce-order sweep and
+// the heatmap data. Rendering lives in precision/report.cpp (text, JSON) and html_report.cpp.
+#include "shardsim/precision/precision_diff.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "shardsim/error.hpp"
+
+namespace shardsim {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The values an "error vs top" comparison uses: the oracle's, or the ranks' concatenated when the
+// boundary has no oracle counterpart.
+CapturedValues reference_values(const CapturedBoundary& captured) {
+  if (captured.has_dense) return captured.dense;
+  CapturedValues out;
+  for (const CapturedValues& rank : captured.ranks) {
+    out.f32.insert(out.f32.end(), rank.f32.begin(), rank.f32.end());
+    out.f64.insert(out.f64.end(), rank.f64.begin(), rank.f64.end());
+    out.exact.insert(out.exact.end(), rank.exact.begin(), rank.exact.end());
+  }
+  return out;
+}
+
+// Level values `a` against reference values `b`, both already in the level's IEEE type.
+template <typename F>
+LevelMetrics ieee_error(const std::vector<F>& a, const std::vector<F>& b) {
+  LevelMetrics out;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double ulp = static_cast<double>(ulp_distance(a[i], b[i]));
+    const double x = a[i];
+    const double y = b[i];
+    double abs_err, rel_err;
+    if (std::isnan(x) || std::isnan(y)) {
+      abs_err = rel_err = kInf;
+    } else if (std::isinf(x) || std::isinf(y)) {
+      abs_err = rel_err = x == y ? 0.0 : kInf;
+    } else {
+      abs_err = std::fabs(x - y);
+      rel_err = abs_err == 0 ? 0.0 : (y == 0 ? kInf : abs_err / std::fabs(y));
+    }
+    out.max_abs = std::max(out.max_abs, abs_err);
+    out.max_rel = std::max(out.max_rel, rel_err);
+    out.max_ulp = std::max(out.max_ulp, ulp == static_cast<double>(kUlpNaN) ? kInf : ulp);
+  }
+  return out;
+}
+
+LevelMetrics level_error(const Precision& level, unsigned level_bits, const CapturedValues& values,
+                         const CapturedValues& top, unsigned top_bits) {
+  switch (level.kind) {
+    case ScalarKind::f32: return ieee_error(values.f32, top.f32);
+    case ScalarKind::f64: return ieee_error(values.f64, top.f64);
+    case ScalarKind::mp: return detail::mp_level_error(values.exact, top.exact, level_bits, top_bits);
+  }
+  return {};
+}
+
+LevelGap level_gap(const BoundaryResult& b) {
+  LevelGap gap{b.status, b.max_abs, b.max_rel, b.max_ulp, 0, b.entry.exact};
+  if (b.max_abs > 0) gap.normwise = b.scale > 0 ? b.max_abs / b.scale : kInf;
+  return gap;
+}
+
+std::string sci(double v) {
+  if (std::isinf(v)) return "inf";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2e", v);
+  return buf;
+}
+
+}  // namespace
+
+void detail::judge_boundary(BoundaryDiff& diff, const std::vector<Precision>& levels) {
+  const std::size_t top = levels.size() - 1;
+  if (std::all_of(diff.gap.begin(), diff.gap.end(),
+                  [](const LevelGap& g) { return g.status == Status::unchecked; })) {
+    diff.verdict = "n/a";
+    return;
+  }
+  if (std::all_of(diff.gap.begin(), diff.gap.end(),
+                  [](const LevelGap& g) { return g.status == Status::exact; })) {
+    diff.verdict = "exact";
+    return;
+  }
+  for (std::size_t l = 0; l < levels.size(); ++l) {
+    if (diff.gap[l].exact_claimed && diff.gap[l].status != Status::exact) {
+      diff.verdict = "bug";
+      diff.why = "claims exactness but is not bitwise equal at " + levels[l].name();
+      return;
+    }
+  }
+  const double bound = default_rtol(levels[top]);
+  const double at_top = diff.gap[top].normwise;
+  const double at_bottom = diff.gap.front().normwise;
+  const std::string limit = "2^-" + std::to_string(levels[top].bits - 16);
+  if (!(at_top <= bound)) {
+    diff.verdict = "bug";
+    diff.why = "the gap persists at " + levels[top].name() + ": " + sci(at_top) + " normwise > " +
+               limit + " = " + sci(bound);
+  } else if (top > 0 && at_bottom > at_top) {
+    diff.verdict = "noise";
+    diff.why = "the gap shrinks from " + sci(at_bottom) + " at " + levels.front().name() + " to " +
+               sci(at_top) + " at " + levels[top].name() + " (<= " + limit + ")";
+  } else {
+    // A lower level happened to round to the same bits; the top level is still within bound.
+    diff.verdict = "noise";
+    diff.why = "the gap is " + sci(at_top) + " normwise at " + levels[top].name() + " (<= " + limit + ")";
+  }
+}
+
+namespace {
+
+RunReport captured_run(const Scenario& scenario, const Precision& precision, RunOptions options) {
+  options.capture_tensors = true;
+  check_memory(scenario, precision, options);
+  return evaluate(scenario, precision, options);
+}
+
+void check_aligned(const RunReport& a, const RunReport& b) {
+  SHARDSIM_ASSERT(a.boundaries.size() == b.boundaries.size(),
+                  "runs at different precisions recorded different boundaries");
+  for (std::size_t i = 0; i < a.boundaries.size(); ++i) {
+    SHARDSIM_ASSERT(a.boundaries[i].entry.tensor == b.boundaries[i].entry.tensor &&
+                        a.boundaries[i].entry.op == b.boundaries[i].entry.op,
+                    "runs at different precisions recorded different boundaries");
+  }
+}
+
+// Sharded values of run `a` against run `b` (same precision): max ULP and normwise relative.
+std::pair<double, double> sharded_spread(const CapturedBoundary& a, const CapturedBoundary& b,
+                                         bool f32) {
+  double max_ulp = 0, max_abs = 0, scale = 0;
+  for (std::size_t r = 0; r < a.ranks.size(); ++r) {
+    const std::vector<double>& x = a.ranks[r].f64;
+    const std::vector<double>& y = b.ranks[r].f64;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const double ulp = f32 ? static_cast<double>(ulp_distance(a.ranks[r].f32[i], b.ranks[r].f32[i]))
+                             : static_cast<double>(ulp_distance(x[i], y[i]));
+      max_ulp = std::max(max_ulp, ulp == static_cast<double>(kUlpNaN) ? kInf : ulp);
+      const double diff = std::fabs(x[i] - y[i]);
+      max_abs = std::max(max_abs, std::isnan(diff) ? kInf : diff);
+      if (std::isfinite(y[i])) scale = std::max(scale, std::fabs(y[i]));
+    }
+  }
+  const double rel = max_abs == 0 ? 0.0 : (scale > 0 ? max_abs / scale : kInf);
+  return {max_ulp, rel};
+}
+
+OrderSweep run_sweep(const Scenario& scenario, const PrecisionDiffOptions& options) {
+  OrderSweep sweep;
+  sweep.orders = options.sweep_orders;
+  sweep.precisions = {parse_precision("f32"), parse_precision("f64")};
+  std::vector<std::vector<RunReport>> runs(sweep.precisions.size());
+  for (std::size_t p = 0; p < sweep.precisions.size(); ++p) {
+    for (ReduceOrder order : sweep.orders) {
+      RunOptions run = options.run;
+      run.reduce_order = order;
+      runs[p].push_back(captured_run(scenario, sweep.precisions[p], run));
+      check_aligned(runs[p].front(), runs[p].back());
+    }
+  }
+  const RunReport& first = runs[0][0];
+  for (std::size_t b = 0; b < first.boundaries.size(); ++b) {
+    OrderSweepRow row;
+    row.id = first.boundaries[b].entry.id;
+    row.tensor = first.boundaries[b].entry.tensor;
+    for (std::size_t p = 0; p < sweep.precisions.size(); ++p) {
+      double ulp = 0, rel = 0;
+      std::vector<double> gaps;
+      for (std::size_t o = 0; o < sweep.orders.size(); ++o) {
+        const auto [u, r] = sharded_spread(*runs[p][o].boundaries[b].captured,
+                                           *runs[p][0].boundaries[b].captured, p == 0);
+        ulp = std::max(ulp, u);
+        rel = std::max(rel, r);
+        gaps.push_back(level_gap(runs[p][o].boundaries[b]).normwise);
+      }
+      row.spread_ulp.push_back(ulp);
+      row.spread_rel.push_back(rel);
+      row.gap.push_back(std::move(gaps));
+    }
+    sweep.rows.push_back(std::move(row));
+  }
+  return sweep;
+}
+
+}  // namespace
+
+PrecisionDiff precision_diff(const Scenario& scenario, const PrecisionDiffOptions& options) {
+  if (options.levels.empty()) throw InputError("--levels needs at least one precision");
+  PrecisionDiff diff;
+  diff.scenario = scenario.name;
+  diff.levels = options.levels;
+  std::stable_sort(diff.levels.begin(), diff.levels.end(),
+                   [](const Precision& a, const Precision& b) { return a.bits < b.bits; });
+  for (std::size_t l = 1; l < diff.levels.size(); ++l) {
+    if (diff.levels[l].bits == diff.levels[l - 1].bits) {
+      throw InputError("--levels lists " + diff.levels[l].name() + " twice");
+    }
+  }
+  std::set<ReduceOrder> orders;
+  for (ReduceOrder order : options.sweep_orders) {
+    if (!orders.insert(order).second) {
+      throw InputError(std::string("--reduce-order lists '") + std::string(reduce_order_name(order)) +
+                       "' twice");
+    }
+  }
+  // Refuse oversized runs before any starts.
+  for (const Precision& level : diff.levels) check_memory(scenario, level, options.run);
+  for (const Precision& level : diff.levels) {
+    diff.runs.push_back(captured_run(scenario, level, options.run));
+    diff.significand_bits.push_back(diff.runs.back().significand_bits);
+    check_aligned(diff.runs.front(), diff.runs.back());
+  }
+  diff.reduce_order = diff.runs.front().reduce_order;
+  const std::size_t top = diff.levels.size() - 1;
+  for (std::size_t b = 0; b < diff.runs[top].boundaries.size(); ++b) {
+    BoundaryDiff row;
+    row.entry = diff.runs[top].boundaries[b].entry;
+    const CapturedValues top_values = reference_values(*diff.runs[top].boundaries[b].captured);
+    for (std::size_t l = 0; l < diff.levels.size(); ++l) {
+      const BoundaryResult& result = diff.runs[l].boundaries[b];
+      row.error.push_back(level_error(diff.levels[l], diff.significand_bits[l],
+                                      reference_values(*result.captured), top_values,
+                                      diff.significand_bits[top]));
+      row.gap.push_back(level_gap(result));
+    }
+    detail::judge_boundary(row, diff.levels);
+    diff.boundaries.push_back(std::move(row));
+  }
+  if (!options.sweep_orders.empty()) diff.sweep = run_sweep(scenario, options);
+  return diff;
+}
+
+std::optional<std::size_t> find_boundary(const PrecisionDiff& diff, std::string_view selector) {
+  std::string_view id = selector;
+  if (!id.empty() && id.front() == '#') id.remove_prefix(1);
+  if (!id.empty() && std::all_of(id.begin(), id.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+    for (std::size_t b = 0; b < diff.boundaries.size(); ++b) {
+      if (std::to_string(diff.boundaries[b].entry.id) == id) return b;
+    }
+    return std::nullopt;
+  }
+  std::optional<std::size_t> found;
+  for (std::size_t b = 0; b < diff.boundaries.size(); ++b) {
+    const TraceEntry& e = diff.boundaries[b].entry;
+    if (e.tensor == selector && (!found || diff.boundaries[*found].entry.step == e.step)) found = b;
+  }
+  return found;
+}
+
+std::optional<std::size_t> default_heatmap_boundary(const PrecisionDiff& diff) {
+  std::optional<std::size_t> best;
+  for (std::size_t b = 0; b < diff.boundaries.size(); ++b) {
+    const double gap = diff.boundaries[b].gap.front().normwise;
+    if (gap > 0 && (!best || gap > diff.boundaries[*best].gap.front().normwise)) best = b;
+  }
+  return best;
+}
+
+}  // namespace shardsim

@@ -1,0 +1,164 @@
+// The heatmap data of shardsim precision: |sharded - dense| per global element of one boundary at
+// one level, laid out as (row, column) with the rank-shard edges.
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "shardsim/error.hpp"
+#include "shardsim/precision/precision_diff.hpp"
+
+namespace shardsim {
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// |s - d| for two IEEE values of one type (inf when either is NaN or they are different infs).
+template <typename F>
+double ieee_gap(F s, F d) {
+  if (std::isnan(s) || std::isnan(d)) return kInf;
+  if (std::isinf(s) || std::isinf(d)) return s == d ? 0.0 : kInf;
+  return std::fabs(static_cast<double>(s) - static_cast<double>(d));
+}
+
+// The gap of one global element given the contributions (rank, local flat) the placement maps to
+// it: a Partial sum is formed in rank order in the level's type (as the comparator does); a
+// Replicate element counts its worst rank.
+double element_gap(const Precision& level, unsigned bits, const CapturedBoundary& c, bool partial,
+                   const std::vector<std::pair<int, std::int64_t>>& from, std::int64_t global) {
+  if (partial) {
+    switch (level.kind) {
+      case ScalarKind::f32: {
+        float sum = 0;
+        for (std::size_t k = 0; k < from.size(); ++k) {
+          const float v = c.ranks[from[k].first].f32[static_cast<std::size_t>(from[k].second)];
+          sum = k == 0 ? v : sum + v;
+        }
+        return ieee_gap(sum, c.dense.f32[static_cast<std::size_t>(global)]);
+      }
+      case ScalarKind::f64: {
+        double sum = 0;
+        for (std::size_t k = 0; k < from.size(); ++k) {
+          const double v = c.ranks[from[k].first].f64[static_cast<std::size_t>(from[k].second)];
+          sum = k == 0 ? v : sum + v;
+        }
+        return ieee_gap(sum, c.dense.f64[static_cast<std::size_t>(global)]);
+      }
+      case ScalarKind::mp: {
+        std::vector<const std::string*> addends;
+        for (const auto& [rank, local] : from) addends.push_back(&c.ranks[rank].exact[static_cast<std::size_t>(local)]);
+        return detail::mp_abs_gap(addends, c.dense.exact[static_cast<std::size_t>(global)], bits);
+      }
+    }
+  }
+  double worst = 0;
+  for (const auto& [rank, local] : from) {
+    const std::size_t l = static_cast<std::size_t>(local);
+    const std::size_t g = static_cast<std::size_t>(global);
+    double gap = 0;
+    switch (level.kind) {
+      case ScalarKind::f32: gap = ieee_gap(c.ranks[rank].f32[l], c.dense.f32[g]); break;
+      case ScalarKind::f64: gap = ieee_gap(c.ranks[rank].f64[l], c.dense.f64[g]); break;
+      case ScalarKind::mp: gap = detail::mp_abs_gap({&c.ranks[rank].exact[l]}, c.dense.exact[g], bits); break;
+    }
+    worst = std::max(worst, gap);
+  }
+  return worst;
+}
+
+}  // namespace
+
+Heatmap make_heatmap(const PrecisionDiff& diff, std::size_t level, std::size_t boundary) {
+  const BoundaryResult& result = diff.runs[level].boundaries[boundary];
+  const TraceEntry& entry = result.entry;
+  const CapturedBoundary& captured = *result.captured;
+  const Shape& global = entry.global;
+  const int ranks = static_cast<int>(entry.ranks.size());
+
+  Heatmap map;
+  map.boundary = entry.id;
+  map.tensor = entry.tensor;
+  map.level = diff.levels[level].name();
+  map.placement = entry.placement.str();
+  std::size_t column = global.rank() == 0 ? 0 : global.rank() - 1;
+  if (auto hidden = global.find("hidden")) column = *hidden;
+  map.column_axis = global.rank() == 0 ? "(scalar)" : global[column].name;
+  map.columns = global.rank() == 0 ? 1 : global[column].extent;
+  map.rows = map.columns == 0 ? 0 : global.numel() / map.columns;
+  for (std::size_t a = 0; a < global.rank(); ++a) {
+    if (a == column) continue;
+    map.row_axes += (map.row_axes.empty() ? "" : " x ") + global[a].name;
+  }
+  if (map.row_axes.empty()) map.row_axes = "(none)";
+
+  // Which (rank, local flat) positions hold each global element.
+  std::vector<std::vector<std::pair<int, std::int64_t>>> from(static_cast<std::size_t>(global.numel()));
+  for (int r = 0; r < ranks; ++r) {
+    const Shape& local = entry.ranks[static_cast<std::size_t>(r)].local_shape;
+    if (!entry.placement.is_shard()) {
+      for (std::int64_t e = 0; e < local.numel(); ++e) from[static_cast<std::size_t>(e)].emplace_back(r, e);
+      continue;
+    }
+    const Slice slice = rank_slice(global, entry.placement, ranks, r);
+    const AxisView lv = AxisView::of(local, entry.placement.axis);
+    const AxisView gv = AxisView::of(global, entry.placement.axis);
+    for (std::int64_t o = 0; o < lv.outer; ++o) {
+      for (std::int64_t i = 0; i < slice.valid(); ++i) {
+        for (std::int64_t j = 0; j < lv.inner; ++j) {
+          from[static_cast<std::size_t>(gv.flat(o, to_global(slice, i), j))].emplace_back(r, lv.flat(o, i, j));
+        }
+      }
+    }
+  }
+
+  // The element at (row, col) is the global element whose index on the column axis is col and
+  // whose other indices, in order, flatten to row.
+  map.values.assign(static_cast<std::size_t>(global.numel()), kNaN);
+  for (std::int64_t g = 0; g < global.numel(); ++g) {
+    const std::vector<std::int64_t> index = unflatten(global, g);
+    std::int64_t row = 0;
+    for (std::size_t a = 0; a < global.rank(); ++a) {
+      if (a != column) row = row * global[a].extent + index[a];
+    }
+    const std::int64_t col = global.rank() == 0 ? 0 : index[column];
+    if (!captured.has_dense || from[static_cast<std::size_t>(g)].empty()) continue;
+    map.values[static_cast<std::size_t>(row * map.columns + col)] =
+        element_gap(diff.levels[level], diff.significand_bits[level], captured,
+                    entry.placement.is_partial(), from[static_cast<std::size_t>(g)], g);
+  }
+
+  // Shard edges and row labels.
+  std::set<std::int64_t> begins;
+  if (entry.placement.is_shard()) {
+    for (int r = 1; r < ranks; ++r) {
+      const Slice s = rank_slice(global, entry.placement, ranks, r);
+      if (s.begin > 0 && s.begin < global.extent(entry.placement.axis)) begins.insert(s.begin);
+    }
+  }
+  if (entry.placement.is_shard() && global.rank() > 0 && global[column].name == entry.placement.axis) {
+    map.column_edges.assign(begins.begin(), begins.end());
+  }
+  const std::optional<std::size_t> shard_axis =
+      entry.placement.is_shard() ? global.find(entry.placement.axis) : std::nullopt;
+  for (std::int64_t row = 0; row < map.rows; ++row) {
+    std::int64_t rest = row;
+    std::vector<std::pair<std::string, std::int64_t>> index;
+    for (std::size_t a = global.rank(); a-- > 0;) {
+      if (a == column) continue;
+      index.emplace(index.begin(), global[a].name, rest % global[a].extent);
+      rest /= global[a].extent;
+    }
+    std::string label;
+    for (const auto& [name, i] : index) {
+      label += (label.empty() ? "" : " ") + name + "=" + std::to_string(i);
+      if (shard_axis && name == entry.placement.axis && *shard_axis != column && begins.count(i)) {
+        map.row_edges.push_back(row);
+      }
+    }
+    map.row_labels.push_back(label);
+  }
+  return map;
+}
+
+}  // namespace shardsim

@@ -1,0 +1,210 @@
+#include "shardsim/report/report.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "sim/report/json_metric.hpp"
+
+namespace shardsim {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+Json shape_json(const Shape& shape) {
+  Json out = Json::object();
+  for (const Axis& axis : shape.axes()) out[axis.name] = axis.extent;
+  return out;
+}
+
+Json divergence_json(const Divergence& d) {
+  Json index = Json::object();
+  for (const auto& [axis, i] : d.index) index[axis] = i;
+  return Json{{"boundary", d.boundary},
+              {"step", d.step},
+              {"chunk", d.chunk},
+              {"op", d.op},
+              {"tensor", d.tensor},
+              {"rank", d.rank},
+              {"index", index},
+              {"dense", json_metric(d.dense)},
+              {"sharded", json_metric(d.sharded)},
+              {"reason", d.reason}};
+}
+
+Json boundary_json(const BoundaryResult& b) {
+  const TraceEntry& e = b.entry;
+  Json ranks = Json::array();
+  for (const RankExtent& r : e.ranks) {
+    Json offset = Json::object();
+    for (const auto& [axis, begin] : r.offset) offset[axis] = begin;
+    ranks.push_back(Json{{"rank", r.rank},
+                         {"local_shape", shape_json(r.local_shape)},
+                         {"offset", offset},
+                         {"slice", r.slice}});
+  }
+  return Json{{"id", e.id},
+              {"step", e.step},
+              {"chunk", e.chunk},
+              {"kind", e.kind},
+              {"op", e.op},
+              {"tensor", e.tensor},
+              {"dense", e.dense},
+              {"exact_claimed", e.exact},
+              {"global_shape", shape_json(e.global)},
+              {"placement", e.placement.str()},
+              {"ranks", ranks},
+              {"max_abs", json_metric(b.max_abs)},
+              {"max_rel", json_metric(b.max_rel)},
+              {"max_ulp", json_metric(b.max_ulp)},
+              {"rtol", b.rtol},
+              {"status", status_name(b.status)},
+              {"notes", e.notes}};
+}
+
+std::string fixed(double value) {
+  if (value == 0) return "0";
+  if (std::isinf(value)) return "inf";
+  if (std::isnan(value)) return "nan";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2e", value);
+  return buf;
+}
+
+}  // namespace
+
+std::string format_divergence(const Divergence& d) {
+  std::ostringstream out;
+  out << "step " << d.step << " chunk " << d.chunk << " boundary #" << d.boundary << " " << d.op
+      << " -> " << d.tensor << ", rank " << d.rank << ", index [";
+  for (std::size_t i = 0; i < d.index.size(); ++i) {
+    out << (i ? ", " : "") << d.index[i].first << "=" << d.index[i].second;
+  }
+  char values[96];
+  std::snprintf(values, sizeof values, "]: dense %.17g, sharded %.17g (", d.dense, d.sharded);
+  out << values << d.reason << ")";
+  return out.str();
+}
+
+std::string report_json(const Scenario& scenario, const std::vector<RunReport>& reports,
+                        const Outcome& outcome) {
+  Json expected{{"verdict", scenario.expect.pass ? "pass" : "fail"}};
+  if (scenario.expect.step) expected["step"] = *scenario.expect.step;
+  if (scenario.expect.chunk) expected["chunk"] = *scenario.expect.chunk;
+  if (scenario.expect.tensor) expected["tensor"] = *scenario.expect.tensor;
+  if (scenario.expect.op) expected["op"] = *scenario.expect.op;
+  Json first = nullptr;
+  if (outcome.first_divergence) {
+    first = divergence_json(*outcome.first_divergence);
+    first["precision"] = outcome.failed_at->name();
+  }
+  Json runs = Json::array();
+  for (const RunReport& r : reports) {
+    Json boundaries = Json::array();
+    for (const BoundaryResult& b : r.boundaries) boundaries.push_back(boundary_json(b));
+    runs.push_back(Json{{"scenario", r.scenario},
+                        {"precision", r.precision.name()},
+                        {"significand_bits", r.significand_bits},
+                        {"reduce_order", reduce_order_name(r.reduce_order)},
+                        {"schedule", r.schedule.str()},
+                        {"verdict", r.pass ? "pass" : "fail"},
+                        {"first_divergence",
+                         r.first_divergence ? divergence_json(*r.first_divergence) : Json(nullptr)},
+                        {"boundaries", boundaries}});
+    Json steps = Json::array();
+    for (const ActivationMemory::StepShare& share : r.activation.steps) {
+      steps.push_back(Json{{"step", share.step},
+                           {"op", share.op},
+                           {"output", share.output},
+                           {"bytes", share.bytes}});
+    }
+    runs.back()["activation_bytes"] = r.activation.per_rank;
+    runs.back()["activation_steps"] = steps;
+    if (r.resources) {
+      runs.back()["resources"] = Json{{"peak_rss_bytes", r.resources->peak_rss_bytes},
+                                      {"wall_seconds", r.resources->wall_seconds}};
+    }
+  }
+  Json root{{"scenario", scenario.name},
+            {"file", scenario.file},
+            {"shardsim_version", kShardsimVersion},
+            {"ranks", scenario.mesh.ranks},
+            {"faults", scenario.faults},
+            {"verdict", outcome.pass ? "pass" : "fail"},
+            {"first_divergence", first},
+            {"expected", expected},
+            {"matches_expectation", outcome.matches_expectation},
+            {"runs", runs}};
+  return root.dump(2) + "\n";
+}
+
+std::string format_run_table(const RunReport& r) {
+  std::ostringstream out;
+  out << "== " << r.precision.name() << " (" << r.significand_bits << "-bit significand), reduce "
+      << reduce_order_name(r.reduce_order) << ", schedule " << r.schedule.str() << ": "
+      << (r.pass ? "pass" : "FAIL") << "\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "%4s %4s %5s  %-20s %-20s %-20s %-7s %9s %9s %9s\n", "id",
+                "step", "chunk", "op", "tensor", "placement", "status", "max_abs", "max_rel",
+                "max_ulp");
+  out << line;
+  for (const BoundaryResult& b : r.boundaries) {
+    const TraceEntry& e = b.entry;
+    std::snprintf(line, sizeof line, "%4d %4d %5d  %-20s %-20s %-20s %-7s %9s %9s %9s\n", e.id,
+                  e.step, e.chunk, e.op.c_str(), e.tensor.c_str(), e.placement.str().c_str(),
+                  std::string(status_name(b.status)).c_str(), fixed(b.max_abs).c_str(),
+                  fixed(b.max_rel).c_str(), fixed(b.max_ulp).c_str());
+    out << line;
+    for (const std::string& note : e.notes) out << "           note: " << note << "\n";
+  }
+  if (!r.activation.steps.empty()) {
+    std::int64_t total = 0;
+    out << "activation memory kept for backward, bytes per rank:";
+    for (std::int64_t bytes : r.activation.per_rank) {
+      out << " " << bytes;
+      total += bytes;
+    }
+    out << " (total " << total << ")\n";
+  }
+  if (r.first_divergence)
+    out << "first divergence: " << format_divergence(*r.first_divergence) << "\n";
+  return out.str();
+}
+
+std::string format_resources(const RunReport& r) {
+  std::ostringstream out;
+  char line[160];
+  std::snprintf(line, sizeof line, "resources (%s): peak RSS %.1f MiB (%lld bytes), wall %.2f s",
+                r.precision.name().c_str(), double(r.resources->peak_rss_bytes) / (1 << 20),
+                static_cast<long long>(r.resources->peak_rss_bytes), r.resources->wall_seconds);
+  out << line << "; activation bytes per rank:";
+  for (std::int64_t bytes : r.activation.per_rank) out << " " << bytes;
+  out << "\n";
+  return out.str();
+}
+
+std::string format_outcome(const Scenario& scenario, const Outcome& outcome) {
+  std::ostringstream out;
+  out << scenario.name << ": " << (outcome.pass ? "pass" : "FAIL");
+  if (outcome.first_divergence) {
+    out << " (first divergence at " << outcome.failed_at->name() << ": "
+        << format_divergence(*outcome.first_divergence) << ")";
+  }
+  out << "\n";
+  if (outcome.matches_expectation) {
+    out << "outcome matches the expectation (" << (scenario.expect.pass ? "pass" : "fail") << ")\n";
+  } else {
+    out << "UNEXPECTED: " << outcome.why << "\n";
+  }
+  return out.str();
+}
+
+std::string format_trace(const std::vector<TraceEntry>& trace) {
+  std::string out;
+  for (const TraceEntry& entry : trace) out += format_entry(entry);
+  return out;
+}
+
+}  // namespace shardsim

@@ -1,0 +1,64 @@
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "shardsim/error.hpp"
+#include "sim/runner/runner-inl.hpp"
+
+namespace shardsim {
+
+ReduceOrder effective_reduce_order(const Scenario& scenario, const RunOptions& options) {
+  return options.reduce_order.value_or(scenario.mesh.reduce_order);
+}
+
+Schedule effective_schedule(const Scenario& scenario, const RunOptions& options) {
+  return options.schedule.value_or(scenario.mesh.schedule);
+}
+
+std::uint64_t estimate_memory_bytes(const Scenario& scenario, const Precision& precision) {
+  // Bytes per element: the scalar itself, or for mp an mpfr_t (32 bytes), its limbs and an
+  // allocator header.
+  long double per_element = 8;
+  if (precision.kind == ScalarKind::f32) per_element = 4;
+  if (precision.kind == ScalarKind::mp) per_element = 32 + 8 * ((precision.bits + 64) / 64) + 16;
+  long double elements = 0;
+  const int ranks = scenario.mesh.ranks;
+  for (const auto& [name, layout] : scenario.layouts) {
+    const long double numel = static_cast<long double>(layout.shape.numel());
+    long double copies = 2;  // the oracle's, and the ranks' shards (about one more copy)
+    if (layout.placement.is_replicate() || layout.placement.is_partial()) copies = 1 + ranks;
+    elements += numel * copies;
+  }
+  if (scenario.train_steps > 0) elements *= 2;
+  const long double bytes = elements * per_element;
+  return bytes >= 1.8e19L ? UINT64_MAX : static_cast<std::uint64_t>(bytes);
+}
+
+std::uint64_t default_memory_limit_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page_size = ::sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page_size <= 0) return UINT64_MAX;
+  return static_cast<std::uint64_t>(pages) / 4 * 3 * static_cast<std::uint64_t>(page_size);
+}
+
+void check_memory(const Scenario& scenario, const Precision& precision,
+                  const RunOptions& options) {
+  const std::uint64_t limit = options.max_memory_bytes.value_or(default_memory_limit_bytes());
+  const std::uint64_t needed = estimate_memory_bytes(scenario, precision);
+  if (needed <= limit) return;
+  auto gib = [](std::uint64_t bytes) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%.3g GiB", static_cast<double>(bytes) / (1ULL << 30));
+    return std::string(text);
+  };
+  throw InputError(scenario.file + ": scenario '" + scenario.name + "' at " + precision.name() +
+                   " needs at least " + gib(needed) + " of memory, over the limit of " +
+                   gib(limit) + " (raise it with --max-memory)");
+}
+
+template std::vector<TraceEntry> run_scenario(const Scenario&, const RunOptions&,
+                                              BoundarySink<float>&);
+template std::vector<TraceEntry> run_scenario(const Scenario&, const RunOptions&,
+                                              BoundarySink<double>&);
+
+}  // namespace shardsim

@@ -1,0 +1,155 @@
+// Binds a sliding_window_attention scenario step: the dense streaming oracle
+// (ops/attention/stream.hpp) and the context-parallel plan (ops/attention/plan.hpp), side by
+// side. The step object carries the KV cache across streamed chunks, dense and per rank, and
+// resets both at the start of every training step (begin_stream).
+#pragma once
+
+#include "shardsim/ops/attention/plan.hpp"
+#include "shardsim/ops/attention/stream.hpp"
+#include "sim/runner/steps/step_env.hpp"
+
+namespace shardsim {
+
+template <typename T>
+class SlidingWindowAttentionStep final : public StepOp<T> {
+ public:
+  SlidingWindowAttentionStep(const StepSpec& step, const Scenario& scenario) : step_(step) {
+    config_.name = step.str("output");
+    if (step.has("window")) config_.params.attention.window = step.int_or("window", 1);
+    config_.params.rope.theta = step.num_or("rope_theta", 10000.0);
+    config_.params.rope.convention = parse_rope_convention(step.str_or("rope", "rotate_half"));
+    config_.mode = parse_cp_mode(step.str_or("cp_mode", "allgather"));
+    config_.faults.cache_raw_k = scenario.has_fault("cache_raw_k");
+    config_.faults.rope_local_positions = scenario.has_fault("rope_local_positions");
+    config_.faults.window_off_by_one = scenario.has_fault("window_off_by_one");
+    config_.faults.rope_after_gather_wrong_offset =
+        scenario.has_fault("rope_after_gather_wrong_offset");
+  }
+
+  void begin_stream() override {
+    dense_cache_.reset();
+    sharded_cache_.reset();
+  }
+
+  void forward(StepEnv<T>& env) override {
+    const std::string& output = config_.name;
+    stream_attention_forward(env.dense_at(step_.str("input")), env.dense_at(step_.str("wq")),
+                             env.dense_at(step_.str("wk")), env.dense_at(step_.str("wv")),
+                             env.dense_at(step_.str("wo")), config_.params, dense_cache_, acts_);
+    auto store = [&](const char* suffix, const Tensor<T>& value) {
+      env.dense[config_.tensor(suffix)] = value;
+    };
+    store("q", acts_.q);
+    store("k", acts_.k);
+    store("v", acts_.v);
+    store("q_rot", acts_.q_rot);
+    if (acts_.cache_length > 0) {
+      store("cache_k", acts_.cache_k);
+      store("cache_v", acts_.cache_v);
+    }
+    store("k_cat", acts_.k_cat);
+    store("k_all", acts_.k_all);
+    store("v_all", acts_.v_all);
+    store("lse", acts_.core.lse);
+    store("attn", acts_.attn);
+    env.dense[output] = acts_.y;
+
+    env.sharded[output] = cp_attention_forward(
+        env.world, env.sharded_at(step_.str("input")), env.sharded_at(step_.str("wq")),
+        env.sharded_at(step_.str("wk")), env.sharded_at(step_.str("wv")),
+        env.sharded_at(step_.str("wo")), config_, sharded_cache_, saved_);
+  }
+
+  void backward(StepEnv<T>& env) override {
+    const std::string& output = config_.name;
+    if (!env.has_grad(output)) return;
+    const std::string& input = step_.str("input");
+    const std::string names[4] = {step_.str("wq"), step_.str("wk"), step_.str("wv"),
+                                  step_.str("wo")};
+
+    // Dense oracle.
+    Tensor<T> dw[4];
+    for (int i = 0; i < 4; ++i) dw[i] = Tensor<T>(env.dense_at(names[i]).shape());
+    StreamAttentionGrads<T> g;
+    stream_attention_backward(env.dense_at(grad_name(output)), env.dense_at(input),
+                              env.dense_at(names[0]), env.dense_at(names[1]),
+                              env.dense_at(names[2]), env.dense_at(names[3]), acts_, config_.params,
+                              g, dw[0], dw[1], dw[2], dw[3]);
+    auto store = [&](const char* suffix, Tensor<T> value) {
+      env.dense[grad_name(config_.tensor(suffix))] = std::move(value);
+    };
+    store("attn", g.attn);
+    store("q_rot", g.q_rot);
+    store("k_all", g.k_all);
+    store("v_all", g.v_all);
+    store("q", g.q);
+    store("k_cat", g.k_cat);
+    store("k", g.k);
+    store("v", g.v);
+
+    // Sharded plan.
+    CpAttentionGrads<T> sg =
+        cp_attention_backward(env.world, env.sharded_at(grad_name(output)), env.sharded_at(input),
+                              env.sharded_at(names[0]), env.sharded_at(names[1]),
+                              env.sharded_at(names[2]), env.sharded_at(names[3]), config_, saved_);
+
+    // Replicate gradients, computed on every rank by the dense arithmetic from the recorded
+    // activation gradients: exact exactly while those match the oracle bitwise.
+    const std::string dq = grad_name(config_.tensor("q"));
+    const std::string dk = grad_name(config_.tensor("k"));
+    const std::string dv = grad_name(config_.tensor("v"));
+    const std::string op = "sliding_window_attention_backward";
+    env.add_grad(names[0], std::move(dw[0]), std::move(sg.wq),
+                 {.op = op, .exact = true, .inputs = {dq, input}});
+    env.add_grad(names[1], std::move(dw[1]), std::move(sg.wk),
+                 {.op = op, .exact = true, .inputs = {dk, input}});
+    env.add_grad(names[2], std::move(dw[2]), std::move(sg.wv),
+                 {.op = op, .exact = true, .inputs = {dv, input}});
+    env.add_grad(names[3], std::move(dw[3]), std::move(sg.wo),
+                 {.op = op, .exact = true, .inputs = {grad_name(output), config_.tensor("attn")}});
+    env.add_grad(input, std::move(g.x), std::move(sg.x),
+                 {.op = op, .exact = true, .inputs = {dq, dk, dv, names[0], names[1], names[2]}});
+  }
+
+  // What each rank keeps from forward for backward: x, the attention output, and the mode's
+  // queries, keys, values and softmax statistics (ring: the merged output and lse).
+  std::vector<std::int64_t> saved_bytes(const StepEnv<T>& env) const override {
+    const std::int64_t width = activation_scalar_bytes<T>();
+    std::vector<std::int64_t> bytes = local_bytes(env.sharded.at(step_.str("input")), width);
+    auto add = [&](const DistTensor<T>& tensor) {
+      if (tensor.locals.empty()) return;
+      const std::vector<std::int64_t> more = local_bytes(tensor, width);
+      for (std::size_t r = 0; r < bytes.size(); ++r) bytes[r] += more[r];
+    };
+    add(saved_.attn);
+    switch (config_.mode) {
+      case CpMode::allgather:
+        for (const DistTensor<T>* t : {&saved_.q_rot, &saved_.k_all, &saved_.v_all}) add(*t);
+        break;
+      case CpMode::ring:
+        for (const DistTensor<T>* t :
+             {&saved_.q_part, &saved_.k_shard, &saved_.v_shard, &saved_.attn_part, &saved_.lse}) {
+          add(*t);
+        }
+        break;
+      case CpMode::ulysses:
+        for (const DistTensor<T>* t : {&saved_.q_part, &saved_.k_heads, &saved_.v_heads}) add(*t);
+        break;
+    }
+    for (std::size_t r = 0; r < saved_.core.size() && r < bytes.size(); ++r) {
+      const AttentionSaved<T>& core = saved_.core[r];
+      bytes[r] += width * (core.max.numel() + core.sum.numel() + core.lse.numel());
+    }
+    return bytes;
+  }
+
+ private:
+  const StepSpec& step_;
+  CpAttentionConfig config_;
+  KvCache<T> dense_cache_;
+  StreamAttentionActivations<T> acts_;
+  CpKvCache<T> sharded_cache_;
+  CpAttentionSaved<T> saved_;
+};
+
+}  // namespace shardsim

@@ -1,0 +1,82 @@
+// Binds a dropout scenario step. The oracle always draws the dense mask with the global policy;
+// the sharded plan draws with the step's `policy`, or the policy a dropout fault forces
+// (dropout_same_seed, dropout_rank_offset). The k-th forward pass of the step (training step k;
+// with [stream], (step - 1) * chunks + chunk) draws with counter word 3 = k: fresh masks every
+// pass.
+#pragma once
+
+#include "shardsim/ops/add_plan.hpp"
+#include "shardsim/ops/dropout.hpp"
+#include "shardsim/ops/dropout_plan.hpp"
+#include "sim/runner/steps/step_env.hpp"
+
+namespace shardsim {
+
+template <typename T>
+class DropoutStep final : public StepOp<T> {
+ public:
+  DropoutStep(const StepSpec& step, const Scenario& scenario) : step_(step) {
+    params_.p = step.num_or("p", 0.0);
+    params_.seed = static_cast<std::uint64_t>(
+        step.int_or("seed", static_cast<std::int64_t>(scenario.seed)));
+    params_.stream = static_cast<std::uint32_t>(step.int_or("stream", step.index));
+    policy_ = parse_dropout_policy(step.str_or("policy", "global"));
+    if (scenario.has_fault("dropout_same_seed")) policy_ = DropoutPolicy::same_seed;
+    if (scenario.has_fault("dropout_rank_offset")) policy_ = DropoutPolicy::rank_offset;
+  }
+
+  void forward(StepEnv<T>& env) override {
+    params_.forward_pass = ++forward_passes_;
+    const std::string& input = step_.str("input");
+    const std::string& output = step_.str("output");
+    const Tensor<T>& x = env.dense_at(input);
+    const DistTensor<T>& sx = env.sharded_at(input);
+    DropoutFrame whole;
+    whole.global = x.shape();
+    dense_mask_ = dropout_mask(x.shape(), whole, params_, DropoutPolicy::global);
+    Tensor<T> y;
+    dropout_forward(x, dense_mask_, params_.p, y);
+    if (sx.placement.is_shard()) {
+      // No pair of ranks repeats a mask.
+      const int ranks = env.world.size();
+      env.dense[output + ".mask@repetition"] = Tensor<T>(Shape({{"rank", ranks}, {"peer", ranks}}));
+    }
+    env.dense[output + ".mask"] = mask_values<T>(x.shape(), dense_mask_);
+    env.dense[output] = std::move(y);
+
+    env.sharded[output] = dropout_sharded(env.world, sx, params_, policy_, output, saved_);
+  }
+
+  void backward(StepEnv<T>& env) override {
+    const std::string& input = step_.str("input");
+    const std::string& output = step_.str("output");
+    if (!env.has_grad(output)) return;
+    Tensor<T> dx;
+    dropout_backward(env.dense_at(grad_name(output)), dense_mask_, params_.p, dx);
+
+    const DistTensor<T>& x = env.sharded_at(input);
+    const DistTensor<T>& held = env.sharded_at(grad_name(output));
+    const DistTensor<T> dy =
+        align_grad(env.world, held, elementwise_grad_target(x.placement, held.placement));
+    DistTensor<T> sdx = dropout_backward_sharded(env.world, dy, saved_, params_.p,
+                                                 grad_name(input));
+    env.add_grad(input, std::move(dx), std::move(sdx),
+                 {.op = "dropout_backward", .exact = !dy.placement.is_partial(),
+                  .inputs = {dy.name, output + ".mask"}});
+  }
+
+  // The mask, one byte per local element.
+  std::vector<std::int64_t> saved_bytes(const StepEnv<T>& env) const override {
+    return local_bytes(env.sharded.at(step_.str("input")), 1);
+  }
+
+ private:
+  const StepSpec& step_;
+  DropoutParams params_;
+  DropoutPolicy policy_ = DropoutPolicy::global;
+  std::uint32_t forward_passes_ = 0;
+  DropoutMask dense_mask_;
+  DropoutShardedSaved saved_;
+};
+
+}  // namespace shardsim

@@ -1,0 +1,56 @@
+// Binds a gelu scenario step (approximate = "none" (erf) | "tanh") to the dense oracle and the
+// elementwise sharded plan.
+#pragma once
+
+#include "shardsim/ops/add_plan.hpp"
+#include "shardsim/ops/gelu.hpp"
+#include "shardsim/ops/gelu_plan.hpp"
+#include "sim/runner/steps/step_env.hpp"
+
+namespace shardsim {
+
+template <typename T>
+class GeluStep final : public StepOp<T> {
+ public:
+  explicit GeluStep(const StepSpec& step) : step_(step) {
+    params_.approximate =
+        step.str_or("approximate", "none") == "tanh" ? GeluApprox::tanh : GeluApprox::none;
+  }
+
+  void forward(StepEnv<T>& env) override {
+    const std::string& output = step_.str("output");
+    Tensor<T> y;
+    gelu_forward(env.dense_at(step_.str("input")), params_, y);
+    env.dense[output] = std::move(y);
+    env.sharded[output] = gelu_sharded(env.world, env.sharded_at(step_.str("input")), params_,
+                                       output);
+  }
+
+  void backward(StepEnv<T>& env) override {
+    const std::string& input = step_.str("input");
+    const std::string& output = step_.str("output");
+    if (!env.has_grad(output)) return;
+    Tensor<T> dx;
+    gelu_backward(env.dense_at(grad_name(output)), env.dense_at(input), params_, dx);
+
+    const DistTensor<T>& x = env.sharded_at(input);
+    const DistTensor<T>& held = env.sharded_at(grad_name(output));
+    const DistTensor<T> dy =
+        align_grad(env.world, held, elementwise_grad_target(x.placement, held.placement));
+    DistTensor<T> sdx = gelu_backward_sharded(env.world, dy, x, params_, grad_name(input));
+    env.add_grad(input, std::move(dx), std::move(sdx),
+                 {.op = "gelu_backward", .exact = !dy.placement.is_partial(),
+                  .inputs = {input, dy.name}});
+  }
+
+  // The input, kept for gelu'(x).
+  std::vector<std::int64_t> saved_bytes(const StepEnv<T>& env) const override {
+    return local_bytes(env.sharded.at(step_.str("input")), activation_scalar_bytes<T>());
+  }
+
+ private:
+  const StepSpec& step_;
+  GeluParams params_;
+};
+
+}  // namespace shardsim

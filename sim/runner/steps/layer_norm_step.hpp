@@ -1,0 +1,178 @@
+// Binds a layer_norm scenario step to the dense oracle and the sharded plans:
+//   input whole rows (Replicate, Shard(other axis))  -> layer_norm_row_sharded (exact)
+//   input Shard(axis)                                -> layer_norm_hidden_sharded, `stats` mode
+// LayerNorm faults (layer_norm_faults.hpp) reach the sharded plans only.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shardsim/ops/layer_norm.hpp"
+#include "shardsim/ops/layer_norm_hidden_plan.hpp"
+#include "shardsim/ops/layer_norm_plan.hpp"
+#include "sim/runner/steps/step_env.hpp"
+
+namespace shardsim {
+
+// The default init a plan that trusts it would assume for parameter `name` (the
+// ones_init_assumed fault): 1 when some step names it as its `weight`, 0 as its `bias`, none
+// otherwise. The first step that names it decides.
+inline std::optional<double> assumed_default_init(const Scenario& scenario,
+                                                  const std::string& name) {
+  for (const StepSpec& step : scenario.steps) {
+    if (step.has("weight") && step.str("weight") == name) return 1.0;
+    if (step.has("bias") && step.str("bias") == name) return 0.0;
+  }
+  return std::nullopt;
+}
+
+template <typename T>
+class LayerNormStep final : public StepOp<T> {
+ public:
+  LayerNormStep(const StepSpec& step, const Scenario& scenario) : step_(step) {
+    params_.axis = step.str_or("axis", "hidden");
+    params_.eps = step.num_or("eps", 1e-5);
+    if (step.has("stats")) stats_ = parse_hidden_stats(step.str("stats"));
+    token_axis_ = step.str_or("token_axis", "seq");
+    faults_.combine_token_means = scenario.has_fault("combine_token_means");
+    faults_.rmsnorm_substituted = scenario.has_fault("rmsnorm_substituted");
+    faults_.hidden_shard_local_stats = scenario.has_fault("hidden_shard_local_stats");
+    faults_.unbiased_variance = scenario.has_fault("unbiased_variance");
+    faults_.eps_mismatch = scenario.has_fault("eps_mismatch");
+    faults_.dtype_mismatch = scenario.has_fault("dtype_mismatch");
+  }
+
+  void forward(StepEnv<T>& env) override {
+    const std::string& input = step_.str("input");
+    const std::string& output = step_.str("output");
+    const Tensor<T>& x = env.dense_at(input);
+    Tensor<T> y;
+    layer_norm_forward(x, env.dense_opt(step_, "weight"), env.dense_opt(step_, "bias"), params_, y,
+                       dense_saved_);
+    env.dense[output] = std::move(y);
+    env.dense[output + ".mean"] = dense_saved_.mean;
+    env.dense[output + ".rstd"] = dense_saved_.rstd;
+
+    const DistTensor<T>& sx = env.sharded_at(input);
+    hidden_ = sx.placement.is_shard() && sx.placement.axis == params_.axis;
+    if (!hidden_) {
+      env.sharded[output] = layer_norm_row_sharded(env.world, sx, env.sharded_opt(step_, "weight"),
+                                                   env.sharded_opt(step_, "bias"), params_, output,
+                                                   row_saved_, faults_);
+      return;
+    }
+    if (stats_ == HiddenStats::sum_sumsq) {
+      // The oracle's full-row sums (ascending), for the all-reduced partial sums.
+      layer_norm_partial_sums(x, params_, x.shape().extent(params_.axis),
+                              env.dense[output + ".sum"], env.dense[output + ".sumsq"]);
+    }
+    env.sharded[output] = layer_norm_hidden_sharded(env.world, sx, env.sharded_opt(step_, "weight"),
+                                                    env.sharded_opt(step_, "bias"), params_, stats_,
+                                                    token_axis_, faults_, output, hidden_saved_);
+  }
+
+  void backward(StepEnv<T>& env) override {
+    const std::string& input = step_.str("input");
+    const std::string& output = step_.str("output");
+    if (!env.has_grad(output)) return;
+    const std::string weight = step_.str_or("weight", "");
+    const std::string bias = step_.str_or("bias", "");
+    const bool has_bias = step_.has("bias");
+
+    // Dense oracle.
+    const Tensor<T>& dy = env.dense_at(grad_name(output));
+    const Tensor<T>& x = env.dense_at(input);
+    const Tensor<T>* w = env.dense_opt(step_, "weight");
+    Tensor<T> dx;
+    Tensor<T> dw = w ? Tensor<T>(w->shape()) : Tensor<T>();
+    Tensor<T> db = has_bias ? Tensor<T>(env.dense_at(bias).shape()) : Tensor<T>();
+    layer_norm_backward(dy, x, w, dense_saved_, params_, dx, w ? &dw : nullptr,
+                        has_bias ? &db : nullptr);
+
+    const DistTensor<T>* sdy = &env.sharded_at(grad_name(output));
+    DistTensor<T> moved;  // dy laid out like x, when it is not already
+    if (hidden_ && !(sdy->placement == env.sharded_at(input).placement)) {
+      // The distributed backward works on dy laid out like x (e.g. a Partial dy is
+      // reduce-scattered first).
+      moved = env.world.redistribute(*sdy, env.sharded_at(input).placement,
+                                     {.tensor = grad_name(output) + "@" + input,
+                                      .dense = grad_name(output),
+                                      .exact = !sdy->placement.is_partial(),
+                                      .inputs = {grad_name(output)}});
+      moved.name = grad_name(output);  // the plan's boundaries keep the oracle's names
+      sdy = &moved;
+    }
+    const DistTensor<T>& sx = env.sharded_at(input);
+    const DistTensor<T>* sw = env.sharded_opt(step_, "weight");
+    const DistTensor<T>* sb = env.sharded_opt(step_, "bias");
+    std::vector<std::string> inputs{input, grad_name(output)};
+    if (sw) inputs.push_back(weight);
+    LayerNormShardedGrads<T> grads;
+    bool dx_exact = true;
+    bool dbias_exact = false;
+    std::vector<std::string> dx_inputs = inputs;
+    if (!hidden_) {
+      // Each rank's rows give dx exactly and a Partial share of dweight/dbias. A Partial dy
+      // gives Partial addends of dx, whose sum is a reordered arithmetic: no claim then.
+      dx_exact = !sdy->placement.is_partial();
+      grads = layer_norm_row_sharded_backward(env.world, *sdy, sx, sw, sb, row_saved_, params_,
+                                              grad_name(input), grad_name(weight), grad_name(bias));
+    } else {
+      const std::string dense_dx = grad_name(input) + "@" + output;
+      if (stats_ == HiddenStats::redistribute) {
+        env.dense[dense_dx] = dx;  // this step's contribution, for the moved-back boundary
+        dx_inputs = {dense_dx};
+      } else {
+        layer_norm_backward_sums(dy, x, w, dense_saved_, params_, x.shape().extent(params_.axis),
+                                 env.dense[grad_name(output) + ".sum_dnorm"],
+                                 env.dense[grad_name(output) + ".sum_dnorm_norm"]);
+        dx_exact = false;  // built from all-reduced row sums
+        // dbias is the row-order sum of dy over the rank's own features: the dense order.
+        dbias_exact = !faults_.hidden_shard_local_stats;
+      }
+      grads = layer_norm_hidden_sharded_backward(
+          env.world, *sdy, sx, sw, sb, params_, stats_, token_axis_, faults_, hidden_saved_,
+          grad_name(input), grad_name(weight), grad_name(bias), dense_dx);
+    }
+    if (sw) {
+      env.add_grad(weight, std::move(dw), std::move(grads.dweight),
+                   {.op = "layer_norm_backward", .inputs = inputs});
+    }
+    if (has_bias) {
+      env.add_grad(
+          bias, std::move(db), std::move(grads.dbias),
+          {.op = "layer_norm_backward", .exact = dbias_exact, .inputs = {grad_name(output)}});
+    }
+    env.add_grad(input, std::move(dx), std::move(grads.dx),
+                 {.op = "layer_norm_backward", .exact = dx_exact, .inputs = dx_inputs});
+  }
+
+  // Backward works from x, the saved statistics and grad(OUT): OUT itself may be released first.
+  bool backward_reads_output() const override { return false; }
+
+  // Activation memory: the input, and on the row-sharded path the per-row mean and rstd.
+  std::vector<std::int64_t> saved_bytes(const StepEnv<T>& env) const override {
+    std::vector<std::int64_t> bytes =
+        local_bytes(env.sharded.at(step_.str("input")), activation_scalar_bytes<T>());
+    if (hidden_) return bytes;
+    for (const DistTensor<T>* stats : {&row_saved_.mean, &row_saved_.rstd}) {
+      const std::vector<std::int64_t> more = local_bytes(*stats, activation_scalar_bytes<T>());
+      for (std::size_t r = 0; r < bytes.size(); ++r) bytes[r] += more[r];
+    }
+    return bytes;
+  }
+
+ private:
+  const StepSpec& step_;
+  LayerNormParams params_;
+  HiddenStats stats_ = HiddenStats::sum_sumsq;  // used only when the input is Shard(axis)
+  std::string token_axis_;
+  LayerNormFaults faults_;
+  bool hidden_ = false;
+  LayerNormSaved<T> dense_saved_;
+  LayerNormShardedSaved<T> row_saved_;
+  LayerNormHiddenSaved<T> hidden_saved_;
+};
+
+}  // namespace shardsim

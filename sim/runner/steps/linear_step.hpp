@@ -1,0 +1,76 @@
+// Binds a linear scenario step (y = x W^T + b, W named (out, in)) to the dense oracle and the
+// sharded plan; the weight's placement picks the form (ops/linear_plan.hpp).
+#pragma once
+
+#include "shardsim/ops/linear.hpp"
+#include "shardsim/ops/linear_plan.hpp"
+#include "sim/runner/steps/step_env.hpp"
+
+namespace shardsim {
+
+template <typename T>
+class LinearStep final : public StepOp<T> {
+ public:
+  explicit LinearStep(const StepSpec& step) : step_(step) {}
+
+  void forward(StepEnv<T>& env) override {
+    const std::string& output = step_.str("output");
+    const Tensor<T>& weight = env.dense_at(step_.str("weight"));
+    params_.out_axis = weight.shape()[0].name;  // the convention: W is (out, in)
+    params_.in_axis = weight.shape()[1].name;
+    Tensor<T> y;
+    linear_forward(env.dense_at(step_.str("input")), weight, env.dense_opt(step_, "bias"),
+                   params_, y);
+    env.dense[output] = std::move(y);
+
+    env.sharded[output] =
+        linear_sharded(env.world, env.sharded_at(step_.str("input")),
+                       env.sharded_at(step_.str("weight")), env.sharded_opt(step_, "bias"),
+                       params_, output);
+  }
+
+  void backward(StepEnv<T>& env) override {
+    const std::string& input = step_.str("input");
+    const std::string& weight = step_.str("weight");
+    const std::string& output = step_.str("output");
+    if (!env.has_grad(output)) return;
+    const bool has_bias = step_.has("bias");
+    const std::string bias = step_.str_or("bias", "");
+
+    // Dense oracle.
+    const Tensor<T>& w = env.dense_at(weight);
+    Tensor<T> dx;
+    Tensor<T> dw(w.shape());
+    Tensor<T> db = has_bias ? Tensor<T>(env.dense_at(bias).shape()) : Tensor<T>();
+    linear_backward(env.dense_at(grad_name(output)), env.dense_at(input), w, params_, dx, &dw,
+                    has_bias ? &db : nullptr);
+
+    // Sharded.
+    LinearShardedGrads<T> grads = linear_backward_sharded(
+        env.world, env.sharded_at(grad_name(output)), env.sharded_at(input),
+        env.sharded_at(weight), env.sharded_opt(step_, "bias"), params_, grad_name(input),
+        grad_name(weight), grad_name(bias));
+    env.add_grad(weight, std::move(dw), std::move(grads.dweight),
+                 {.op = "linear_backward", .exact = grads.dweight_exact,
+                  .inputs = {input, grads.dy_name}});
+    if (has_bias) {
+      env.add_grad(bias, std::move(db), std::move(grads.dbias),
+                   {.op = "linear_backward", .exact = grads.dbias_exact,
+                    .inputs = {grads.dy_name}});
+    }
+    env.add_grad(input, std::move(dx), std::move(grads.dx),
+                 {.op = "linear_backward", .exact = grads.dx_exact,
+                  .inputs = {weight, grads.dy_name}});
+  }
+
+  // The input, kept for dW = dy^T x (for a column-parallel layer, the all-gathered input).
+  std::vector<std::int64_t> saved_bytes(const StepEnv<T>& env) const override {
+    return local_bytes(env.sharded.at(step_.str("input")), activation_scalar_bytes<T>());
+  }
+
+ private:
+  const StepSpec& step_;
+  LinearParams params_;
+};
+
+}  // namespace shardsim

@@ -1,0 +1,64 @@
+// An explicit placement change between steps: the Megatron sequence<->tensor transitions.
+//
+// Forward composes the world's collectives (S->R all-gather, P->S reduce-scatter, P->R
+// all-reduce, ...). A change to the placement already held is the identity and is recorded as
+// op "identity" (Megatron's f: identity forward, all-reduce backward).
+//
+// Backward moves the gradient back with the conjugate collective:
+//   input Shard or Replicate  the gradient goes back to the input's placement, e.g. a Partial
+//                             gradient of an all-gathered (Replicate) tensor is reduce-scattered
+//                             back into sequence shards;
+//   input Partial(sum)        the gradient of a sum is the same full gradient for every addend,
+//                             so it goes to Replicate: the gradient of a reduce-scattered tensor
+//                             is all-gathered.
+#pragma once
+
+#include "sim/runner/steps/step_env.hpp"
+
+namespace shardsim {
+
+template <typename T>
+class RedistributeStep final : public StepOp<T> {
+ public:
+  explicit RedistributeStep(const StepSpec& step) : step_(step) {}
+
+  void forward(StepEnv<T>& env) override {
+    const std::string& output = step_.str("output");
+    env.dense[output] = env.dense_at(step_.str("input"));  // placement does not change values
+    const DistTensor<T>& input = env.sharded_at(step_.str("input"));
+    const Placement to = parse_placement(step_.str("to"));
+    // Moving data is exact; summing Partial addends reorders arithmetic and is not.
+    DistTensor<T> moved = env.world.redistribute(
+        input, to,
+        {.tensor = output, .exact = !input.placement.is_partial(), .inputs = {input.name}});
+    moved.name = output;
+    if (input.placement == to) {
+      env.world.record({.op = "identity", .tensor = output, .exact = true, .inputs = {input.name}},
+                       moved);
+    }
+    env.sharded[output] = std::move(moved);
+  }
+
+  void backward(StepEnv<T>& env) override {
+    const std::string& input = step_.str("input");
+    const std::string& output = step_.str("output");
+    if (!env.has_grad(output)) return;
+    const DistTensor<T>& grad = env.sharded_at(grad_name(output));
+    const Placement& held = env.sharded_at(input).placement;
+    const Placement back_to = held.is_partial() ? Placement::replicate() : held;
+    const std::string moved_name = grad_name(input) + "@" + output;
+    DistTensor<T> moved = env.world.redistribute(
+        grad, back_to,
+        {.tensor = moved_name, .dense = grad_name(output),
+         .exact = !grad.placement.is_partial(), .inputs = {grad.name}});
+    // The claim rests on the moved value when a collective ran, else on the gradient itself.
+    const std::string source = grad.placement == back_to ? grad.name : moved_name;
+    env.add_grad(input, env.dense_at(grad_name(output)), std::move(moved),
+                 {.op = "redistribute_backward", .exact = true, .inputs = {source}});
+  }
+
+ private:
+  const StepSpec& step_;
+};
+
+}  // namespace shardsim

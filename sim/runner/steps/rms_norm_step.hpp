@@ -1,0 +1,97 @@
+// Binds an rms_norm scenario step to the dense oracle and the sharded plans:
+//   input whole rows (Replicate, Shard(other axis)) -> rms_norm_row_sharded (exact)
+//   input Shard(axis)                               -> rms_norm_hidden_sharded (sum of squares)
+#pragma once
+
+#include "shardsim/ops/rms_norm.hpp"
+#include "shardsim/ops/rms_norm_plan.hpp"
+#include "sim/runner/steps/step_env.hpp"
+
+namespace shardsim {
+
+template <typename T>
+class RmsNormStep final : public StepOp<T> {
+ public:
+  explicit RmsNormStep(const StepSpec& step) : step_(step) {
+    params_.axis = step.str_or("axis", "hidden");
+    params_.eps = step.num_or("eps", 1e-5);
+  }
+
+  void forward(StepEnv<T>& env) override {
+    const std::string& input = step_.str("input");
+    const std::string& output = step_.str("output");
+    const Tensor<T>& x = env.dense_at(input);
+    Tensor<T> y;
+    rms_norm_forward(x, env.dense_opt(step_, "weight"), params_, y, dense_saved_);
+    env.dense[output] = std::move(y);
+    env.dense[output + ".rrms"] = dense_saved_.rrms;
+
+    const DistTensor<T>& sx = env.sharded_at(input);
+    hidden_ = sx.placement.is_shard() && sx.placement.axis == params_.axis;
+    if (hidden_) {
+      rms_norm_partial_sum_sq(x, params_, x.shape().extent(params_.axis),
+                              env.dense[output + ".sumsq"]);
+      env.sharded[output] = rms_norm_hidden_sharded(env.world, sx, env.sharded_opt(step_, "weight"),
+                                                    params_, output, sharded_saved_);
+    } else {
+      env.sharded[output] = rms_norm_row_sharded(env.world, sx, env.sharded_opt(step_, "weight"),
+                                                 params_, output, sharded_saved_);
+    }
+  }
+
+  void backward(StepEnv<T>& env) override {
+    const std::string& input = step_.str("input");
+    const std::string& output = step_.str("output");
+    if (!env.has_grad(output)) return;
+    const std::string weight = step_.str_or("weight", "");
+    const Tensor<T>& dy = env.dense_at(grad_name(output));
+    const Tensor<T>& x = env.dense_at(input);
+    const Tensor<T>* w = env.dense_opt(step_, "weight");
+    Tensor<T> dx;
+    Tensor<T> dw = w ? Tensor<T>(w->shape()) : Tensor<T>();
+    rms_norm_backward(dy, x, w, dense_saved_, params_, dx, w ? &dw : nullptr);
+
+    DistTensor<T> sdy = env.sharded_at(grad_name(output));
+    if (hidden_ && !(sdy.placement == env.sharded_at(input).placement)) {
+      // The distributed backward works on dy laid out like x.
+      sdy = env.world.redistribute(sdy, env.sharded_at(input).placement,
+                                   {.tensor = grad_name(output) + "@" + input,
+                                    .dense = grad_name(output),
+                                    .exact = !sdy.placement.is_partial(),
+                                    .inputs = {grad_name(output)}});
+      sdy.name = grad_name(output);  // the plan's boundaries keep the oracle's names
+    }
+    const DistTensor<T>& sx = env.sharded_at(input);
+    const DistTensor<T>* sw = env.sharded_opt(step_, "weight");
+    RmsNormShardedGrads<T> grads;
+    if (hidden_) {
+      rms_norm_backward_sum(dy, x, w, dense_saved_, params_, x.shape().extent(params_.axis),
+                            env.dense[grad_name(output) + ".sum_dnorm_norm"]);
+      grads = rms_norm_hidden_sharded_backward(env.world, sdy, sx, sw, sharded_saved_, params_,
+                                               grad_name(input), grad_name(weight));
+    } else {
+      grads = rms_norm_row_sharded_backward(env.world, sdy, sx, sw, sharded_saved_, params_,
+                                            grad_name(input), grad_name(weight));
+    }
+    std::vector<std::string> inputs{input, grad_name(output)};
+    if (sw) inputs.push_back(weight);
+    if (sw) {
+      env.add_grad(weight, std::move(dw), std::move(grads.dweight),
+                   {.op = "rms_norm_backward", .inputs = inputs});
+    }
+    // Row-sharded dx is the dense arithmetic per row (unless dy is Partial: then its addends);
+    // hidden-sharded uses an all-reduced sum.
+    const bool dx_exact = !hidden_ && !sdy.placement.is_partial();
+    env.add_grad(input, std::move(dx), std::move(grads.dx),
+                 {.op = "rms_norm_backward", .exact = dx_exact, .inputs = inputs});
+  }
+
+ private:
+  const StepSpec& step_;
+  RmsNormParams params_;
+  bool hidden_ = false;
+  RmsNormSaved<T> dense_saved_;
+  RmsNormShardedSaved<T> sharded_saved_;
+};
+
+}  // namespace shardsim

@@ -1,0 +1,109 @@
+// Private to the runner: the state every step works on, and the step interface.
+//
+// The oracle runs each step before the sharded plan, so that every sharded boundary finds its
+// dense counterpart when it is recorded. Gradients live in the same maps under "grad(NAME)".
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "shardsim/runner/runner.hpp"
+#include "shardsim/world-inl.hpp"
+#include "sim/runner/release.hpp"
+
+namespace shardsim {
+
+template <typename T>
+struct StepEnv {
+  const Scenario& scenario;
+  World<T>& world;
+  std::map<std::string, Tensor<T>> dense;        // the oracle's global tensors
+  std::map<std::string, DistTensor<T>> sharded;  // the ranks' tensors
+
+  Tensor<T>& dense_at(const std::string& name) { return dense.at(name); }
+  DistTensor<T>& sharded_at(const std::string& name) { return sharded.at(name); }
+  const Tensor<T>* dense_opt(const StepSpec& step, const std::string& key) {
+    return step.has(key) ? &dense.at(step.str(key)) : nullptr;
+  }
+  const DistTensor<T>* sharded_opt(const StepSpec& step, const std::string& key) {
+    return step.has(key) ? &sharded.at(step.str(key)) : nullptr;
+  }
+  bool has_grad(const std::string& name) const { return dense.count(grad_name(name)) != 0; }
+
+  // Adds a gradient contribution for tensor `name` (dense and sharded side by side) and records
+  // the boundary "grad(NAME)" with `label`'s op, claim and inputs. The first contribution is
+  // stored; later ones are added elementwise in the same order on both sides, after moving the
+  // sharded one to the placement already held.
+  void add_grad(const std::string& name, Tensor<T> dense_grad, DistTensor<T> sharded_grad,
+                BoundaryLabel label) {
+    const std::string key = grad_name(name);
+    sharded_grad.name = key;
+    label.tensor = key;
+    auto found = dense.find(key);
+    if (found == dense.end()) {
+      dense.emplace(key, std::move(dense_grad));
+      auto [it, inserted] = sharded.insert_or_assign(key, std::move(sharded_grad));
+      world.record(label, it->second);
+      return;
+    }
+    Tensor<T>& dense_sum = found->second;
+    for (std::int64_t i = 0; i < dense_sum.numel(); ++i) dense_sum[i] += dense_grad[i];
+    DistTensor<T>& sharded_sum = sharded.at(key);
+    if (!(sharded_grad.placement == sharded_sum.placement)) {
+      sharded_grad = world.redistribute(
+          sharded_grad, sharded_sum.placement,
+          {.tensor = key, .exact = !sharded_grad.placement.is_partial(), .inputs = {key}});
+    }
+    world.for_each_rank([&](int r) {
+      Tensor<T>& local = sharded_sum.local(r);
+      for (std::int64_t i = 0; i < local.numel(); ++i) local[i] += sharded_grad.local(r)[i];
+    });
+    label.inputs.push_back(key);
+    world.record(label, sharded_sum);
+  }
+};
+
+// Activation-memory accounting counts an activation element at the width of the program being
+// modelled: 4 bytes at f32; 8 at f64 and at mp (an mp run is the high-precision reference of the
+// f64 program, its limbs are not a backend's memory). Masks count one byte per element.
+template <typename T>
+constexpr std::int64_t activation_scalar_bytes() {
+  return std::is_same_v<T, float> ? 4 : 8;
+}
+
+// Per-rank bytes of a tensor's locals (padding included: a rank allocates it).
+template <typename T>
+std::vector<std::int64_t> local_bytes(const DistTensor<T>& tensor, std::int64_t element_bytes) {
+  std::vector<std::int64_t> bytes;
+  for (const Tensor<T>& local : tensor.locals) bytes.push_back(local.numel() * element_bytes);
+  return bytes;
+}
+
+// One scenario step: the dense oracle and the sharded plan, forward and backward.
+template <typename T>
+class StepOp {
+ public:
+  virtual ~StepOp() = default;
+  virtual void forward(StepEnv<T>& env) = 0;
+  // Reads grad(outputs) and adds grad(inputs). A step whose output has no gradient is skipped.
+  virtual void backward(StepEnv<T>& env) = 0;
+  // Whether backward reads the values of this step's `output` (or of the entries derived from
+  // it, "OUT.*" and "OUT@*"). After each backward the runner releases every tensor that no step
+  // still to run may read (release_dead_tensors); a step whose backward works from its inputs,
+  // its own saved state and grad(OUT) says false, so OUT can go before this backward runs.
+  virtual bool backward_reads_output() const { return true; }
+  // Called at the start of every training step, before its first streamed chunk: a step that
+  // carries state from chunk to chunk (a KV cache) resets it here.
+  virtual void begin_stream() {}
+  // The bytes each rank keeps from forward for this step's backward, one entry per rank, after
+  // forward has run (see activation_scalar_bytes). Empty: the step keeps nothing it reports.
+  virtual std::vector<std::int64_t> saved_bytes(const StepEnv<T>& env) const {
+    (void)env;
+    return {};
+  }
+};
+
+}  // namespace shardsim
