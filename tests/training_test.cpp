@@ -104,7 +104,7 @@ TEST_CASE("training scenarios pass and trace every step's loss, reduction, updat
         REQUIRE(reduce != nullptr);
         REQUIRE(update != nullptr);
         REQUIRE(check != nullptr);
-        CHECK(reduce->entry.kind == "collective");
+        CHECK(reduce->entry.kind == shardsim::BoundaryKind::collective);
         CHECK(reduce->entry.id < update->entry.id);
         CHECK(check->status == Status::exact);  // replicas bitwise identical
       }

@@ -18,6 +18,14 @@ class InputError : public std::runtime_error {
   explicit InputError(const std::string& message) : std::runtime_error(message) {}
 };
 
+// A broken contract between two internal layers that a test must be able to observe (e.g. a
+// boundary that names an oracle tensor no step stored). The CLI reports it as an internal error
+// (exit 3); it is never the user's fault.
+class InternalError : public std::logic_error {
+ public:
+  explicit InternalError(const std::string& message) : std::logic_error(message) {}
+};
+
 // A collective whose members disagree. In NCCL this would hang; here it is reported with the ranks.
 class RendezvousError : public std::runtime_error {
  public:

@@ -8,28 +8,54 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "shardsim/dist_tensor.hpp"
 
 namespace shardsim {
 
+// What a boundary is: a scenario tensor arriving, an op's output, a collective's result, a
+// parameter update, or a consistency check (e.g. replicas bitwise equal).
+enum class BoundaryKind { input, op, collective, update, check };
+std::string_view boundary_kind_name(BoundaryKind kind);
+
+// Boundary names. Every name a plan records and every oracle tensor a step stores is built by
+// these helpers, so the two sides of a comparison cannot drift apart by a spelling:
+//   grad_name("x")            "grad(x)"       the gradient of x
+//   part_name("y", "mean")    "y.mean"        a named intermediate of the step that outputs y
+//   moved_name("dy", "x")     "dy@x"          a copy of dy moved to the layout x needs
+// Runner bookkeeping relies on the same shapes: an entry derived from NAME is NAME, NAME.PART or
+// NAME@WHERE (derived_from).
+std::string grad_name(std::string_view tensor);
+bool is_grad_name(std::string_view name);
+std::string part_name(std::string_view owner, std::string_view part);
+std::string moved_name(std::string_view tensor, std::string_view destination);
+bool derived_from(std::string_view key, std::string_view name);
+
 // What a plan says about a boundary it produces.
+//
+// The contract with the oracle: a boundary is compared with the oracle tensor named `dense`
+// (defaults to `tensor`), which the step must have stored before the plan runs. A boundary
+// that has no dense counterpart by design (a per-rank merge state, a faulty plan's private
+// partial sums) says so with has_oracle = false. The runner treats a missing oracle tensor
+// under has_oracle, or an exactness claim without an oracle, as a broken internal invariant
+// (InternalError), so a misspelt name cannot silently turn a check into "unchecked".
 struct BoundaryLabel {
   std::string op;      // "layer_norm", "all_gather", ...
   std::string tensor;  // the sharded tensor's name at this boundary
-  // The dense-oracle tensor it must equal (defaults to `tensor`). Empty string: not compared.
-  std::string dense;
+  std::string dense;   // the oracle tensor it must equal; empty: the same name as `tensor`
   // The sharded arithmetic is the dense arithmetic in the same order, so the values must be
   // bitwise equal (DESIGN.md invariant 5). Anything less is a failure, not noise. The runner
   // keeps the claim only while every tensor in `inputs` matched the oracle bitwise: the same
   // arithmetic on different inputs need not give the same bits.
   bool exact = false;
-  std::string kind = "op";  // "input", "op", "collective", "update", "check"
+  BoundaryKind kind = BoundaryKind::op;
   std::vector<std::string> inputs;  // the tensors this value is computed from
   // Free-text findings shown under the boundary (report "notes", table, explain), e.g. the
   // dropout repetition detector's per-pair agreement.
   std::vector<std::string> notes;
+  bool has_oracle = true;  // false: no dense counterpart exists by design (see above)
 
   const std::string& dense_name() const { return dense.empty() ? tensor : dense; }
 };
@@ -45,7 +71,7 @@ struct TraceEntry {
   int id = 0;
   int step = 1;
   int chunk = 1;
-  std::string kind;
+  BoundaryKind kind = BoundaryKind::op;
   std::string op;
   std::string tensor;
   std::string dense;

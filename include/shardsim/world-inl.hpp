@@ -26,12 +26,12 @@ void World<T>::report(BoundaryLabel label, std::string_view default_op, const Di
   if (label.op.empty()) label.op = std::string(default_op);
   if (label.tensor.empty()) label.tensor = out.name;
   if (label.inputs.empty()) label.inputs = {in.name};
-  if (label.kind == "op") label.kind = "collective";
+  if (label.kind == BoundaryKind::op) label.kind = BoundaryKind::collective;
   if (hook_) hook_(label, out);
 }
 
 template <typename T>
-bool World<T>::record(const BoundaryLabel& label, const DistTensor<T>& tensor) const {
+bool World<T>::compare_boundary(const BoundaryLabel& label, const DistTensor<T>& tensor) const {
   return hook_ ? hook_(label, tensor) : false;
 }
 

@@ -37,7 +37,8 @@ struct CallDesc {
 template <typename T>
 class World {
  public:
-  // Called for every boundary; returns whether the boundary matched the oracle bitwise.
+  // Called for every boundary (compare_boundary and every collective); records it and returns
+  // whether it matched the oracle bitwise.
   using Hook = std::function<bool(const BoundaryLabel&, const DistTensor<T>&)>;
 
   // REQUIRES: ranks >= 1.
@@ -50,8 +51,10 @@ class World {
 
   // Runs body(rank) for every rank in schedule order.
   void for_each_rank(const std::function<void(int rank)>& body) const;
-  // Reports an op boundary to the hook. Returns whether it matched the oracle bitwise.
-  bool record(const BoundaryLabel& label, const DistTensor<T>& tensor) const;
+  // The comparison call: hands an op's boundary to the hook, which records it in the trace and
+  // compares it with the oracle tensor the label names (trace.hpp, the boundary contract).
+  // Returns whether every element matched the oracle bitwise. Collectives call it themselves.
+  bool compare_boundary(const BoundaryLabel& label, const DistTensor<T>& tensor) const;
 
   // Shard(a) -> Replicate.
   DistTensor<T> all_gather(const DistTensor<T>& in, const BoundaryLabel& label) const;

@@ -24,7 +24,7 @@ constexpr const char* kUsage =
     "  lab [--precision P]                                    the function lab (y = a*x^2)\n"
     "\n"
     "exit codes: 0 outcome matches the scenario's [expect]; 1 unexpected divergence;\n"
-    "            2 bad input or usage\n"
+    "            2 bad input or usage; 3 internal error\n"
     "run 'shardsim COMMAND --help' for a command's options.\n";
 
 }  // namespace
@@ -64,6 +64,9 @@ int main(int argc, char** argv) {
   } catch (const RendezvousError& e) {
     std::fprintf(stderr, "shardsim: collective error: %s\n", e.what());
     return 1;
+  } catch (const InternalError& e) {
+    std::fprintf(stderr, "shardsim: internal error (please report it): %s\n", e.what());
+    return 3;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "shardsim: out of memory\n");
     return 2;

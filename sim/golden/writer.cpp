@@ -69,7 +69,7 @@ std::vector<std::string> base_names(const RunReport& report, const std::vector<s
   std::map<std::string, int> total;
   for (std::size_t i : kept) {
     const TraceEntry& e = report.boundaries[i].entry;
-    names.push_back(e.kind == "input" ? "inputs/" + e.tensor
+    names.push_back(e.kind == BoundaryKind::input ? "inputs/" + e.tensor
                                       : "s" + std::to_string(e.step) + "/c" +
                                             std::to_string(e.chunk) + "/" + e.tensor);
     ++total[names.back()];
@@ -99,7 +99,7 @@ GoldenSet build_goldens(const Scenario& scenario, const RunReport& reference,
   for (std::size_t i = 0; i < reference.boundaries.size(); ++i) {
     const BoundaryResult& b = reference.boundaries[i];
     SHARDSIM_ASSERT(b.captured != nullptr, "build_goldens needs a run with capture_tensors");
-    if (b.entry.kind != "check") kept.push_back(i);
+    if (b.entry.kind != BoundaryKind::check) kept.push_back(i);
   }
   const std::vector<std::string> bases = base_names(reference, kept);
 
@@ -172,7 +172,7 @@ GoldenSet build_goldens(const Scenario& scenario, const RunReport& reference,
     }
     item["offset"] = offset;
     item["boundary"] = Json{{"id", e.id},         {"step", e.step},   {"chunk", e.chunk},
-                            {"kind", e.kind},     {"op", e.op},       {"tensor", e.tensor},
+                            {"kind", boundary_kind_name(e.kind)},     {"op", e.op},       {"tensor", e.tensor},
                             {"dense", e.dense},   {"exact_claimed", e.exact}};
     item["global_shape"] = shape_json(e.global);
     item["placement"] = e.placement.str();

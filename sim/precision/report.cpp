@@ -126,7 +126,7 @@ std::string precision_diff_json(const PrecisionDiff& diff) {
     boundaries.push_back(Json{{"id", e.id},
                               {"step", e.step},
                               {"chunk", e.chunk},
-                              {"kind", e.kind},
+                              {"kind", boundary_kind_name(e.kind)},
                               {"op", e.op},
                               {"tensor", e.tensor},
                               {"global_shape", shape_json(e.global)},

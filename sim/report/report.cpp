@@ -48,7 +48,7 @@ Json boundary_json(const BoundaryResult& b) {
   return Json{{"id", e.id},
               {"step", e.step},
               {"chunk", e.chunk},
-              {"kind", e.kind},
+              {"kind", boundary_kind_name(e.kind)},
               {"op", e.op},
               {"tensor", e.tensor},
               {"dense", e.dense},

@@ -8,16 +8,9 @@
 #include <vector>
 
 #include "shardsim/scenario/scenario.hpp"
+#include "shardsim/trace.hpp"
 
 namespace shardsim {
-
-inline std::string grad_name(const std::string& name) { return "grad(" + name + ")"; }
-
-// `key` is `name` or an entry derived from it ("NAME.suffix", "NAME@where").
-inline bool derived_from(const std::string& key, const std::string& name) {
-  if (!key.starts_with(name)) return false;
-  return key.size() == name.size() || key[name.size()] == '.' || key[name.size()] == '@';
-}
 
 // An entry is kept when it is pinned (the scenario's declared tensors and the parameters'
 // gradients: the next training step or the update reads them), or derived from a tensor named
@@ -31,7 +24,7 @@ struct LiveNames {
 
   bool keeps(const std::string& key) const {
     if (pinned.count(key)) return true;
-    for (const std::string& name : key.starts_with("grad(") ? grads : values) {
+    for (const std::string& name : is_grad_name(key) ? grads : values) {
       if (derived_from(key, name)) return true;
     }
     return false;

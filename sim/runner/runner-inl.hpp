@@ -71,9 +71,18 @@ std::vector<TraceEntry> run_scenario(const Scenario& scenario, const RunOptions&
     entry.placement = tensor.placement;
     entry.ranks = rank_extents(tensor.global, tensor.placement, tensor.ranks());
     entry.notes = label.notes;
-    if (!oracle) {
+    if (!oracle && label.has_oracle) {
       auto found = env.dense.find(entry.dense);
-      oracle = found == env.dense.end() ? nullptr : &found->second;
+      if (found == env.dense.end()) {
+        throw InternalError("boundary #" + std::to_string(entry.id) + " (" + entry.op + " -> " +
+                            entry.tensor + ") names the oracle tensor '" + entry.dense +
+                            "', which no step stored");
+      }
+      oracle = &found->second;
+    }
+    if (!oracle && label.exact) {
+      throw InternalError("boundary #" + std::to_string(entry.id) + " (" + entry.op + " -> " +
+                          entry.tensor + ") claims exactness but has no oracle tensor");
     }
     const bool same = sink.on_boundary(entry, oracle, tensor);
     if (same) {
@@ -97,7 +106,7 @@ std::vector<TraceEntry> run_scenario(const Scenario& scenario, const RunOptions&
     DistTensor<T> laid_out = distribute(spec.name, global, spec.placement, world.size());
     env.dense[spec.name] = std::move(global);
     env.sharded[spec.name] = std::move(laid_out);
-    world.record({.op = "input", .tensor = spec.name, .exact = true, .kind = "input"},
+    world.compare_boundary({.op = "input", .tensor = spec.name, .exact = true, .kind = BoundaryKind::input},
                  env.sharded[spec.name]);
     if (scenario.has_fault("ones_init_assumed") && spec.role == TensorRole::parameter) {
       if (const std::optional<double> value = assumed_default_init(scenario, spec.name)) {
@@ -107,10 +116,10 @@ std::vector<TraceEntry> run_scenario(const Scenario& scenario, const RunOptions&
           for (T& v : param.local(r).values()) v = T(*value);
         });
         zero_padding(param);
-        world.record({.op = "assumed_init",
+        world.compare_boundary({.op = "assumed_init",
                       .tensor = spec.name,
                       .exact = true,
-                      .kind = "input",
+                      .kind = BoundaryKind::input,
                       .inputs = {spec.name}},
                      param);
       }
@@ -149,7 +158,7 @@ std::vector<TraceEntry> run_scenario(const Scenario& scenario, const RunOptions&
       env.sharded[name] =
           distribute(name, part, scenario.find_tensor(name)->placement, world.size());
       env.dense[name] = std::move(part);
-      world.record({.op = "input", .tensor = name, .exact = true, .kind = "input"},
+      world.compare_boundary({.op = "input", .tensor = name, .exact = true, .kind = BoundaryKind::input},
                    env.sharded[name]);
     }
   };
@@ -206,11 +215,11 @@ std::vector<TraceEntry> run_scenario(const Scenario& scenario, const RunOptions&
           emit({.op = "replica_check",
                 .tensor = spec.name + "@replicas",
                 .exact = true,
-                .kind = "check"},
+                .kind = BoundaryKind::check},
                param, &reference);
         }
-        world.record(
-            {.op = "sgd", .tensor = spec.name, .kind = "update", .inputs = {spec.name, key}},
+        world.compare_boundary(
+            {.op = "sgd", .tensor = spec.name, .kind = BoundaryKind::update, .inputs = {spec.name, key}},
             param);
       }
     }

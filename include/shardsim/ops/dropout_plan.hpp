@@ -86,12 +86,12 @@ DistTensor<T> dropout_sharded(const World<T>& world, const DistTensor<T>& x,
     std::vector<std::string> notes;
     const DistTensor<T> check = repetition_check<T>(
         saved.masks, dropout_threshold(params.p), output + ".mask@repetition", notes);
-    world.record({.op = "dropout_repetition", .tensor = check.name, .exact = true,
-                  .kind = "check", .notes = notes},
+    world.compare_boundary({.op = "dropout_repetition", .tensor = check.name, .exact = true,
+                  .kind = BoundaryKind::check, .notes = notes},
                  check);
   }
-  world.record({.op = "dropout", .tensor = mask.name, .exact = true}, mask);
-  world.record({.op = "dropout", .tensor = output, .exact = true, .inputs = {x.name, mask.name}},
+  world.compare_boundary({.op = "dropout", .tensor = mask.name, .exact = true}, mask);
+  world.compare_boundary({.op = "dropout", .tensor = output, .exact = true, .inputs = {x.name, mask.name}},
                y);
   return y;
 }

@@ -178,7 +178,8 @@ DistTensor<T> layer_norm_hidden_sharded(const World<T>& world, const DistTensor<
       }
     });
     const DistTensor<T> gathered = world.all_gather(
-        moments, {.op = "all_gather", .tensor = moments.name, .inputs = {x.name}});
+        moments,
+        {.op = "all_gather", .tensor = moments.name, .inputs = {x.name}, .has_oracle = false});
     world.for_each_rank([&](int r) {
       const Tensor<T>& all = gathered.local(r);  // [rows..., shard=k, moment=3]
       for (std::int64_t row = 0; row < stats_shape.numel(); ++row) {
@@ -204,9 +205,9 @@ DistTensor<T> layer_norm_hidden_sharded(const World<T>& world, const DistTensor<
     });
   }
   zero_padding(y);
-  world.record({.op = "layer_norm", .tensor = stats.mean.name, .inputs = {x.name}}, stats.mean);
-  world.record({.op = "layer_norm", .tensor = stats.rstd.name, .inputs = {x.name}}, stats.rstd);
-  world.record({.op = "layer_norm", .tensor = output, .inputs = inputs}, y);
+  world.compare_boundary({.op = "layer_norm", .tensor = stats.mean.name, .inputs = {x.name}}, stats.mean);
+  world.compare_boundary({.op = "layer_norm", .tensor = stats.rstd.name, .inputs = {x.name}}, stats.rstd);
+  world.compare_boundary({.op = "layer_norm", .tensor = output, .inputs = inputs}, y);
   return y;
 }
 

@@ -96,9 +96,11 @@ DistTensor<T> layer_norm_row_sharded(const World<T>& world, const DistTensor<T>&
       token_count.local(r)[0] = T(rows);
     });
     const DistTensor<T> total = world.all_reduce(
-        mean_sum, {.op = "all_reduce", .tensor = mean_sum.name, .inputs = {x.name}});
+        mean_sum,
+        {.op = "all_reduce", .tensor = mean_sum.name, .inputs = {x.name}, .has_oracle = false});
     const DistTensor<T> count = world.all_reduce(
-        token_count, {.op = "all_reduce", .tensor = token_count.name, .inputs = {x.name}});
+        token_count,
+        {.op = "all_reduce", .tensor = token_count.name, .inputs = {x.name}, .has_oracle = false});
     world.for_each_rank([&](int r) {
       const T combined = total.local(r)[0] / count.local(r)[0];
       local_forward(r, &combined);
@@ -112,13 +114,13 @@ DistTensor<T> layer_norm_row_sharded(const World<T>& world, const DistTensor<T>&
   std::vector<std::string> inputs{x.name};
   if (weight) inputs.push_back(weight->name);
   if (bias) inputs.push_back(bias->name);
-  world.record({.op = "layer_norm", .tensor = saved.mean.name, .dense = dense + ".mean",
+  world.compare_boundary({.op = "layer_norm", .tensor = saved.mean.name, .dense = dense + ".mean",
                 .exact = true, .inputs = {x.name}},
                saved.mean);
-  world.record({.op = "layer_norm", .tensor = saved.rstd.name, .dense = dense + ".rstd",
+  world.compare_boundary({.op = "layer_norm", .tensor = saved.rstd.name, .dense = dense + ".rstd",
                 .exact = true, .inputs = {x.name}},
                saved.rstd);
-  world.record({.op = "layer_norm", .tensor = output, .dense = dense, .exact = true,
+  world.compare_boundary({.op = "layer_norm", .tensor = output, .dense = dense, .exact = true,
                 .inputs = inputs},
                y);
   return y;

@@ -79,7 +79,7 @@ DistTensor<T> linear_sharded(const World<T>& world, const DistTensor<T>& x,
   zero_padding(y);
   std::vector<std::string> inputs{x.name, weight.name};
   if (bias) inputs.push_back(bias->name);
-  world.record({.op = "linear", .tensor = output, .exact = form != LinearParallel::row,
+  world.compare_boundary({.op = "linear", .tensor = output, .exact = form != LinearParallel::row,
                 .inputs = inputs},
                y);
   return y;

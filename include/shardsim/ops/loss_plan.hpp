@@ -89,7 +89,7 @@ DistTensor<T> masked_mse_sharded(const World<T>& world, const DistTensor<T>& y,
       saved.divisor[static_cast<std::size_t>(r)] = T(count);
       loss.local(r)[0] = sum / T(count);
     });
-    world.record({.op = "mse_loss", .tensor = output, .exact = true, .inputs = inputs}, loss);
+    world.compare_boundary({.op = "mse_loss", .tensor = output, .exact = true, .inputs = inputs}, loss);
     return loss;
   }
 
@@ -117,7 +117,7 @@ DistTensor<T> masked_mse_sharded(const World<T>& world, const DistTensor<T>& y,
     saved.divisor[static_cast<std::size_t>(r)] = divisor;
     loss.local(r)[0] = total.local(r)[0] / divisor;
   });
-  world.record({.op = "mse_loss", .tensor = output, .inputs = {total.name, valid.name}}, loss);
+  world.compare_boundary({.op = "mse_loss", .tensor = output, .inputs = {total.name, valid.name}}, loss);
   return loss;
 }
 

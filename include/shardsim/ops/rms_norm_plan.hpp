@@ -53,9 +53,9 @@ DistTensor<T> rms_norm_row_sharded(const World<T>& world, const DistTensor<T>& x
   zero_padding(saved.rrms);
   std::vector<std::string> inputs{x.name};
   if (weight) inputs.push_back(weight->name);
-  world.record({.op = "rms_norm", .tensor = saved.rrms.name, .exact = true, .inputs = {x.name}},
+  world.compare_boundary({.op = "rms_norm", .tensor = saved.rrms.name, .exact = true, .inputs = {x.name}},
                saved.rrms);
-  world.record({.op = "rms_norm", .tensor = output, .exact = true, .inputs = inputs}, y);
+  world.compare_boundary({.op = "rms_norm", .tensor = output, .exact = true, .inputs = inputs}, y);
   return y;
 }
 
@@ -118,8 +118,8 @@ DistTensor<T> rms_norm_hidden_sharded(const World<T>& world, const DistTensor<T>
   zero_padding(y);
   std::vector<std::string> inputs{x.name};
   if (weight) inputs.push_back(weight->name);
-  world.record({.op = "rms_norm", .tensor = saved.rrms.name, .inputs = {x.name}}, saved.rrms);
-  world.record({.op = "rms_norm", .tensor = output, .inputs = inputs}, y);
+  world.compare_boundary({.op = "rms_norm", .tensor = saved.rrms.name, .inputs = {x.name}}, saved.rrms);
+  world.compare_boundary({.op = "rms_norm", .tensor = output, .inputs = inputs}, y);
   return y;
 }
 

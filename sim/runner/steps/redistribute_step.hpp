@@ -33,7 +33,7 @@ class RedistributeStep final : public StepOp<T> {
         {.tensor = output, .exact = !input.placement.is_partial(), .inputs = {input.name}});
     moved.name = output;
     if (input.placement == to) {
-      env.world.record({.op = "identity", .tensor = output, .exact = true, .inputs = {input.name}},
+      env.world.compare_boundary({.op = "identity", .tensor = output, .exact = true, .inputs = {input.name}},
                        moved);
     }
     env.sharded[output] = std::move(moved);

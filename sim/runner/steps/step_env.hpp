@@ -46,7 +46,7 @@ struct StepEnv {
     if (found == dense.end()) {
       dense.emplace(key, std::move(dense_grad));
       auto [it, inserted] = sharded.insert_or_assign(key, std::move(sharded_grad));
-      world.record(label, it->second);
+      world.compare_boundary(label, it->second);
       return;
     }
     Tensor<T>& dense_sum = found->second;
@@ -62,7 +62,7 @@ struct StepEnv {
       for (std::int64_t i = 0; i < local.numel(); ++i) local[i] += sharded_grad.local(r)[i];
     });
     label.inputs.push_back(key);
-    world.record(label, sharded_sum);
+    world.compare_boundary(label, sharded_sum);
   }
 };
 

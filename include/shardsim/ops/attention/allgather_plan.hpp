@@ -32,7 +32,7 @@ DistTensor<T> allgather_attention_forward(const World<T>& world, const CpAttenti
     });
     gathered.name = k_all_name;
     saved.k_all = std::move(gathered);
-    world.record(
+    world.compare_boundary(
         {.op = "rope", .tensor = k_all_name, .exact = true, .inputs = {config.tensor("k_cat")}},
         saved.k_all);
   } else {
@@ -58,11 +58,11 @@ DistTensor<T> allgather_attention_forward(const World<T>& world, const CpAttenti
   });
   const std::vector<std::string> inputs{saved.q_rot.name, k_all_name, saved.v_all.name};
   saved.lse = dist_from_locals(config.tensor("lse"), geo.row_shape(), Placement::replicate(), lse);
-  world.record({.op = "attention", .tensor = saved.lse.name, .exact = true, .inputs = inputs},
+  world.compare_boundary({.op = "attention", .tensor = saved.lse.name, .exact = true, .inputs = inputs},
                saved.lse);
   DistTensor<T> attn =
       dist_from_locals(config.tensor("attn"), geo.chunk_shape(), Placement::replicate(), out);
-  world.record({.op = "attention", .tensor = attn.name, .exact = true, .inputs = inputs}, attn);
+  world.compare_boundary({.op = "attention", .tensor = attn.name, .exact = true, .inputs = inputs}, attn);
   return attn;
 }
 
@@ -103,31 +103,31 @@ CoreGrads<T> allgather_attention_backward(const World<T>& world, const CpAttenti
   CoreGrads<T> grads;
   const Placement replicate = Placement::replicate();
   grads.q_rot =
-      dist_from_locals(grad_name_of(config.tensor("q_rot")), geo.chunk_shape(), replicate, dq);
+      dist_from_locals(grad_name(config.tensor("q_rot")), geo.chunk_shape(), replicate, dq);
   DistTensor<T> dk_all =
-      dist_from_locals(grad_name_of(config.tensor("k_all")), geo.kv_shape(), replicate, dk);
+      dist_from_locals(grad_name(config.tensor("k_all")), geo.kv_shape(), replicate, dk);
   DistTensor<T> dv_all =
-      dist_from_locals(grad_name_of(config.tensor("v_all")), geo.kv_shape(), replicate, dv);
+      dist_from_locals(grad_name(config.tensor("v_all")), geo.kv_shape(), replicate, dv);
   for (const DistTensor<T>* g : {&grads.q_rot, &dk_all, &dv_all}) {
-    world.record({.op = "attention_backward", .tensor = g->name, .exact = true, .inputs = inputs},
+    world.compare_boundary({.op = "attention_backward", .tensor = g->name, .exact = true, .inputs = inputs},
                  *g);
   }
   if (config.faults.rope_after_gather_wrong_offset) {
     grads.k = std::move(dk_all);
   } else {
     grads.k = world.redistribute(dk_all, Placement::shard("kv"),
-                                 {.tensor = grad_name_of(config.tensor("k_shard")),
+                                 {.tensor = grad_name(config.tensor("k_shard")),
                                   .dense = dk_all.name,
                                   .exact = true,
                                   .inputs = {dk_all.name}});
-    grads.k.name = grad_name_of(config.tensor("k_shard"));
+    grads.k.name = grad_name(config.tensor("k_shard"));
   }
   grads.v = world.redistribute(dv_all, Placement::shard("kv"),
-                               {.tensor = grad_name_of(config.tensor("v_shard")),
+                               {.tensor = grad_name(config.tensor("v_shard")),
                                 .dense = dv_all.name,
                                 .exact = true,
                                 .inputs = {dv_all.name}});
-  grads.v.name = grad_name_of(config.tensor("v_shard"));
+  grads.v.name = grad_name(config.tensor("v_shard"));
   return grads;
 }
 

@@ -37,7 +37,7 @@ DistTensor<T> replicated_phase(const World<T>& world, const std::string& name, c
   DistTensor<T> out = dist_from_locals(name, global, Placement::replicate(), std::move(locals));
   BoundaryLabel named = label;
   named.tensor = name;
-  world.record(named, out);
+  world.compare_boundary(named, out);
   return out;
 }
 
@@ -108,8 +108,8 @@ DistTensor<T> cp_attention_forward(const World<T>& world, const DistTensor<T>& x
       cache.k = world.all_gather(cache.k, k_label);
       cache.v = world.all_gather(cache.v, v_label);
     } else {
-      world.record(k_label, cache.k);
-      world.record(v_label, cache.v);
+      world.compare_boundary(k_label, cache.k);
+      world.compare_boundary(v_label, cache.v);
     }
     k_sources.push_back(k_label.tensor);
     v_sources.push_back(v_label.tensor);
@@ -127,10 +127,10 @@ DistTensor<T> cp_attention_forward(const World<T>& world, const DistTensor<T>& x
   const Placement kv = Placement::shard("kv");
   const DistTensor<T> k_cat_dist =
       dist_from_locals(config.tensor("k_cat"), geo.kv_shape(), kv, k_cat);
-  world.record({.op = "kv_shard", .tensor = k_cat_dist.name, .exact = true, .inputs = k_sources},
+  world.compare_boundary({.op = "kv_shard", .tensor = k_cat_dist.name, .exact = true, .inputs = k_sources},
                k_cat_dist);
   saved.v_shard = dist_from_locals(config.tensor("v_shard"), geo.kv_shape(), kv, v_shard);
-  world.record({.op = "kv_shard",
+  world.compare_boundary({.op = "kv_shard",
                 .tensor = saved.v_shard.name,
                 .dense = config.tensor("v_all"),
                 .exact = true,
@@ -154,7 +154,7 @@ DistTensor<T> cp_attention_forward(const World<T>& world, const DistTensor<T>& x
     });
     saved.k_shard =
         dist_from_locals(config.tensor("k_shard"), geo.kv_shape(), kv, std::move(k_shard));
-    world.record({.op = "rope",
+    world.compare_boundary({.op = "rope",
                   .tensor = saved.k_shard.name,
                   .dense = config.tensor("k_all"),
                   .exact = true,

@@ -22,7 +22,7 @@ CpAttentionGrads<T> cp_attention_backward(const World<T>& world, const DistTenso
   // grad(NAME.attn) and dwo, on every rank.
   std::vector<Tensor<T>> dwo(count);
   const DistTensor<T> dattn =
-      replicated_phase(world, grad_name_of(saved.attn.name), chunk,
+      replicated_phase(world, grad_name(saved.attn.name), chunk,
                        {.op = "sliding_window_attention_backward",
                         .exact = true,
                         .inputs = {dy.name, saved.attn.name, wo.name}},
@@ -34,7 +34,7 @@ CpAttentionGrads<T> cp_attention_backward(const World<T>& world, const DistTenso
                          return d;
                        });
   grads.wo =
-      dist_from_locals(grad_name_of(wo.name), wo.global, Placement::replicate(), std::move(dwo));
+      dist_from_locals(grad_name(wo.name), wo.global, Placement::replicate(), std::move(dwo));
 
   CoreGrads<T> core;
   switch (config.mode) {
@@ -52,7 +52,7 @@ CpAttentionGrads<T> cp_attention_backward(const World<T>& world, const DistTenso
   // Queries: inverse RoPE on every rank.
   const std::vector<std::int64_t> q_pos = geo.q_pos();
   const DistTensor<T> dq = replicated_phase(
-      world, grad_name_of(config.tensor("q")), chunk,
+      world, grad_name(config.tensor("q")), chunk,
       {.op = "rope_backward", .exact = true, .inputs = {core.q_rot.name}}, [&](int r) {
         Tensor<T> d;
         rope_backward(core.q_rot.local(r), q_pos, config.rope("seq"), d);
@@ -61,7 +61,7 @@ CpAttentionGrads<T> cp_attention_backward(const World<T>& world, const DistTenso
 
   // Keys: inverse RoPE of each shard's own chunk keys (the cache keys pass unchanged and stop:
   // the cache is detached), then one all-gather.
-  const std::string dk_cat_name = grad_name_of(config.tensor("k_cat"));
+  const std::string dk_cat_name = grad_name(config.tensor("k_cat"));
   DistTensor<T> dk_cat;
   if (core.k.placement.is_replicate()) {
     // rope_after_gather_wrong_offset: undo the faulty RoPE on the gathered axis.
@@ -82,9 +82,9 @@ CpAttentionGrads<T> cp_attention_backward(const World<T>& world, const DistTenso
       parts[static_cast<std::size_t>(r)] = std::move(d);
     });
     const DistTensor<T> shard =
-        dist_from_locals(grad_name_of(config.tensor("k_cat_shard")), geo.kv_shape(),
+        dist_from_locals(grad_name(config.tensor("k_cat_shard")), geo.kv_shape(),
                          Placement::shard("kv"), std::move(parts));
-    world.record({.op = "rope_backward",
+    world.compare_boundary({.op = "rope_backward",
                   .tensor = shard.name,
                   .dense = dk_cat_name,
                   .exact = true,
@@ -96,13 +96,13 @@ CpAttentionGrads<T> cp_attention_backward(const World<T>& world, const DistTenso
   }
   DistTensor<T> dv_all = world.all_gather(
       core.v,
-      {.tensor = grad_name_of(config.tensor("v_all")), .exact = true, .inputs = {core.v.name}});
-  dv_all.name = grad_name_of(config.tensor("v_all"));
+      {.tensor = grad_name(config.tensor("v_all")), .exact = true, .inputs = {core.v.name}});
+  dv_all.name = grad_name(config.tensor("v_all"));
 
   // The chunk part of the KV axis, on every rank.
   auto chunk_part = [&](const DistTensor<T>& full, const char* suffix) {
     return replicated_phase(
-        world, grad_name_of(config.tensor(suffix)), chunk,
+        world, grad_name(config.tensor(suffix)), chunk,
         {.op = "kv_shard_backward", .exact = true, .inputs = {full.name}}, [&](int r) {
           return slice_along(full.local(r), "kv", geo.cached, geo.length).reshaped(chunk);
         });
@@ -125,10 +125,10 @@ CpAttentionGrads<T> cp_attention_backward(const World<T>& world, const DistTenso
     for (std::int64_t i = 0; i < dx[at].numel(); ++i) dx[at][i] = (dx[at][i] + dx_k[i]) + dx_v[i];
   });
   const Placement replicate = Placement::replicate();
-  grads.x = dist_from_locals(grad_name_of(x.name), x.global, replicate, std::move(dx));
-  grads.wq = dist_from_locals(grad_name_of(wq.name), wq.global, replicate, std::move(dwq));
-  grads.wk = dist_from_locals(grad_name_of(wk.name), wk.global, replicate, std::move(dwk));
-  grads.wv = dist_from_locals(grad_name_of(wv.name), wv.global, replicate, std::move(dwv));
+  grads.x = dist_from_locals(grad_name(x.name), x.global, replicate, std::move(dx));
+  grads.wq = dist_from_locals(grad_name(wq.name), wq.global, replicate, std::move(dwq));
+  grads.wk = dist_from_locals(grad_name(wk.name), wk.global, replicate, std::move(dwk));
+  grads.wv = dist_from_locals(grad_name(wv.name), wv.global, replicate, std::move(dwv));
   return grads;
 }
 

@@ -39,7 +39,6 @@ inline CpMode parse_cp_mode(std::string_view text) {
 }
 
 // The boundary name of a gradient, as the runner names them ("grad(NAME)").
-inline std::string grad_name_of(const std::string& name) { return "grad(" + name + ")"; }
 
 // Seeded bugs. They change the sharded plan only, never the oracle.
 struct AttentionFaults {

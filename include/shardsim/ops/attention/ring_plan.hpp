@@ -85,10 +85,10 @@ DistTensor<T> ring_attention_forward(const World<T>& world, const CpAttentionCon
   }
   const std::vector<std::string> inputs{saved.q_part.name, saved.k_shard.name, saved.v_shard.name};
   saved.lse = dist_from_locals(config.tensor("lse"), geo.row_shape(), Placement::shard("seq"), lse);
-  world.record({.op = "ring_attention", .tensor = saved.lse.name, .inputs = inputs}, saved.lse);
+  world.compare_boundary({.op = "ring_attention", .tensor = saved.lse.name, .inputs = inputs}, saved.lse);
   saved.attn_part = dist_from_locals(config.tensor("attn_shard"), geo.chunk_shape(),
                                      Placement::shard("seq"), out);
-  world.record({.op = "ring_attention",
+  world.compare_boundary({.op = "ring_attention",
                 .tensor = saved.attn_part.name,
                 .dense = config.tensor("attn"),
                 .inputs = inputs},
@@ -108,7 +108,7 @@ CoreGrads<T> ring_attention_backward(const World<T>& world, const CpAttentionCon
                                      const CpAttentionSaved<T>& saved) {
   const int ranks = world.size();
   const auto count = static_cast<std::size_t>(ranks);
-  const std::string dpart_name = grad_name_of(saved.attn_part.name);
+  const std::string dpart_name = grad_name(saved.attn_part.name);
   const DistTensor<T> dpart = world.redistribute(
       dattn, Placement::shard("seq"),
       {.tensor = dpart_name, .dense = dattn.name, .exact = true, .inputs = {dattn.name}});
@@ -146,30 +146,30 @@ CoreGrads<T> ring_attention_backward(const World<T>& world, const CpAttentionCon
   const std::vector<std::string> inputs{dpart_name,           saved.q_part.name,
                                         saved.k_shard.name,   saved.v_shard.name,
                                         saved.attn_part.name, saved.lse.name};
-  const std::string dq_name = grad_name_of(saved.q_part.name);
+  const std::string dq_name = grad_name(saved.q_part.name);
   const DistTensor<T> dq_part =
       dist_from_locals(dq_name, geo.chunk_shape(), Placement::shard("seq"), dq);
-  world.record({.op = "ring_attention_backward",
+  world.compare_boundary({.op = "ring_attention_backward",
                 .tensor = dq_name,
-                .dense = grad_name_of(config.tensor("q_rot")),
+                .dense = grad_name(config.tensor("q_rot")),
                 .inputs = inputs},
                dq_part);
   CoreGrads<T> grads;
   grads.q_rot = world.all_gather(
       dq_part,
-      {.tensor = grad_name_of(config.tensor("q_rot")), .exact = true, .inputs = {dq_name}});
-  grads.q_rot.name = grad_name_of(config.tensor("q_rot"));
+      {.tensor = grad_name(config.tensor("q_rot")), .exact = true, .inputs = {dq_name}});
+  grads.q_rot.name = grad_name(config.tensor("q_rot"));
   // Each rank's contributions to every block, summed at the block owners.
-  const DistTensor<T> dk_partial = dist_from_locals(grad_name_of(config.tensor("k_shard")),
+  const DistTensor<T> dk_partial = dist_from_locals(grad_name(config.tensor("k_shard")),
                                                     geo.kv_shape(), Placement::partial(), dk);
-  const DistTensor<T> dv_partial = dist_from_locals(grad_name_of(config.tensor("v_shard")),
+  const DistTensor<T> dv_partial = dist_from_locals(grad_name(config.tensor("v_shard")),
                                                     geo.kv_shape(), Placement::partial(), dv);
   grads.k = world.reduce_scatter(
       dk_partial, Placement::shard("kv"),
-      {.tensor = dk_partial.name, .dense = grad_name_of(config.tensor("k_all")), .inputs = inputs});
+      {.tensor = dk_partial.name, .dense = grad_name(config.tensor("k_all")), .inputs = inputs});
   grads.v = world.reduce_scatter(
       dv_partial, Placement::shard("kv"),
-      {.tensor = dv_partial.name, .dense = grad_name_of(config.tensor("v_all")), .inputs = inputs});
+      {.tensor = dv_partial.name, .dense = grad_name(config.tensor("v_all")), .inputs = inputs});
   return grads;
 }
 

@@ -61,10 +61,10 @@ DistTensor<T> ulysses_attention_forward(const World<T>& world, const CpAttention
   });
   const std::vector<std::string> inputs{saved.q_part.name, saved.k_heads.name, saved.v_heads.name};
   saved.lse = dist_from_locals(config.tensor("lse"), geo.row_shape(), heads, lse);
-  world.record({.op = "attention", .tensor = saved.lse.name, .exact = true, .inputs = inputs},
+  world.compare_boundary({.op = "attention", .tensor = saved.lse.name, .exact = true, .inputs = inputs},
                saved.lse);
   saved.attn_part = dist_from_locals(config.tensor("attn_heads"), geo.chunk_shape(), heads, out);
-  world.record({.op = "attention",
+  world.compare_boundary({.op = "attention",
                 .tensor = saved.attn_part.name,
                 .dense = config.tensor("attn"),
                 .exact = true,
@@ -91,11 +91,11 @@ CoreGrads<T> ulysses_attention_backward(const World<T>& world, const CpAttention
   const int ranks = world.size();
   const auto count = static_cast<std::size_t>(ranks);
   const Placement heads = Placement::shard("head");
-  const std::string dseq_name = grad_name_of(config.tensor("attn_seq"));
+  const std::string dseq_name = grad_name(config.tensor("attn_seq"));
   const DistTensor<T> dseq = world.redistribute(
       dattn, Placement::shard("seq"),
       {.tensor = dseq_name, .dense = dattn.name, .exact = true, .inputs = {dattn.name}});
-  const std::string dheads_name = grad_name_of(saved.attn_part.name);
+  const std::string dheads_name = grad_name(saved.attn_part.name);
   DistTensor<T> dheads = world.all_to_all(
       dseq, heads,
       {.tensor = dheads_name, .dense = dattn.name, .exact = true, .inputs = {dseq_name}});
@@ -113,17 +113,17 @@ CoreGrads<T> ulysses_attention_backward(const World<T>& world, const CpAttention
   const std::vector<std::string> inputs{dheads_name, saved.q_part.name, saved.k_heads.name,
                                         saved.v_heads.name};
   const DistTensor<T> dq_heads =
-      dist_from_locals(grad_name_of(saved.q_part.name), geo.chunk_shape(), heads, dq);
+      dist_from_locals(grad_name(saved.q_part.name), geo.chunk_shape(), heads, dq);
   const DistTensor<T> dk_heads =
-      dist_from_locals(grad_name_of(saved.k_heads.name), geo.kv_shape(), heads, dk);
+      dist_from_locals(grad_name(saved.k_heads.name), geo.kv_shape(), heads, dk);
   const DistTensor<T> dv_heads =
-      dist_from_locals(grad_name_of(saved.v_heads.name), geo.kv_shape(), heads, dv);
-  const std::string dense_of[3] = {grad_name_of(config.tensor("q_rot")),
-                                   grad_name_of(config.tensor("k_all")),
-                                   grad_name_of(config.tensor("v_all"))};
+      dist_from_locals(grad_name(saved.v_heads.name), geo.kv_shape(), heads, dv);
+  const std::string dense_of[3] = {grad_name(config.tensor("q_rot")),
+                                   grad_name(config.tensor("k_all")),
+                                   grad_name(config.tensor("v_all"))};
   const DistTensor<T>* parts[3] = {&dq_heads, &dk_heads, &dv_heads};
   for (int i = 0; i < 3; ++i) {
-    world.record({.op = "attention_backward",
+    world.compare_boundary({.op = "attention_backward",
                   .tensor = parts[i]->name,
                   .dense = dense_of[i],
                   .exact = true,
@@ -136,17 +136,17 @@ CoreGrads<T> ulysses_attention_backward(const World<T>& world, const CpAttention
   grads.q_rot.name = dense_of[0];
   const Placement kv = Placement::shard("kv");
   grads.k = world.all_to_all(dk_heads, kv,
-                             {.tensor = grad_name_of(config.tensor("k_shard")),
+                             {.tensor = grad_name(config.tensor("k_shard")),
                               .dense = dense_of[1],
                               .exact = true,
                               .inputs = {dk_heads.name}});
-  grads.k.name = grad_name_of(config.tensor("k_shard"));
+  grads.k.name = grad_name(config.tensor("k_shard"));
   grads.v = world.all_to_all(dv_heads, kv,
-                             {.tensor = grad_name_of(config.tensor("v_shard")),
+                             {.tensor = grad_name(config.tensor("v_shard")),
                               .dense = dense_of[2],
                               .exact = true,
                               .inputs = {dv_heads.name}});
-  grads.v.name = grad_name_of(config.tensor("v_shard"));
+  grads.v.name = grad_name(config.tensor("v_shard"));
   return grads;
 }
 
