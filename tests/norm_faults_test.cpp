@@ -48,7 +48,7 @@ void require_twins(const Scenario& faulty, const Scenario& clean) {
   }
   REQUIRE(faulty.steps.size() == clean.steps.size());
   for (std::size_t i = 0; i < faulty.steps.size(); ++i) {
-    CHECK(faulty.steps[i].op == clean.steps[i].op);
+    CHECK(faulty.steps[i].kind == clean.steps[i].kind);
     CHECK(faulty.steps[i].params.size() == clean.steps[i].params.size());
   }
   CHECK(faulty.mesh.ranks == clean.mesh.ranks);
@@ -75,7 +75,7 @@ TEST_CASE("each normalization fault fails where its scenario says and its clean 
     INFO("fault " << fault);
     const Scenario faulty = load("faults/norm_" + fault + ".toml");
     const Scenario clean = load("norm_" + fault + "_clean.toml");
-    REQUIRE(faulty.faults == std::vector<std::string>{fault});
+    REQUIRE(faulty.fault_names() == std::vector<std::string>{fault});
     REQUIRE_FALSE(faulty.expect.pass);
     REQUIRE(faulty.expect.step.has_value());
     REQUIRE(faulty.expect.tensor.has_value());

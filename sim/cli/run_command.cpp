@@ -198,6 +198,9 @@ int list_command(const Args& args) {
     std::cout << "  " << op.name << ": " << op.summary << "\n";
     for (const ParamSchema& p : op.params) {
       std::cout << "      " << p.key << (p.required ? " (required)" : "") << ": " << p.help;
+      if (const std::string range = p.bounds.str(); !range.empty()) {
+        std::cout << " {" << range << (p.bounds.note.empty() ? "" : " " + p.bounds.note) << "}";
+      }
       if (!p.choices.empty()) {
         std::cout << " [";
         for (std::size_t i = 0; i < p.choices.size(); ++i) {

@@ -131,7 +131,7 @@ std::string report_json(const Scenario& scenario, const std::vector<RunReport>& 
             {"file", scenario.file},
             {"shardsim_version", kShardsimVersion},
             {"ranks", scenario.mesh.ranks},
-            {"faults", scenario.faults},
+            {"faults", scenario.fault_names()},
             {"verdict", outcome.pass ? "pass" : "fail"},
             {"first_divergence", first},
             {"expected", expected},

@@ -3,11 +3,11 @@
 // One training step (train_steps = K runs K of them; without it, one forward pass):
 //   1. forward: every scenario step, oracle first, then the sharded plan;
 //   2. backward (training only): steps in reverse, from the loss;
-//   3. parameter gradients: a Partial (per-rank) gradient of a Replicate parameter is
-//      all-reduced over the group, its own boundary;
-//   4. SGD on the oracle's parameters and on every rank's replica, then a replica-consistency
-//      check (all ranks bitwise identical) and a comparison with the oracle.
-// With [stream], each training step runs 1-4 once per chunk, in order (the update is per chunk),
+//   3. parameter update: a Partial (per-rank) gradient of a Replicate parameter is all-reduced
+//      over the group (its own boundary), then SGD on the oracle's parameters and on every
+//      rank's replica, a replica-consistency check (all ranks bitwise identical) and a
+//      comparison with the oracle.
+// With [stream], each training step runs 1-3 once per chunk, in order (the update is per chunk),
 // after resetting the steps' carried state (StepOp::begin_stream).
 #pragma once
 
@@ -15,216 +15,221 @@
 #include <set>
 #include <string>
 
+#include "shardsim/error.hpp"
 #include "shardsim/ops/sgd.hpp"
 #include "shardsim/runner/runner.hpp"
+#include "sim/runner/boundary_contract.hpp"
 #include "sim/runner/release.hpp"
+#include "sim/runner/runner_faults.hpp"
 #include "sim/runner/steps/registry.hpp"
 
 namespace shardsim {
 
 namespace detail {
 
-// Memory: once steps [remaining, n) have run their backward, releases (dense and sharded) every
-// entry of `env` that no step still to run may read (sim/runner/release.hpp), so a real-size replay does
-// not hold every activation of the oracle and of the ranks until the end. Boundaries are
-// compared when they are recorded, so releasing changes no result.
+// One run of a scenario at one precision: the world, the oracle's and the ranks' tensors, the
+// steps, and the trace. run() calls the phases in the order of the header comment.
 template <typename T>
-void release_dead_tensors(StepEnv<T>& env, const std::vector<std::unique_ptr<StepOp<T>>>& ops,
-                          std::size_t remaining, const std::set<std::string>& pinned) {
-  std::vector<bool> reads_output;
-  for (std::size_t j = 0; j < remaining; ++j)
-    reads_output.push_back(ops[j]->backward_reads_output());
-  const LiveNames live = live_names(env.scenario.steps, reads_output, pinned);
-  std::erase_if(env.dense, [&](const auto& entry) { return !live.keeps(entry.first); });
-  std::erase_if(env.sharded, [&](const auto& entry) { return !live.keeps(entry.first); });
-}
+class ScenarioRun {
+ public:
+  ScenarioRun(const Scenario& scenario, const RunOptions& options, BoundarySink<T>& sink)
+      : scenario_(scenario),
+        sink_(sink),
+        world_(scenario.mesh.ranks, effective_reduce_order(scenario, options),
+               effective_schedule(scenario, options)),
+        env_{scenario, world_, {}, {}} {
+    world_.set_hook([this](const BoundaryLabel& label, const DistTensor<T>& tensor) {
+      return emit(label, tensor, nullptr);
+    });
+  }
 
-}  // namespace detail
+  std::vector<TraceEntry> run() {
+    load_inputs();
+    make_steps();
+    const int iterations = std::max(1, scenario_.train_steps);
+    for (step_ = 1; step_ <= iterations; ++step_) {
+      for (auto& op : ops_) op->begin_stream();  // a KV cache starts empty every training step
+      for (chunk_ = 1; chunk_ <= static_cast<int>(chunk_lengths_.size()); ++chunk_) {
+        load_chunk();
+        forward();
+        if (step_ == 1 && chunk_ == 1) report_activation_memory();
+        if (scenario_.train_steps == 0) continue;
+        backward();
+        update_parameters();
+      }
+    }
+    return std::move(trace_);
+  }
 
-template <typename T>
-std::vector<TraceEntry> run_scenario(const Scenario& scenario, const RunOptions& options,
-                                     BoundarySink<T>& sink) {
-  World<T> world(scenario.mesh.ranks, effective_reduce_order(scenario, options),
-                 effective_schedule(scenario, options));
-  StepEnv<T> env{scenario, world, {}, {}};
-  std::vector<TraceEntry> trace;
-  std::set<std::string> identical;  // tensors whose latest boundary matched the oracle bitwise
-  int step = 1;
-  int chunk = 1;
-
-  // Reports one boundary; `oracle` overrides the dense counterpart (replica checks).
-  auto emit = [&](const BoundaryLabel& label, const DistTensor<T>& tensor,
-                  const Tensor<T>* oracle) {
+ private:
+  // Records one boundary and hands it to the sink with its oracle tensor, enforcing the
+  // boundary contract (trace.hpp). `oracle` overrides the dense counterpart (replica checks).
+  bool emit(const BoundaryLabel& label, const DistTensor<T>& tensor, const Tensor<T>* oracle) {
     TraceEntry entry;
-    entry.id = static_cast<int>(trace.size());
-    entry.step = step;
-    entry.chunk = chunk;
+    entry.id = static_cast<int>(trace_.size());
+    entry.step = step_;
+    entry.chunk = chunk_;
     entry.kind = label.kind;
     entry.op = label.op;
     entry.tensor = label.tensor;
     entry.dense = label.dense_name();
     entry.exact = label.exact;
     for (const std::string& input : label.inputs) {
-      if (!identical.count(input)) entry.exact = false;
+      if (!identical_.count(input)) entry.exact = false;
     }
     entry.global = tensor.global;
     entry.placement = tensor.placement;
     entry.ranks = rank_extents(tensor.global, tensor.placement, tensor.ranks());
     entry.notes = label.notes;
-    if (!oracle && label.has_oracle) {
-      auto found = env.dense.find(entry.dense);
-      if (found == env.dense.end()) {
-        throw InternalError("boundary #" + std::to_string(entry.id) + " (" + entry.op + " -> " +
-                            entry.tensor + ") names the oracle tensor '" + entry.dense +
-                            "', which no step stored");
-      }
-      oracle = &found->second;
-    }
-    if (!oracle && label.exact) {
-      throw InternalError("boundary #" + std::to_string(entry.id) + " (" + entry.op + " -> " +
-                          entry.tensor + ") claims exactness but has no oracle tensor");
-    }
-    const bool same = sink.on_boundary(entry, oracle, tensor);
+    if (!oracle) oracle = find_oracle(label, entry, env_.dense);
+    const bool same = sink_.on_boundary(entry, oracle, tensor);
     if (same) {
-      identical.insert(label.tensor);
+      identical_.insert(label.tensor);
     } else {
-      identical.erase(label.tensor);
+      identical_.erase(label.tensor);
     }
-    trace.push_back(std::move(entry));
+    trace_.push_back(std::move(entry));
     return same;
-  };
-  world.set_hook([&](const BoundaryLabel& label, const DistTensor<T>& tensor) {
-    return emit(label, tensor, nullptr);
-  });
+  }
 
-  // Inputs and parameters: identical f32-representable values at every precision.
-  for (const TensorSpec& spec : scenario.tensors) {
-    Tensor<T> global(spec.shape);
-    for (std::int64_t i = 0; i < global.numel(); ++i) {
-      global[i] = T(init_value(spec.init, spec.init_seed, static_cast<std::uint64_t>(i)));
-    }
-    DistTensor<T> laid_out = distribute(spec.name, global, spec.placement, world.size());
-    env.dense[spec.name] = std::move(global);
-    env.sharded[spec.name] = std::move(laid_out);
-    world.compare_boundary({.op = "input", .tensor = spec.name, .exact = true, .kind = BoundaryKind::input},
-                 env.sharded[spec.name]);
-    if (scenario.has_fault("ones_init_assumed") && spec.role == TensorRole::parameter) {
-      if (const std::optional<double> value = assumed_default_init(scenario, spec.name)) {
-        // The bug: the sharded program trusts default init and overwrites the loaded values.
-        DistTensor<T>& param = env.sharded[spec.name];
-        world.for_each_rank([&](int r) {
-          for (T& v : param.local(r).values()) v = T(*value);
-        });
-        zero_padding(param);
-        world.compare_boundary({.op = "assumed_init",
-                      .tensor = spec.name,
-                      .exact = true,
-                      .kind = BoundaryKind::input,
-                      .inputs = {spec.name}},
-                     param);
+  // Inputs and parameters: identical f32-representable values at every precision. Streamed
+  // inputs and targets are also kept whole, to be sliced per chunk (load_chunk).
+  void load_inputs() {
+    for (const TensorSpec& spec : scenario_.tensors) {
+      Tensor<T> global(spec.shape);
+      for (std::int64_t i = 0; i < global.numel(); ++i) {
+        global[i] = T(init_value(spec.init, spec.init_seed, static_cast<std::uint64_t>(i)));
       }
+      env_.sharded[spec.name] = distribute(spec.name, global, spec.placement, world_.size());
+      env_.dense[spec.name] = std::move(global);
+      world_.compare_boundary(
+          {.op = "input", .tensor = spec.name, .exact = true, .kind = BoundaryKind::input},
+          env_.sharded[spec.name]);
+      apply_ones_init_assumed(scenario_, spec, world_, env_.sharded[spec.name]);
+    }
+    if (!scenario_.stream) return;
+    chunk_lengths_ = scenario_.stream->chunks;
+    for (const TensorSpec& spec : scenario_.tensors) {
+      if (spec.role == TensorRole::parameter || !spec.shape.has(scenario_.stream->axis)) continue;
+      whole_.emplace(spec.name, env_.dense.at(spec.name));
     }
   }
 
-  std::vector<std::unique_ptr<StepOp<T>>> ops;
-  for (const StepSpec& spec : scenario.steps) ops.push_back(make_step_op<T>(spec, scenario));
-  std::set<std::string> pinned;  // never released: declared tensors, parameter gradients
-  for (const TensorSpec& spec : scenario.tensors) {
-    pinned.insert(spec.name);
-    if (spec.role == TensorRole::parameter) pinned.insert(grad_name(spec.name));
-  }
-
-  // Streaming ([stream]): the streamed inputs and targets are kept whole here; before each chunk
-  // runs, its slice along the stream axis is loaded for the oracle and laid out over the ranks
-  // with the tensor's placement (data loading, recorded as an input boundary of that chunk).
-  // Without [stream] there is one chunk and nothing is sliced.
-  std::map<std::string, Tensor<T>> whole;
-  std::vector<std::int64_t> chunk_lengths{0};
-  if (scenario.stream) {
-    chunk_lengths = scenario.stream->chunks;
-    for (const TensorSpec& spec : scenario.tensors) {
-      if (spec.role == TensorRole::parameter || !spec.shape.has(scenario.stream->axis)) continue;
-      whole.emplace(spec.name, env.dense.at(spec.name));
+  void make_steps() {
+    for (const StepSpec& spec : scenario_.steps) ops_.push_back(make_step_op<T>(spec, scenario_));
+    for (const TensorSpec& spec : scenario_.tensors) {
+      pinned_.insert(spec.name);
+      if (spec.role == TensorRole::parameter) pinned_.insert(grad_name(spec.name));
     }
   }
-  auto load_chunk = [&](int number) {
+
+  // Data loading for the current chunk: the slice of each streamed input along the stream axis,
+  // for the oracle, laid out over the ranks with the tensor's placement (an input boundary of
+  // that chunk). Without [stream] there is one chunk and nothing is sliced. Then the previous
+  // chunk's gradients are dropped.
+  void load_chunk() {
     std::int64_t begin = 0;
-    for (int i = 1; i < number; ++i) begin += chunk_lengths[static_cast<std::size_t>(i - 1)];
-    const std::int64_t length = chunk_lengths[static_cast<std::size_t>(number - 1)];
-    for (const auto& [name, full] : whole) {
-      const std::string& axis = scenario.stream->axis;
+    for (int i = 1; i < chunk_; ++i) begin += chunk_lengths_[static_cast<std::size_t>(i - 1)];
+    const std::int64_t length = chunk_lengths_[static_cast<std::size_t>(chunk_ - 1)];
+    for (const auto& [name, full] : whole_) {
+      const std::string& axis = scenario_.stream->axis;
       Tensor<T> part(full.shape().with_extent(axis, length));
       copy_along(full, axis, begin, part, 0, length);
-      env.sharded[name] =
-          distribute(name, part, scenario.find_tensor(name)->placement, world.size());
-      env.dense[name] = std::move(part);
-      world.compare_boundary({.op = "input", .tensor = name, .exact = true, .kind = BoundaryKind::input},
-                   env.sharded[name]);
+      env_.sharded[name] =
+          distribute(name, part, scenario_.find_tensor(name)->placement, world_.size());
+      env_.dense[name] = std::move(part);
+      world_.compare_boundary(
+          {.op = "input", .tensor = name, .exact = true, .kind = BoundaryKind::input},
+          env_.sharded[name]);
     }
-  };
+    std::erase_if(env_.dense, [](const auto& entry) { return is_grad_name(entry.first); });
+    std::erase_if(env_.sharded, [](const auto& entry) { return is_grad_name(entry.first); });
+  }
 
-  const int iterations = std::max(1, scenario.train_steps);
-  for (step = 1; step <= iterations; ++step) {
-    for (auto& op : ops) op->begin_stream();  // a KV cache starts empty every training step
-    for (chunk = 1; chunk <= static_cast<int>(chunk_lengths.size()); ++chunk) {
-      load_chunk(chunk);
-      for (auto it = env.dense.begin(); it != env.dense.end();) {
-        it = it->first.starts_with("grad(") ? env.dense.erase(it) : std::next(it);
-      }
-      for (auto it = env.sharded.begin(); it != env.sharded.end();) {
-        it = it->first.starts_with("grad(") ? env.sharded.erase(it) : std::next(it);
-      }
-      for (auto& op : ops) op->forward(env);
-      if (step == 1 && chunk == 1) {
-        ActivationMemory memory;
-        memory.per_rank.assign(static_cast<std::size_t>(world.size()), 0);
-        for (std::size_t i = 0; i < ops.size(); ++i) {
-          std::vector<std::int64_t> bytes = ops[i]->saved_bytes(env);
-          if (bytes.empty()) continue;
-          for (std::size_t r = 0; r < bytes.size(); ++r) memory.per_rank[r] += bytes[r];
-          const StepSpec& spec = scenario.steps[i];
-          memory.steps.push_back(
-              {spec.index, spec.op, spec.str_or("output", ""), std::move(bytes)});
-        }
-        sink.on_activation_memory(memory);
-      }
-      if (scenario.train_steps == 0) continue;
+  void forward() {
+    for (auto& op : ops_) op->forward(env_);
+  }
 
-      for (std::size_t i = ops.size(); i-- > 0;) {
-        ops[i]->backward(env);
-        detail::release_dead_tensors(env, ops, i, pinned);
-      }
+  // After the first forward pass: the bytes each rank keeps for backward, per step.
+  void report_activation_memory() {
+    ActivationMemory memory;
+    memory.per_rank.assign(static_cast<std::size_t>(world_.size()), 0);
+    for (std::size_t i = 0; i < ops_.size(); ++i) {
+      std::vector<std::int64_t> bytes = ops_[i]->saved_bytes(env_);
+      if (bytes.empty()) continue;
+      for (std::size_t r = 0; r < bytes.size(); ++r) memory.per_rank[r] += bytes[r];
+      const StepSpec& spec = scenario_.steps[i];
+      memory.steps.push_back(
+          {spec.index, std::string(spec.op()), spec.output(), std::move(bytes)});
+    }
+    sink_.on_activation_memory(memory);
+  }
 
-      for (const TensorSpec& spec : scenario.tensors) {
-        if (spec.role != TensorRole::parameter || !env.has_grad(spec.name)) continue;
-        const std::string key = grad_name(spec.name);
-        DistTensor<T> grad = env.sharded.at(key);
-        DistTensor<T>& param = env.sharded.at(spec.name);
-        if (grad.placement.is_partial() && param.placement.is_replicate() &&
-            scenario.has_fault("unreduced_param_grads")) {
-          // The bug: each replica steps with its own rank's share of the gradient.
-          grad.placement = Placement::replicate();
-        } else if (!(grad.placement == param.placement)) {
-          grad = world.redistribute(grad, param.placement, {.tensor = key, .inputs = {key}});
-        }
-        sgd_update(env.dense.at(spec.name), env.dense.at(key), scenario.learning_rate);
-        world.for_each_rank(
-            [&](int r) { sgd_update(param.local(r), grad.local(r), scenario.learning_rate); });
-        if (param.placement.is_replicate()) {
-          const Tensor<T> reference = param.local(0);
-          emit({.op = "replica_check",
-                .tensor = spec.name + "@replicas",
-                .exact = true,
-                .kind = BoundaryKind::check},
-               param, &reference);
-        }
-        world.compare_boundary(
-            {.op = "sgd", .tensor = spec.name, .kind = BoundaryKind::update, .inputs = {spec.name, key}},
-            param);
-      }
+  // Steps in reverse. After each, every tensor no step still to run may read is released
+  // (sim/runner/release.hpp), so a real-size replay does not hold every activation of the
+  // oracle and of the ranks until the end. Boundaries are compared when they are recorded, so
+  // releasing changes no result.
+  void backward() {
+    for (std::size_t i = ops_.size(); i-- > 0;) {
+      ops_[i]->backward(env_);
+      std::vector<bool> reads_output;
+      for (std::size_t j = 0; j < i; ++j) reads_output.push_back(ops_[j]->backward_reads_output());
+      const LiveNames live = live_names(scenario_.steps, reads_output, pinned_);
+      std::erase_if(env_.dense, [&](const auto& entry) { return !live.keeps(entry.first); });
+      std::erase_if(env_.sharded, [&](const auto& entry) { return !live.keeps(entry.first); });
     }
   }
-  return trace;
+
+  void update_parameters() {
+    for (const TensorSpec& spec : scenario_.tensors) {
+      if (spec.role != TensorRole::parameter || !env_.has_grad(spec.name)) continue;
+      const std::string key = grad_name(spec.name);
+      DistTensor<T> grad = env_.sharded.at(key);
+      DistTensor<T>& param = env_.sharded.at(spec.name);
+      if (skips_gradient_reduce(scenario_, grad, param)) {
+        grad.placement = Placement::replicate();
+      } else if (!(grad.placement == param.placement)) {
+        grad = world_.redistribute(grad, param.placement, {.tensor = key, .inputs = {key}});
+      }
+      sgd_update(env_.dense.at(spec.name), env_.dense.at(key), scenario_.learning_rate);
+      world_.for_each_rank(
+          [&](int r) { sgd_update(param.local(r), grad.local(r), scenario_.learning_rate); });
+      if (param.placement.is_replicate()) {
+        const Tensor<T> reference = param.local(0);
+        emit({.op = "replica_check",
+              .tensor = moved_name(spec.name, "replicas"),
+              .exact = true,
+              .kind = BoundaryKind::check},
+             param, &reference);
+      }
+      world_.compare_boundary({.op = "sgd",
+                               .tensor = spec.name,
+                               .kind = BoundaryKind::update,
+                               .inputs = {spec.name, key}},
+                              param);
+    }
+  }
+
+  const Scenario& scenario_;
+  BoundarySink<T>& sink_;
+  World<T> world_;
+  StepEnv<T> env_;
+  std::vector<TraceEntry> trace_;
+  std::set<std::string> identical_;  // tensors whose latest boundary matched the oracle bitwise
+  int step_ = 1;
+  int chunk_ = 1;
+  std::vector<std::unique_ptr<StepOp<T>>> ops_;
+  std::set<std::string> pinned_;  // never released: declared tensors, parameter gradients
+  std::map<std::string, Tensor<T>> whole_;  // streamed inputs, whole
+  std::vector<std::int64_t> chunk_lengths_{0};
+};
+
+}  // namespace detail
+
+template <typename T>
+std::vector<TraceEntry> run_scenario(const Scenario& scenario, const RunOptions& options,
+                                     BoundarySink<T>& sink) {
+  return detail::ScenarioRun<T>(scenario, options, sink).run();
 }
 
 }  // namespace shardsim

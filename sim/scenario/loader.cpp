@@ -1,12 +1,15 @@
 #include "shardsim/scenario/scenario.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <iterator>
 #include <set>
 #include <toml++/toml.h>
 
 #include "shardsim/error.hpp"
 #include "shardsim/io.hpp"
-#include "sim/scenario/loader_internal.hpp"
+#include "sim/scenario/op_entry.hpp"
 
 namespace shardsim {
 
@@ -22,24 +25,8 @@ std::string_view role_name(TensorRole role) {
 const std::string& StepSpec::str(const std::string& key) const {
   return std::get<std::string>(params.at(key).value);
 }
-std::string StepSpec::str_or(const std::string& key, const std::string& fallback) const {
-  return has(key) ? str(key) : fallback;
-}
-double StepSpec::num_or(const std::string& key, double fallback) const {
-  if (!has(key)) return fallback;
-  const auto& v = params.at(key).value;
-  if (const auto* i = std::get_if<std::int64_t>(&v)) return static_cast<double>(*i);
-  return std::get<double>(v);
-}
-std::int64_t StepSpec::int_or(const std::string& key, std::int64_t fallback) const {
-  return has(key) ? std::get<std::int64_t>(params.at(key).value) : fallback;
-}
-const std::vector<std::int64_t>& StepSpec::ints(const std::string& key) const {
-  return std::get<std::vector<std::int64_t>>(params.at(key).value);
-}
-bool StepSpec::bool_or(const std::string& key, bool fallback) const {
-  return has(key) ? std::get<bool>(params.at(key).value) : fallback;
-}
+
+const std::string& StepSpec::output() const { return str("output"); }
 
 const TensorSpec* Scenario::find_tensor(std::string_view wanted) const {
   for (const TensorSpec& t : tensors) {
@@ -48,8 +35,14 @@ const TensorSpec* Scenario::find_tensor(std::string_view wanted) const {
   return nullptr;
 }
 
-bool Scenario::has_fault(std::string_view fault) const {
+bool Scenario::has_fault(Fault fault) const {
   return std::find(faults.begin(), faults.end(), fault) != faults.end();
+}
+
+std::vector<std::string> Scenario::fault_names() const {
+  std::vector<std::string> names;
+  for (Fault fault : faults) names.emplace_back(fault_name(fault));
+  return names;
 }
 
 double Scenario::rtol(const Precision& precision) const {
@@ -110,14 +103,6 @@ const TensorState& StepContext::tensor(const StepSpec& step, const std::string& 
   return it->second;
 }
 
-Placement StepContext::placement(const StepSpec& step, const std::string& key) {
-  try {
-    return parse_placement(step.str(key));
-  } catch (const InputError& e) {
-    fail(step, key, e.what());
-  }
-}
-
 void StepContext::define(const StepSpec& step, const std::string& key, TensorState state) {
   const std::string& name = step.str(key);
   if (tensors_.count(name)) fail(step, key, "duplicate tensor name '" + name + "'");
@@ -132,6 +117,16 @@ void StepContext::fail(const StepSpec& step, const std::string& key, const std::
 }
 
 namespace {
+
+// A number as a message quotes it: shortest round-trip form ("1.5", "inf", "nan").
+std::string format_number(double x) {
+  char text[32];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(text, sizeof text, "%.*g", digits, x);
+    if (std::strtod(text, nullptr) == x || x != x) break;
+  }
+  return text;
+}
 
 SourceLoc loc_of(const toml::node& node) {
   return {static_cast<int>(node.source().begin.line),
@@ -335,65 +330,92 @@ class Loader {
     spec.loc = loc_of(node);
     const toml::node* op = t.get("op");
     if (!op) fail(node, path, "missing required key 'op'");
-    spec.op = string(*op, path + ".op");
-    const OpSchema* schema = nullptr;
-    std::vector<std::string> op_names;
-    for (const OpSchema& s : op_schemas()) {
-      op_names.push_back(s.name);
-      if (s.name == spec.op) schema = &s;
-    }
-    if (!schema) {
-      const std::string hint = nearest(spec.op, op_names);
-      fail(*op, path + ".op", "unknown op '" + spec.op + "'" +
+    const std::string op_text = string(*op, path + ".op");
+    const std::optional<OpKind> kind = find_op(op_text);
+    if (!kind) {
+      const std::vector<std::string> op_names(std::begin(kOpNames), std::end(kOpNames));
+      const std::string hint = nearest(op_text, op_names);
+      fail(*op, path + ".op", "unknown op '" + op_text + "'" +
                                   (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
     }
+    spec.kind = *kind;
+    const OpEntry& entry = find_op_entry(spec.kind);
     std::vector<std::string> allowed{"op"};
-    for (const ParamSchema& p : schema->params) allowed.push_back(p.key);
+    for (const ParamSchema& p : entry.schema.params) allowed.push_back(p.key);
     check_keys(t, path, allowed);
-    for (const ParamSchema& p : schema->params) {
+    for (const ParamSchema& p : entry.schema.params) {
       const toml::node* value = t.get(p.key);
-      const std::string key_path = path + "." + p.key;
       if (!value) {
-        if (p.required) fail(node, path, "op '" + spec.op + "' needs key '" + p.key + "'");
+        if (p.required) fail(node, path, "op '" + op_text + "' needs key '" + p.key + "'");
         continue;
       }
-      StepValue v{{}, loc_of(*value)};
-      switch (p.type) {
-        case ParamType::tensor:
-        case ParamType::output:
-        case ParamType::placement:
-        case ParamType::string: {
-          std::string s = string(*value, key_path);
-          if (!p.choices.empty() &&
-              std::find(p.choices.begin(), p.choices.end(), s) == p.choices.end()) {
-            std::string known;
-            for (const std::string& c : p.choices) known += (known.empty() ? "" : ", ") + c;
-            fail(*value, key_path, "unknown value '" + s + "' (known: " + known + ")");
-          }
-          v.value = std::move(s);
-          break;
-        }
-        case ParamType::number: v.value = number(*value, key_path); break;
-        case ParamType::integer: v.value = integer(*value, key_path); break;
-        case ParamType::integer_list: {
-          const toml::array& list = array(*value, key_path);
-          std::vector<std::int64_t> ints;
-          for (std::size_t i = 0; i < list.size(); ++i) {
-            ints.push_back(integer(*list.get(i), key_path + "[" + std::to_string(i) + "]"));
-          }
-          v.value = std::move(ints);
-          break;
-        }
-        case ParamType::boolean:
-          if (!value->is_boolean()) {
-            fail(*value, key_path, "expected a boolean, got " + type_name(*value));
-          }
-          v.value = *value->value<bool>();
-          break;
-      }
-      spec.params.emplace(p.key, std::move(v));
+      spec.params.emplace(p.key, param(*value, path + "." + p.key, p));
     }
+    spec.args = entry.parse(spec);
     return spec;
+  }
+
+  // One step parameter's raw value, checked against its schema row: type, choices, bounds, and
+  // for a placement its syntax.
+  StepValue param(const toml::node& value, const std::string& key_path,
+                  const ParamSchema& p) const {
+    StepValue v{{}, loc_of(value)};
+    switch (p.type) {
+      case ParamType::tensor:
+      case ParamType::output:
+      case ParamType::placement:
+      case ParamType::string: {
+        std::string s = string(value, key_path);
+        if (!p.choices.empty() &&
+            std::find(p.choices.begin(), p.choices.end(), s) == p.choices.end()) {
+          std::string known;
+          for (const std::string& c : p.choices) known += (known.empty() ? "" : ", ") + c;
+          fail(value, key_path, "unknown value '" + s + "' (known: " + known + ")");
+        }
+        if (p.type == ParamType::placement) wrap(value, key_path, [&] { return parse_placement(s); });
+        v.value = std::move(s);
+        break;
+      }
+      case ParamType::number: {
+        const double x = number(value, key_path);
+        check_bounds(value, key_path, p, x, [&] { return format_number(x); });
+        v.value = x;
+        break;
+      }
+      case ParamType::integer: {
+        const std::int64_t n = integer(value, key_path);
+        check_bounds(value, key_path, p, static_cast<double>(n), [&] { return std::to_string(n); });
+        v.value = n;
+        break;
+      }
+      case ParamType::integer_list: {
+        const toml::array& list = array(value, key_path);
+        std::vector<std::int64_t> ints;
+        for (std::size_t i = 0; i < list.size(); ++i) {
+          ints.push_back(integer(*list.get(i), key_path + "[" + std::to_string(i) + "]"));
+        }
+        v.value = std::move(ints);
+        break;
+      }
+      case ParamType::boolean:
+        if (!value.is_boolean()) {
+          fail(value, key_path, "expected a boolean, got " + type_name(value));
+        }
+        v.value = *value.value<bool>();
+        break;
+    }
+    return v;
+  }
+
+  template <typename Text>
+  void check_bounds(const toml::node& value, const std::string& key_path, const ParamSchema& p,
+                    double x, Text text) const {
+    if (p.bounds.contains(x)) return;
+    const std::string range = p.bounds.str();
+    const bool interval = range.starts_with("[") || range.starts_with("(");
+    fail(value, key_path,
+         p.key + " must be " + (range.empty() ? "finite" : (interval ? "in " : "") + range) +
+             (p.bounds.note.empty() ? "" : " " + p.bounds.note) + ", got " + text());
   }
 
   // [stream]: the chunk lengths must be positive and sum to the stream axis' extent in every
@@ -436,7 +458,7 @@ class Loader {
       fail(*axis, "stream.axis", "no input or target has an axis '" + spec.axis + "' to stream");
     }
     for (const StepSpec& step : s.steps) {
-      if (step.op == "mse_loss" && step.has("valid_lengths")) {
+      if (step.kind == OpKind::mse_loss && step.has("valid_lengths")) {
         throw InputError(located(file_, step.params.at("valid_lengths").loc,
                                  "steps[" + std::to_string(step.index) + "].valid_lengths",
                                  "valid_lengths counts tokens of the whole sequence, which "
@@ -444,6 +466,36 @@ class Loader {
       }
     }
     return spec;
+  }
+
+  // A fault name that exists and changes something this scenario runs: one of its ops, or the
+  // training loop.
+  Fault fault(const toml::node& node, const std::string& path, const Scenario& s) const {
+    const std::string name = string(node, path);
+    const std::optional<Fault> fault = find_fault(name);
+    if (!fault) {
+      const std::vector<std::string> known(std::begin(kFaultNames), std::end(kFaultNames));
+      const std::string hint = nearest(name, known);
+      fail(node, path,
+           "unknown fault '" + name + "'" + (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
+    }
+    if (s.has_fault(*fault)) fail(node, path, "fault '" + name + "' is listed twice");
+    const FaultInfo& info = fault_catalogue()[static_cast<std::size_t>(*fault)];
+    if (info.ops.empty()) {
+      if (s.train_steps == 0) {
+        fail(node, path, "fault '" + name + "' changes the training loop; it needs train_steps");
+      }
+      return *fault;
+    }
+    std::string ops;
+    for (OpKind op : info.ops) {
+      for (const StepSpec& step : s.steps) {
+        if (step.kind == op) return *fault;
+      }
+      ops += (ops.empty() ? "" : ", ") + std::string(op_name(op));
+    }
+    fail(node, path,
+         "fault '" + name + "' applies to " + ops + ", which this scenario does not use");
   }
 
   Expectation expect(const toml::table& t) const {
@@ -541,7 +593,7 @@ Scenario parse_scenario(std::string text, const std::string& file) {
     StepContext ctx(file, defined);
     for (std::size_t i = 0; i < step_list.size(); ++i) {
       StepSpec spec = load.step(*step_list.get(i), static_cast<int>(i));
-      infer_step(spec, ctx);
+      find_op_entry(spec.kind).infer(spec, ctx);
       s.steps.push_back(std::move(spec));
     }
   }
@@ -551,7 +603,7 @@ Scenario parse_scenario(std::string text, const std::string& file) {
     const std::int64_t k = load.integer(*v, "train_steps");
     if (k < 1 || k > 100000) load.fail(*v, "train_steps", "train_steps must be in [1, 100000]");
     s.train_steps = static_cast<int>(k);
-    if (s.steps.back().op != "mse_loss") {
+    if (s.steps.back().kind != OpKind::mse_loss) {
       load.fail(*v, "train_steps", "training needs a loss: the last step must be op = \"mse_loss\"");
     }
   }
@@ -562,17 +614,9 @@ Scenario parse_scenario(std::string text, const std::string& file) {
 
   if (const toml::node* v = root.get("faults")) {
     const toml::array& list = load.array(*v, "faults");
-    std::vector<std::string> known;
-    for (const FaultInfo& f : fault_catalogue()) known.push_back(f.name);
     for (std::size_t i = 0; i < list.size(); ++i) {
       const std::string path = "faults[" + std::to_string(i) + "]";
-      const std::string fault = load.string(*list.get(i), path);
-      if (std::find(known.begin(), known.end(), fault) == known.end()) {
-        const std::string hint = nearest(fault, known);
-        load.fail(*list.get(i), path, "unknown fault '" + fault + "'" +
-                                          (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
-      }
-      s.faults.push_back(fault);
+      s.faults.push_back(load.fault(*list.get(i), path, s));
     }
   }
   if (const toml::node* v = root.get("tolerance")) {
@@ -587,7 +631,11 @@ Scenario parse_scenario(std::string text, const std::string& file) {
   }
   if (const toml::node* v = root.get("expect")) s.expect = load.expect(load.table(*v, "expect"));
   if (const toml::node* v = root.get("stream")) s.stream = load.stream(load.table(*v, "stream"), s);
-  check_plans(s);
+  for (const StepSpec& step : s.steps) {
+    if (const OpEntry& entry = find_op_entry(step.kind); entry.check_plan) {
+      entry.check_plan(step, s);
+    }
+  }
   return s;
 }
 

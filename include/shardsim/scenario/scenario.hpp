@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -14,11 +15,13 @@
 #include <variant>
 #include <vector>
 
+#include "shardsim/fault_list.hpp"
+#include "shardsim/mesh.hpp"
+#include "shardsim/op_list.hpp"
 #include "shardsim/placement.hpp"
 #include "shardsim/rng.hpp"
 #include "shardsim/scalar.hpp"
 #include "shardsim/shape.hpp"
-#include "shardsim/mesh.hpp"
 
 namespace shardsim {
 
@@ -45,20 +48,27 @@ struct StepValue {
   SourceLoc loc;
 };
 
+// One [[steps]] entry. `args` holds its typed parameters (op_list.hpp), parsed and validated
+// once by the loader; `params` keeps the raw values with their source locations, for located
+// messages and for the runner's liveness bookkeeping (release.hpp).
 struct StepSpec {
   int index = 0;
-  std::string op;
+  OpKind kind = OpKind::layer_norm;
+  OpArgs args;
   std::map<std::string, StepValue> params;
   SourceLoc loc;
 
+  std::string_view op() const { return op_name(kind); }
+  template <typename Args>
+  const Args& as() const {
+    return std::get<Args>(args);
+  }
+  // The name of the tensor the step defines.
+  const std::string& output() const;
+
+  // Raw access for the loader's rules. REQUIRES: the key was validated to have this type.
   bool has(const std::string& key) const { return params.count(key) != 0; }
-  // REQUIRES: the key was validated to have this type (the loader guarantees it).
   const std::string& str(const std::string& key) const;
-  std::string str_or(const std::string& key, const std::string& fallback) const;
-  double num_or(const std::string& key, double fallback) const;
-  std::int64_t int_or(const std::string& key, std::int64_t fallback) const;
-  bool bool_or(const std::string& key, bool fallback) const;
-  const std::vector<std::int64_t>& ints(const std::string& key) const;
 };
 
 struct Expectation {
@@ -95,7 +105,7 @@ struct Scenario {
   MeshSpec mesh;
   std::vector<TensorSpec> tensors;
   std::vector<StepSpec> steps;
-  std::vector<std::string> faults;
+  std::vector<Fault> faults;
   std::map<std::string, double> tolerance;  // precision name -> rtol override
   // Training: 0 runs the steps forward once. K >= 1 runs forward, backward and an SGD update of
   // every parameter K times; the last step must then be a loss.
@@ -113,7 +123,8 @@ struct Scenario {
   std::map<std::string, Layout> layouts;
 
   const TensorSpec* find_tensor(std::string_view name) const;
-  bool has_fault(std::string_view fault) const;
+  bool has_fault(Fault fault) const;
+  std::vector<std::string> fault_names() const;
   // Relative tolerance for non-exact boundaries at `precision` (override or default_rtol).
   double rtol(const Precision& precision) const;
 };
@@ -124,22 +135,40 @@ Scenario parse_scenario(std::string text, const std::string& file);
 
 // The vocabulary the loader accepts, for `shardsim list` and for suggestions.
 enum class ParamType { tensor, output, string, number, integer, boolean, placement, integer_list };
+// The values a number or integer parameter may take: [low, high] with either end open, always
+// finite. Written in messages and `list` as e.g. "[0, 1)" or "> 0".
+struct ParamBounds {
+  double low = -std::numeric_limits<double>::infinity();
+  double high = std::numeric_limits<double>::infinity();
+  bool low_open = false;
+  bool high_open = false;
+  std::string note;  // follows the range in a message, e.g. "key (omit it for plain causal)"
+
+  bool contains(double value) const;
+  std::string str() const;  // "" when unbounded
+};
 struct ParamSchema {
   std::string key;
   ParamType type;
   bool required;
   std::string help;
   std::vector<std::string> choices;  // for strings; empty means free-form
+  ParamBounds bounds;                // for numbers and integers
 };
 struct OpSchema {
+  OpKind kind;
   std::string name;
   std::string summary;
   std::vector<ParamSchema> params;
 };
 struct FaultInfo {
+  Fault fault;
   std::string name;
   std::string summary;
+  // The ops whose plans it changes; empty: the training loop (it needs train_steps).
+  std::vector<OpKind> ops;
 };
+// In OpKind order (op_schemas()[k].kind == OpKind(k)) and Fault order.
 const std::vector<OpSchema>& op_schemas();
 const std::vector<FaultInfo>& fault_catalogue();
 

@@ -11,35 +11,35 @@ namespace shardsim {
 template <typename T>
 class AddStep final : public StepOp<T> {
  public:
-  explicit AddStep(const StepSpec& step) : step_(step) {}
+  explicit AddStep(const AddArgs& args) : args_(args) {}
 
   void forward(StepEnv<T>& env) override {
-    const std::string& output = step_.str("output");
+    const std::string& output = args_.output;
     Tensor<T> y;
-    add_forward(env.dense_at(step_.str("input")), env.dense_at(step_.str("residual")), y);
+    add_forward(env.dense_at(args_.input), env.dense_at(args_.residual), y);
     env.dense[output] = std::move(y);
-    env.sharded[output] = add_sharded(env.world, env.sharded_at(step_.str("input")),
-                                      env.sharded_at(step_.str("residual")), output);
+    env.sharded[output] = add_sharded(env.world, env.sharded_at(args_.input),
+                                      env.sharded_at(args_.residual), output);
   }
 
   void backward(StepEnv<T>& env) override {
-    const std::string& output = step_.str("output");
+    const std::string& output = args_.output;
     if (!env.has_grad(output)) return;
-    const DistTensor<T>& x = env.sharded_at(step_.str("input"));
+    const DistTensor<T>& x = env.sharded_at(args_.input);
     const DistTensor<T>& held = env.sharded_at(grad_name(output));
     // Copies: add_grad below may grow grad(input) in place, which can be grad(output)'s source.
     const Tensor<T> dy = env.dense_at(grad_name(output));
     const DistTensor<T> sdy =
         align_grad(env.world, held, elementwise_grad_target(x.placement, held.placement));
     const bool exact = !sdy.placement.is_partial();
-    for (const char* key : {"input", "residual"}) {
-      env.add_grad(step_.str(key), dy, sdy,
+    for (const std::string* addend : {&args_.input, &args_.residual}) {
+      env.add_grad(*addend, dy, sdy,
                    {.op = "add_backward", .exact = exact, .inputs = {sdy.name}});
     }
   }
 
  private:
-  const StepSpec& step_;
+  const AddArgs& args_;
 };
 
 }  // namespace shardsim

@@ -13,17 +13,18 @@ namespace shardsim {
 template <typename T>
 class SlidingWindowAttentionStep final : public StepOp<T> {
  public:
-  SlidingWindowAttentionStep(const StepSpec& step, const Scenario& scenario) : step_(step) {
-    config_.name = step.str("output");
-    if (step.has("window")) config_.params.attention.window = step.int_or("window", 1);
-    config_.params.rope.theta = step.num_or("rope_theta", 10000.0);
-    config_.params.rope.convention = parse_rope_convention(step.str_or("rope", "rotate_half"));
-    config_.mode = parse_cp_mode(step.str_or("cp_mode", "allgather"));
-    config_.faults.cache_raw_k = scenario.has_fault("cache_raw_k");
-    config_.faults.rope_local_positions = scenario.has_fault("rope_local_positions");
-    config_.faults.window_off_by_one = scenario.has_fault("window_off_by_one");
+  SlidingWindowAttentionStep(const SlidingWindowAttentionArgs& args, const Scenario& scenario)
+      : args_(args) {
+    config_.name = args.output;
+    if (args.window) config_.params.attention.window = *args.window;
+    config_.params.rope.theta = args.rope_theta;
+    config_.params.rope.convention = parse_rope_convention(args.rope);
+    config_.mode = parse_cp_mode(args.cp_mode);
+    config_.faults.cache_raw_k = scenario.has_fault(Fault::cache_raw_k);
+    config_.faults.rope_local_positions = scenario.has_fault(Fault::rope_local_positions);
+    config_.faults.window_off_by_one = scenario.has_fault(Fault::window_off_by_one);
     config_.faults.rope_after_gather_wrong_offset =
-        scenario.has_fault("rope_after_gather_wrong_offset");
+        scenario.has_fault(Fault::rope_after_gather_wrong_offset);
   }
 
   void begin_stream() override {
@@ -33,9 +34,9 @@ class SlidingWindowAttentionStep final : public StepOp<T> {
 
   void forward(StepEnv<T>& env) override {
     const std::string& output = config_.name;
-    stream_attention_forward(env.dense_at(step_.str("input")), env.dense_at(step_.str("wq")),
-                             env.dense_at(step_.str("wk")), env.dense_at(step_.str("wv")),
-                             env.dense_at(step_.str("wo")), config_.params, dense_cache_, acts_);
+    stream_attention_forward(env.dense_at(args_.input), env.dense_at(args_.wq),
+                             env.dense_at(args_.wk), env.dense_at(args_.wv),
+                             env.dense_at(args_.wo), config_.params, dense_cache_, acts_);
     auto store = [&](const char* suffix, const Tensor<T>& value) {
       env.dense[config_.tensor(suffix)] = value;
     };
@@ -55,17 +56,17 @@ class SlidingWindowAttentionStep final : public StepOp<T> {
     env.dense[output] = acts_.y;
 
     env.sharded[output] = cp_attention_forward(
-        env.world, env.sharded_at(step_.str("input")), env.sharded_at(step_.str("wq")),
-        env.sharded_at(step_.str("wk")), env.sharded_at(step_.str("wv")),
-        env.sharded_at(step_.str("wo")), config_, sharded_cache_, saved_);
+        env.world, env.sharded_at(args_.input), env.sharded_at(args_.wq),
+        env.sharded_at(args_.wk), env.sharded_at(args_.wv),
+        env.sharded_at(args_.wo), config_, sharded_cache_, saved_);
   }
 
   void backward(StepEnv<T>& env) override {
     const std::string& output = config_.name;
     if (!env.has_grad(output)) return;
-    const std::string& input = step_.str("input");
-    const std::string names[4] = {step_.str("wq"), step_.str("wk"), step_.str("wv"),
-                                  step_.str("wo")};
+    const std::string& input = args_.input;
+    const std::string names[4] = {args_.wq, args_.wk, args_.wv,
+                                  args_.wo};
 
     // Dense oracle.
     Tensor<T> dw[4];
@@ -115,7 +116,7 @@ class SlidingWindowAttentionStep final : public StepOp<T> {
   // queries, keys, values and softmax statistics (ring: the merged output and lse).
   std::vector<std::int64_t> saved_bytes(const StepEnv<T>& env) const override {
     const std::int64_t width = activation_scalar_bytes<T>();
-    std::vector<std::int64_t> bytes = local_bytes(env.sharded.at(step_.str("input")), width);
+    std::vector<std::int64_t> bytes = local_bytes(env.sharded.at(args_.input), width);
     auto add = [&](const DistTensor<T>& tensor) {
       if (tensor.locals.empty()) return;
       const std::vector<std::int64_t> more = local_bytes(tensor, width);
@@ -144,7 +145,7 @@ class SlidingWindowAttentionStep final : public StepOp<T> {
   }
 
  private:
-  const StepSpec& step_;
+  const SlidingWindowAttentionArgs& args_;
   CpAttentionConfig config_;
   KvCache<T> dense_cache_;
   StreamAttentionActivations<T> acts_;

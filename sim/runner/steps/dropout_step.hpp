@@ -15,20 +15,19 @@ namespace shardsim {
 template <typename T>
 class DropoutStep final : public StepOp<T> {
  public:
-  DropoutStep(const StepSpec& step, const Scenario& scenario) : step_(step) {
-    params_.p = step.num_or("p", 0.0);
-    params_.seed = static_cast<std::uint64_t>(
-        step.int_or("seed", static_cast<std::int64_t>(scenario.seed)));
-    params_.stream = static_cast<std::uint32_t>(step.int_or("stream", step.index));
-    policy_ = parse_dropout_policy(step.str_or("policy", "global"));
-    if (scenario.has_fault("dropout_same_seed")) policy_ = DropoutPolicy::same_seed;
-    if (scenario.has_fault("dropout_rank_offset")) policy_ = DropoutPolicy::rank_offset;
+  DropoutStep(const DropoutArgs& args, int step_index, const Scenario& scenario) : args_(args) {
+    params_.p = args.p;
+    params_.seed = args.seed.value_or(scenario.seed);
+    params_.stream = args.stream.value_or(static_cast<std::uint32_t>(step_index));
+    policy_ = parse_dropout_policy(args.policy);
+    if (scenario.has_fault(Fault::dropout_same_seed)) policy_ = DropoutPolicy::same_seed;
+    if (scenario.has_fault(Fault::dropout_rank_offset)) policy_ = DropoutPolicy::rank_offset;
   }
 
   void forward(StepEnv<T>& env) override {
     params_.forward_pass = ++forward_passes_;
-    const std::string& input = step_.str("input");
-    const std::string& output = step_.str("output");
+    const std::string& input = args_.input;
+    const std::string& output = args_.output;
     const Tensor<T>& x = env.dense_at(input);
     const DistTensor<T>& sx = env.sharded_at(input);
     DropoutFrame whole;
@@ -48,8 +47,8 @@ class DropoutStep final : public StepOp<T> {
   }
 
   void backward(StepEnv<T>& env) override {
-    const std::string& input = step_.str("input");
-    const std::string& output = step_.str("output");
+    const std::string& input = args_.input;
+    const std::string& output = args_.output;
     if (!env.has_grad(output)) return;
     Tensor<T> dx;
     dropout_backward(env.dense_at(grad_name(output)), dense_mask_, params_.p, dx);
@@ -67,11 +66,11 @@ class DropoutStep final : public StepOp<T> {
 
   // The mask, one byte per local element.
   std::vector<std::int64_t> saved_bytes(const StepEnv<T>& env) const override {
-    return local_bytes(env.sharded.at(step_.str("input")), 1);
+    return local_bytes(env.sharded.at(args_.input), 1);
   }
 
  private:
-  const StepSpec& step_;
+  const DropoutArgs& args_;
   DropoutParams params_;
   DropoutPolicy policy_ = DropoutPolicy::global;
   std::uint32_t forward_passes_ = 0;

@@ -12,23 +12,22 @@ namespace shardsim {
 template <typename T>
 class GeluStep final : public StepOp<T> {
  public:
-  explicit GeluStep(const StepSpec& step) : step_(step) {
-    params_.approximate =
-        step.str_or("approximate", "none") == "tanh" ? GeluApprox::tanh : GeluApprox::none;
+  explicit GeluStep(const GeluArgs& args) : args_(args) {
+    params_.approximate = args.approximate == "tanh" ? GeluApprox::tanh : GeluApprox::none;
   }
 
   void forward(StepEnv<T>& env) override {
-    const std::string& output = step_.str("output");
+    const std::string& output = args_.output;
     Tensor<T> y;
-    gelu_forward(env.dense_at(step_.str("input")), params_, y);
+    gelu_forward(env.dense_at(args_.input), params_, y);
     env.dense[output] = std::move(y);
-    env.sharded[output] = gelu_sharded(env.world, env.sharded_at(step_.str("input")), params_,
+    env.sharded[output] = gelu_sharded(env.world, env.sharded_at(args_.input), params_,
                                        output);
   }
 
   void backward(StepEnv<T>& env) override {
-    const std::string& input = step_.str("input");
-    const std::string& output = step_.str("output");
+    const std::string& input = args_.input;
+    const std::string& output = args_.output;
     if (!env.has_grad(output)) return;
     Tensor<T> dx;
     gelu_backward(env.dense_at(grad_name(output)), env.dense_at(input), params_, dx);
@@ -45,11 +44,11 @@ class GeluStep final : public StepOp<T> {
 
   // The input, kept for gelu'(x).
   std::vector<std::int64_t> saved_bytes(const StepEnv<T>& env) const override {
-    return local_bytes(env.sharded.at(step_.str("input")), activation_scalar_bytes<T>());
+    return local_bytes(env.sharded.at(args_.input), activation_scalar_bytes<T>());
   }
 
  private:
-  const StepSpec& step_;
+  const GeluArgs& args_;
   GeluParams params_;
 };
 

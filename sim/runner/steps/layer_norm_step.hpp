@@ -4,7 +4,6 @@
 // LayerNorm faults (layer_norm_faults.hpp) reach the sharded plans only.
 #pragma once
 
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,40 +14,28 @@
 
 namespace shardsim {
 
-// The default init a plan that trusts it would assume for parameter `name` (the
-// ones_init_assumed fault): 1 when some step names it as its `weight`, 0 as its `bias`, none
-// otherwise. The first step that names it decides.
-inline std::optional<double> assumed_default_init(const Scenario& scenario,
-                                                  const std::string& name) {
-  for (const StepSpec& step : scenario.steps) {
-    if (step.has("weight") && step.str("weight") == name) return 1.0;
-    if (step.has("bias") && step.str("bias") == name) return 0.0;
-  }
-  return std::nullopt;
-}
-
 template <typename T>
 class LayerNormStep final : public StepOp<T> {
  public:
-  LayerNormStep(const StepSpec& step, const Scenario& scenario) : step_(step) {
-    params_.axis = step.str_or("axis", "hidden");
-    params_.eps = step.num_or("eps", 1e-5);
-    if (step.has("stats")) stats_ = parse_hidden_stats(step.str("stats"));
-    token_axis_ = step.str_or("token_axis", "seq");
-    faults_.combine_token_means = scenario.has_fault("combine_token_means");
-    faults_.rmsnorm_substituted = scenario.has_fault("rmsnorm_substituted");
-    faults_.hidden_shard_local_stats = scenario.has_fault("hidden_shard_local_stats");
-    faults_.unbiased_variance = scenario.has_fault("unbiased_variance");
-    faults_.eps_mismatch = scenario.has_fault("eps_mismatch");
-    faults_.dtype_mismatch = scenario.has_fault("dtype_mismatch");
+  LayerNormStep(const LayerNormArgs& args, const Scenario& scenario) : args_(args) {
+    params_.axis = args.axis;
+    params_.eps = args.eps;
+    if (args.stats) stats_ = parse_hidden_stats(*args.stats);
+    token_axis_ = args.token_axis;
+    faults_.combine_token_means = scenario.has_fault(Fault::combine_token_means);
+    faults_.rmsnorm_substituted = scenario.has_fault(Fault::rmsnorm_substituted);
+    faults_.hidden_shard_local_stats = scenario.has_fault(Fault::hidden_shard_local_stats);
+    faults_.unbiased_variance = scenario.has_fault(Fault::unbiased_variance);
+    faults_.eps_mismatch = scenario.has_fault(Fault::eps_mismatch);
+    faults_.dtype_mismatch = scenario.has_fault(Fault::dtype_mismatch);
   }
 
   void forward(StepEnv<T>& env) override {
-    const std::string& input = step_.str("input");
-    const std::string& output = step_.str("output");
+    const std::string& input = args_.input;
+    const std::string& output = args_.output;
     const Tensor<T>& x = env.dense_at(input);
     Tensor<T> y;
-    layer_norm_forward(x, env.dense_opt(step_, "weight"), env.dense_opt(step_, "bias"), params_, y,
+    layer_norm_forward(x, env.dense_opt(args_.weight), env.dense_opt(args_.bias), params_, y,
                        dense_saved_);
     env.dense[output] = std::move(y);
     env.dense[output + ".mean"] = dense_saved_.mean;
@@ -57,8 +44,8 @@ class LayerNormStep final : public StepOp<T> {
     const DistTensor<T>& sx = env.sharded_at(input);
     hidden_ = sx.placement.is_shard() && sx.placement.axis == params_.axis;
     if (!hidden_) {
-      env.sharded[output] = layer_norm_row_sharded(env.world, sx, env.sharded_opt(step_, "weight"),
-                                                   env.sharded_opt(step_, "bias"), params_, output,
+      env.sharded[output] = layer_norm_row_sharded(env.world, sx, env.sharded_opt(args_.weight),
+                                                   env.sharded_opt(args_.bias), params_, output,
                                                    row_saved_, faults_);
       return;
     }
@@ -67,23 +54,23 @@ class LayerNormStep final : public StepOp<T> {
       layer_norm_partial_sums(x, params_, x.shape().extent(params_.axis),
                               env.dense[output + ".sum"], env.dense[output + ".sumsq"]);
     }
-    env.sharded[output] = layer_norm_hidden_sharded(env.world, sx, env.sharded_opt(step_, "weight"),
-                                                    env.sharded_opt(step_, "bias"), params_, stats_,
+    env.sharded[output] = layer_norm_hidden_sharded(env.world, sx, env.sharded_opt(args_.weight),
+                                                    env.sharded_opt(args_.bias), params_, stats_,
                                                     token_axis_, faults_, output, hidden_saved_);
   }
 
   void backward(StepEnv<T>& env) override {
-    const std::string& input = step_.str("input");
-    const std::string& output = step_.str("output");
+    const std::string& input = args_.input;
+    const std::string& output = args_.output;
     if (!env.has_grad(output)) return;
-    const std::string weight = step_.str_or("weight", "");
-    const std::string bias = step_.str_or("bias", "");
-    const bool has_bias = step_.has("bias");
+    const std::string weight = args_.weight.value_or("");
+    const std::string bias = args_.bias.value_or("");
+    const bool has_bias = args_.bias.has_value();
 
     // Dense oracle.
     const Tensor<T>& dy = env.dense_at(grad_name(output));
     const Tensor<T>& x = env.dense_at(input);
-    const Tensor<T>* w = env.dense_opt(step_, "weight");
+    const Tensor<T>* w = env.dense_opt(args_.weight);
     Tensor<T> dx;
     Tensor<T> dw = w ? Tensor<T>(w->shape()) : Tensor<T>();
     Tensor<T> db = has_bias ? Tensor<T>(env.dense_at(bias).shape()) : Tensor<T>();
@@ -104,8 +91,8 @@ class LayerNormStep final : public StepOp<T> {
       sdy = &moved;
     }
     const DistTensor<T>& sx = env.sharded_at(input);
-    const DistTensor<T>* sw = env.sharded_opt(step_, "weight");
-    const DistTensor<T>* sb = env.sharded_opt(step_, "bias");
+    const DistTensor<T>* sw = env.sharded_opt(args_.weight);
+    const DistTensor<T>* sb = env.sharded_opt(args_.bias);
     std::vector<std::string> inputs{input, grad_name(output)};
     if (sw) inputs.push_back(weight);
     LayerNormShardedGrads<T> grads;
@@ -154,7 +141,7 @@ class LayerNormStep final : public StepOp<T> {
   // Activation memory: the input, and on the row-sharded path the per-row mean and rstd.
   std::vector<std::int64_t> saved_bytes(const StepEnv<T>& env) const override {
     std::vector<std::int64_t> bytes =
-        local_bytes(env.sharded.at(step_.str("input")), activation_scalar_bytes<T>());
+        local_bytes(env.sharded.at(args_.input), activation_scalar_bytes<T>());
     if (hidden_) return bytes;
     for (const DistTensor<T>* stats : {&row_saved_.mean, &row_saved_.rstd}) {
       const std::vector<std::int64_t> more = local_bytes(*stats, activation_scalar_bytes<T>());
@@ -164,7 +151,7 @@ class LayerNormStep final : public StepOp<T> {
   }
 
  private:
-  const StepSpec& step_;
+  const LayerNormArgs& args_;
   LayerNormParams params_;
   HiddenStats stats_ = HiddenStats::sum_sumsq;  // used only when the input is Shard(axis)
   std::string token_axis_;

@@ -11,31 +11,31 @@ namespace shardsim {
 template <typename T>
 class LinearStep final : public StepOp<T> {
  public:
-  explicit LinearStep(const StepSpec& step) : step_(step) {}
+  explicit LinearStep(const LinearArgs& args) : args_(args) {}
 
   void forward(StepEnv<T>& env) override {
-    const std::string& output = step_.str("output");
-    const Tensor<T>& weight = env.dense_at(step_.str("weight"));
+    const std::string& output = args_.output;
+    const Tensor<T>& weight = env.dense_at(args_.weight);
     params_.out_axis = weight.shape()[0].name;  // the convention: W is (out, in)
     params_.in_axis = weight.shape()[1].name;
     Tensor<T> y;
-    linear_forward(env.dense_at(step_.str("input")), weight, env.dense_opt(step_, "bias"),
+    linear_forward(env.dense_at(args_.input), weight, env.dense_opt(args_.bias),
                    params_, y);
     env.dense[output] = std::move(y);
 
     env.sharded[output] =
-        linear_sharded(env.world, env.sharded_at(step_.str("input")),
-                       env.sharded_at(step_.str("weight")), env.sharded_opt(step_, "bias"),
+        linear_sharded(env.world, env.sharded_at(args_.input),
+                       env.sharded_at(args_.weight), env.sharded_opt(args_.bias),
                        params_, output);
   }
 
   void backward(StepEnv<T>& env) override {
-    const std::string& input = step_.str("input");
-    const std::string& weight = step_.str("weight");
-    const std::string& output = step_.str("output");
+    const std::string& input = args_.input;
+    const std::string& weight = args_.weight;
+    const std::string& output = args_.output;
     if (!env.has_grad(output)) return;
-    const bool has_bias = step_.has("bias");
-    const std::string bias = step_.str_or("bias", "");
+    const bool has_bias = args_.bias.has_value();
+    const std::string bias = args_.bias.value_or("");
 
     // Dense oracle.
     const Tensor<T>& w = env.dense_at(weight);
@@ -48,7 +48,7 @@ class LinearStep final : public StepOp<T> {
     // Sharded.
     LinearShardedGrads<T> grads = linear_backward_sharded(
         env.world, env.sharded_at(grad_name(output)), env.sharded_at(input),
-        env.sharded_at(weight), env.sharded_opt(step_, "bias"), params_, grad_name(input),
+        env.sharded_at(weight), env.sharded_opt(args_.bias), params_, grad_name(input),
         grad_name(weight), grad_name(bias));
     env.add_grad(weight, std::move(dw), std::move(grads.dweight),
                  {.op = "linear_backward", .exact = grads.dweight_exact,
@@ -65,11 +65,11 @@ class LinearStep final : public StepOp<T> {
 
   // The input, kept for dW = dy^T x (for a column-parallel layer, the all-gathered input).
   std::vector<std::int64_t> saved_bytes(const StepEnv<T>& env) const override {
-    return local_bytes(env.sharded.at(step_.str("input")), activation_scalar_bytes<T>());
+    return local_bytes(env.sharded.at(args_.input), activation_scalar_bytes<T>());
   }
 
  private:
-  const StepSpec& step_;
+  const LinearArgs& args_;
   LinearParams params_;
 };
 

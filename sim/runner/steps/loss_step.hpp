@@ -11,21 +11,21 @@ namespace shardsim {
 template <typename T>
 class MseLossStep final : public StepOp<T> {
  public:
-  MseLossStep(const StepSpec& step, const Scenario& scenario) : step_(step) {
-    params_.batch_axis = step.str_or("batch_axis", "batch");
-    params_.seq_axis = step.str_or("seq_axis", "seq");
-    params_.feature_axis = step.str_or("feature_axis", "hidden");
-    if (step.has("valid_lengths")) params_.valid_lengths = step.ints("valid_lengths");
-    faults_.averaged_twice = scenario.has_fault("loss_averaged_twice");
-    faults_.padding_in_loss = scenario.has_fault("padding_in_loss");
-    faults_.average_of_rank_means = scenario.has_fault("average_of_rank_means");
-    faults_.wrong_axis = scenario.has_fault("wrong_axis");
+  MseLossStep(const MseLossArgs& args, const Scenario& scenario) : args_(args) {
+    params_.batch_axis = args.batch_axis;
+    params_.seq_axis = args.seq_axis;
+    params_.feature_axis = args.feature_axis;
+    if (args.valid_lengths) params_.valid_lengths = *args.valid_lengths;
+    faults_.averaged_twice = scenario.has_fault(Fault::loss_averaged_twice);
+    faults_.padding_in_loss = scenario.has_fault(Fault::padding_in_loss);
+    faults_.average_of_rank_means = scenario.has_fault(Fault::average_of_rank_means);
+    faults_.wrong_axis = scenario.has_fault(Fault::wrong_axis);
   }
 
   void forward(StepEnv<T>& env) override {
-    const std::string& output = step_.str("output");
-    const Tensor<T>& y = env.dense_at(step_.str("input"));
-    const Tensor<T>& target = env.dense_at(step_.str("target"));
+    const std::string& output = args_.output;
+    const Tensor<T>& y = env.dense_at(args_.input);
+    const Tensor<T>& target = env.dense_at(args_.target);
     T sum;
     std::int64_t count = 0;
     masked_mse_partial(y, target, params_, LocalFrame{}, sum, count);
@@ -34,25 +34,25 @@ class MseLossStep final : public StepOp<T> {
     env.dense[output + ".valid_tokens"] = Tensor<T>(Shape(), {dense_count_});
     env.dense[output] = Tensor<T>(Shape(), {T(sum / dense_count_)});
 
-    env.sharded[output] = masked_mse_sharded(env.world, env.sharded_at(step_.str("input")),
-                                             env.sharded_at(step_.str("target")), params_, faults_,
+    env.sharded[output] = masked_mse_sharded(env.world, env.sharded_at(args_.input),
+                                             env.sharded_at(args_.target), params_, faults_,
                                              output, saved_);
   }
 
   void backward(StepEnv<T>& env) override {
-    const std::string& input = step_.str("input");
+    const std::string& input = args_.input;
     Tensor<T> dy;
-    masked_mse_backward(env.dense_at(input), env.dense_at(step_.str("target")), params_,
+    masked_mse_backward(env.dense_at(input), env.dense_at(args_.target), params_,
                         LocalFrame{}, dense_count_, dy);
     DistTensor<T> sdy = masked_mse_backward_sharded(env.world, env.sharded_at(input),
-                                                    env.sharded_at(step_.str("target")), params_,
+                                                    env.sharded_at(args_.target), params_,
                                                     faults_, saved_, grad_name(input));
     env.add_grad(input, std::move(dy), std::move(sdy),
                  {.op = "mse_loss_backward", .exact = true, .inputs = {input}});
   }
 
  private:
-  const StepSpec& step_;
+  const MseLossArgs& args_;
   MaskedMseParams params_;
   LossFaults faults_;
   T dense_count_ = T(0);

@@ -20,13 +20,13 @@ namespace shardsim {
 template <typename T>
 class RedistributeStep final : public StepOp<T> {
  public:
-  explicit RedistributeStep(const StepSpec& step) : step_(step) {}
+  explicit RedistributeStep(const RedistributeArgs& args) : args_(args) {}
 
   void forward(StepEnv<T>& env) override {
-    const std::string& output = step_.str("output");
-    env.dense[output] = env.dense_at(step_.str("input"));  // placement does not change values
-    const DistTensor<T>& input = env.sharded_at(step_.str("input"));
-    const Placement to = parse_placement(step_.str("to"));
+    const std::string& output = args_.output;
+    env.dense[output] = env.dense_at(args_.input);  // placement does not change values
+    const DistTensor<T>& input = env.sharded_at(args_.input);
+    const Placement& to = args_.to;
     // Moving data is exact; summing Partial addends reorders arithmetic and is not.
     DistTensor<T> moved = env.world.redistribute(
         input, to,
@@ -40,8 +40,8 @@ class RedistributeStep final : public StepOp<T> {
   }
 
   void backward(StepEnv<T>& env) override {
-    const std::string& input = step_.str("input");
-    const std::string& output = step_.str("output");
+    const std::string& input = args_.input;
+    const std::string& output = args_.output;
     if (!env.has_grad(output)) return;
     const DistTensor<T>& grad = env.sharded_at(grad_name(output));
     const Placement& held = env.sharded_at(input).placement;
@@ -58,7 +58,7 @@ class RedistributeStep final : public StepOp<T> {
   }
 
  private:
-  const StepSpec& step_;
+  const RedistributeArgs& args_;
 };
 
 }  // namespace shardsim

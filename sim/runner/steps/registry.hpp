@@ -1,4 +1,5 @@
-// Maps a scenario step to its StepOp. Each op issue adds its case here.
+// Maps a scenario step to its StepOp: one case per row of SHARDSIM_OP_LIST (op_list.hpp). The
+// switch has no default, so a new op without a case fails the build (-Wswitch, -Werror).
 #pragma once
 
 #include <memory>
@@ -15,20 +16,26 @@
 
 namespace shardsim {
 
+// REQUIRES: `step` outlives the returned op (it keeps a reference to the step's Args).
 template <typename T>
 std::unique_ptr<StepOp<T>> make_step_op(const StepSpec& step, const Scenario& scenario) {
-  if (step.op == "layer_norm") return std::make_unique<LayerNormStep<T>>(step, scenario);
-  if (step.op == "redistribute") return std::make_unique<RedistributeStep<T>>(step);
-  if (step.op == "mse_loss") return std::make_unique<MseLossStep<T>>(step, scenario);
-  if (step.op == "rms_norm") return std::make_unique<RmsNormStep<T>>(step);
-  if (step.op == "linear") return std::make_unique<LinearStep<T>>(step);
-  if (step.op == "gelu") return std::make_unique<GeluStep<T>>(step);
-  if (step.op == "dropout") return std::make_unique<DropoutStep<T>>(step, scenario);
-  if (step.op == "add") return std::make_unique<AddStep<T>>(step);
-  if (step.op == "sliding_window_attention") {
-    return std::make_unique<SlidingWindowAttentionStep<T>>(step, scenario);
+  switch (step.kind) {
+    case OpKind::layer_norm:
+      return std::make_unique<LayerNormStep<T>>(step.as<LayerNormArgs>(), scenario);
+    case OpKind::rms_norm: return std::make_unique<RmsNormStep<T>>(step.as<RmsNormArgs>());
+    case OpKind::redistribute:
+      return std::make_unique<RedistributeStep<T>>(step.as<RedistributeArgs>());
+    case OpKind::linear: return std::make_unique<LinearStep<T>>(step.as<LinearArgs>());
+    case OpKind::gelu: return std::make_unique<GeluStep<T>>(step.as<GeluArgs>());
+    case OpKind::dropout:
+      return std::make_unique<DropoutStep<T>>(step.as<DropoutArgs>(), step.index, scenario);
+    case OpKind::add: return std::make_unique<AddStep<T>>(step.as<AddArgs>());
+    case OpKind::mse_loss: return std::make_unique<MseLossStep<T>>(step.as<MseLossArgs>(), scenario);
+    case OpKind::sliding_window_attention:
+      return std::make_unique<SlidingWindowAttentionStep<T>>(
+          step.as<SlidingWindowAttentionArgs>(), scenario);
   }
-  SHARDSIM_ASSERT(false, "the loader accepted an op the runner does not know");
+  SHARDSIM_ASSERT(false, "a step whose kind is outside SHARDSIM_OP_LIST");
   return nullptr;
 }
 

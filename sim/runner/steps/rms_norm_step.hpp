@@ -12,17 +12,17 @@ namespace shardsim {
 template <typename T>
 class RmsNormStep final : public StepOp<T> {
  public:
-  explicit RmsNormStep(const StepSpec& step) : step_(step) {
-    params_.axis = step.str_or("axis", "hidden");
-    params_.eps = step.num_or("eps", 1e-5);
+  explicit RmsNormStep(const RmsNormArgs& args) : args_(args) {
+    params_.axis = args.axis;
+    params_.eps = args.eps;
   }
 
   void forward(StepEnv<T>& env) override {
-    const std::string& input = step_.str("input");
-    const std::string& output = step_.str("output");
+    const std::string& input = args_.input;
+    const std::string& output = args_.output;
     const Tensor<T>& x = env.dense_at(input);
     Tensor<T> y;
-    rms_norm_forward(x, env.dense_opt(step_, "weight"), params_, y, dense_saved_);
+    rms_norm_forward(x, env.dense_opt(args_.weight), params_, y, dense_saved_);
     env.dense[output] = std::move(y);
     env.dense[output + ".rrms"] = dense_saved_.rrms;
 
@@ -31,22 +31,22 @@ class RmsNormStep final : public StepOp<T> {
     if (hidden_) {
       rms_norm_partial_sum_sq(x, params_, x.shape().extent(params_.axis),
                               env.dense[output + ".sumsq"]);
-      env.sharded[output] = rms_norm_hidden_sharded(env.world, sx, env.sharded_opt(step_, "weight"),
+      env.sharded[output] = rms_norm_hidden_sharded(env.world, sx, env.sharded_opt(args_.weight),
                                                     params_, output, sharded_saved_);
     } else {
-      env.sharded[output] = rms_norm_row_sharded(env.world, sx, env.sharded_opt(step_, "weight"),
+      env.sharded[output] = rms_norm_row_sharded(env.world, sx, env.sharded_opt(args_.weight),
                                                  params_, output, sharded_saved_);
     }
   }
 
   void backward(StepEnv<T>& env) override {
-    const std::string& input = step_.str("input");
-    const std::string& output = step_.str("output");
+    const std::string& input = args_.input;
+    const std::string& output = args_.output;
     if (!env.has_grad(output)) return;
-    const std::string weight = step_.str_or("weight", "");
+    const std::string weight = args_.weight.value_or("");
     const Tensor<T>& dy = env.dense_at(grad_name(output));
     const Tensor<T>& x = env.dense_at(input);
-    const Tensor<T>* w = env.dense_opt(step_, "weight");
+    const Tensor<T>* w = env.dense_opt(args_.weight);
     Tensor<T> dx;
     Tensor<T> dw = w ? Tensor<T>(w->shape()) : Tensor<T>();
     rms_norm_backward(dy, x, w, dense_saved_, params_, dx, w ? &dw : nullptr);
@@ -62,7 +62,7 @@ class RmsNormStep final : public StepOp<T> {
       sdy.name = grad_name(output);  // the plan's boundaries keep the oracle's names
     }
     const DistTensor<T>& sx = env.sharded_at(input);
-    const DistTensor<T>* sw = env.sharded_opt(step_, "weight");
+    const DistTensor<T>* sw = env.sharded_opt(args_.weight);
     RmsNormShardedGrads<T> grads;
     if (hidden_) {
       rms_norm_backward_sum(dy, x, w, dense_saved_, params_, x.shape().extent(params_.axis),
@@ -87,7 +87,7 @@ class RmsNormStep final : public StepOp<T> {
   }
 
  private:
-  const StepSpec& step_;
+  const RmsNormArgs& args_;
   RmsNormParams params_;
   bool hidden_ = false;
   RmsNormSaved<T> dense_saved_;

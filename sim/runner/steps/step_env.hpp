@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -25,11 +26,12 @@ struct StepEnv {
 
   Tensor<T>& dense_at(const std::string& name) { return dense.at(name); }
   DistTensor<T>& sharded_at(const std::string& name) { return sharded.at(name); }
-  const Tensor<T>* dense_opt(const StepSpec& step, const std::string& key) {
-    return step.has(key) ? &dense.at(step.str(key)) : nullptr;
+  // An optional operand (a LayerNorm's weight, a linear's bias): null when the step has none.
+  const Tensor<T>* dense_opt(const std::optional<std::string>& name) {
+    return name ? &dense.at(*name) : nullptr;
   }
-  const DistTensor<T>* sharded_opt(const StepSpec& step, const std::string& key) {
-    return step.has(key) ? &sharded.at(step.str(key)) : nullptr;
+  const DistTensor<T>* sharded_opt(const std::optional<std::string>& name) {
+    return name ? &sharded.at(*name) : nullptr;
   }
   bool has_grad(const std::string& name) const { return dense.count(grad_name(name)) != 0; }
 

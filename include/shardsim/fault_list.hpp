@@ -1,0 +1,54 @@
+// The one list of seeded faults: bugs a scenario can switch on (`faults = [...]`) to prove that
+// the checker catches them. A fault changes the sharded program only, never the dense oracle.
+//
+// A fault is declared once, by a row of SHARDSIM_FAULT_LIST; its summary and the ops it applies
+// to are its row in the scenario layer's fault catalogue (fault_catalogue()), which the loader
+// uses to refuse a fault that applies to no op of the scenario.
+#pragma once
+
+#include <cstddef>
+#include <iterator>
+#include <optional>
+#include <string_view>
+
+#define SHARDSIM_FAULT_LIST(X)     \
+  X(combine_token_means)           \
+  X(rmsnorm_substituted)           \
+  X(hidden_shard_local_stats)      \
+  X(unbiased_variance)             \
+  X(eps_mismatch)                  \
+  X(unreduced_param_grads)         \
+  X(loss_averaged_twice)           \
+  X(average_of_rank_means)         \
+  X(padding_in_loss)               \
+  X(dtype_mismatch)                \
+  X(ones_init_assumed)             \
+  X(wrong_axis)                    \
+  X(dropout_same_seed)             \
+  X(dropout_rank_offset)           \
+  X(cache_raw_k)                   \
+  X(rope_local_positions)          \
+  X(window_off_by_one)             \
+  X(rope_after_gather_wrong_offset)
+
+namespace shardsim {
+
+enum class Fault {
+#define SHARDSIM_FAULT_ENUM(name) name,
+  SHARDSIM_FAULT_LIST(SHARDSIM_FAULT_ENUM)
+#undef SHARDSIM_FAULT_ENUM
+};
+
+inline constexpr std::string_view kFaultNames[] = {
+#define SHARDSIM_FAULT_NAME(name) #name,
+    SHARDSIM_FAULT_LIST(SHARDSIM_FAULT_NAME)
+#undef SHARDSIM_FAULT_NAME
+};
+inline constexpr std::size_t kFaultCount = std::size(kFaultNames);
+
+constexpr std::string_view fault_name(Fault fault) {
+  return kFaultNames[static_cast<std::size_t>(fault)];
+}
+std::optional<Fault> find_fault(std::string_view name);
+
+}  // namespace shardsim

@@ -1,0 +1,25 @@
+#include "shardsim/op_list.hpp"
+
+#include "shardsim/fault_list.hpp"
+
+namespace shardsim {
+
+std::string op_label(OpKind kind) { return std::string(op_name(kind)); }
+
+std::string backward_label(OpKind kind) { return std::string(op_name(kind)) + "_backward"; }
+
+std::optional<OpKind> find_op(std::string_view name) {
+  for (std::size_t k = 0; k < kOpCount; ++k) {
+    if (kOpNames[k] == name) return static_cast<OpKind>(k);
+  }
+  return std::nullopt;
+}
+
+std::optional<Fault> find_fault(std::string_view name) {
+  for (std::size_t k = 0; k < kFaultCount; ++k) {
+    if (kFaultNames[k] == name) return static_cast<Fault>(k);
+  }
+  return std::nullopt;
+}
+
+}  // namespace shardsim

@@ -1,0 +1,106 @@
+// The fault catalogue: each fault's summary and the ops whose plans it changes, in Fault order
+// (fault_list.hpp). The loader refuses a fault that applies to no op of the scenario.
+#include "shardsim/error.hpp"
+#include "shardsim/scenario/scenario.hpp"
+
+namespace shardsim {
+
+// Rows are {fault, name (filled in from fault_list.hpp), summary, ops}.
+const std::vector<FaultInfo>& fault_catalogue() {
+  static const std::vector<FaultInfo> faults = [] {
+    std::vector<FaultInfo> rows = {
+        {Fault::combine_token_means,
+         "",
+         "layer_norm (row-sharded): one mean for all tokens, all-reduced across the ranks' token "
+         "means, instead of each token's own",
+         {OpKind::layer_norm}},
+        {Fault::rmsnorm_substituted,
+         "",
+         "layer_norm (row-sharded): RMSNorm's statistic (no mean subtracted) where LayerNorm is "
+         "specified",
+         {OpKind::layer_norm}},
+        {Fault::hidden_shard_local_stats,
+         "",
+         "layer_norm (Shard(hidden)): each rank normalizes its slice of a token with the slice's "
+         "own statistics",
+         {OpKind::layer_norm}},
+        {Fault::unbiased_variance,
+         "",
+         "layer_norm: variance divided by H - 1 instead of H",
+         {OpKind::layer_norm}},
+        {Fault::eps_mismatch,
+         "",
+         "layer_norm: eps outside the sqrt, rstd = 1 / (sqrt(var) + eps)",
+         {OpKind::layer_norm}},
+        {Fault::unreduced_param_grads,
+         "",
+         "each replica of a Replicate parameter steps with its own rank's Partial gradient; the "
+         "replica check fails",
+         {}},
+        {Fault::loss_averaged_twice,
+         "",
+         "mse_loss: divided by the world size as well as by the count",
+         {OpKind::mse_loss}},
+        {Fault::average_of_rank_means,
+         "",
+         "mse_loss: mean over ranks of each rank's own mean (wrong under uneven shards or "
+         "padding)",
+         {OpKind::mse_loss}},
+        {Fault::padding_in_loss,
+         "",
+         "mse_loss: ignores valid_lengths, padding tokens enter the loss",
+         {OpKind::mse_loss}},
+        {Fault::dtype_mismatch,
+         "",
+         "layer_norm (row-sharded): normalized output rounded through f32 inside an f64/mp run",
+         {OpKind::layer_norm}},
+        {Fault::ones_init_assumed,
+         "",
+         "the sharded program re-initializes parameters named as a step's weight to ones and "
+         "bias to zeros, trusting default init",
+         {OpKind::layer_norm, OpKind::rms_norm, OpKind::linear}},
+        {Fault::wrong_axis,
+         "",
+         "mse_loss: the padding mask is laid out [seq, batch] while the tokens are [batch, seq]",
+         {OpKind::mse_loss}},
+        {Fault::dropout_same_seed,
+         "",
+         "dropout: every rank draws its mask from its local element index with the same seed, so "
+         "equally shaped shards repeat each other's masks (the repetition check names the ranks)",
+         {OpKind::dropout}},
+        {Fault::dropout_rank_offset,
+         "",
+         "dropout: Megatron-style per-rank seed (seed + 2718 + rank) on local indices: masks "
+         "differ across ranks but are not the dense mask",
+         {OpKind::dropout}},
+        {Fault::cache_raw_k,
+         "",
+         "sliding_window_attention: the KV cache keeps K before RoPE; chunk 1 passes, the cache "
+         "carried into chunk 2 diverges",
+         {OpKind::sliding_window_attention}},
+        {Fault::rope_local_positions,
+         "",
+         "sliding_window_attention: each KV shard rotates its chunk keys at shard-local positions "
+         "(0, 1, ...) instead of their absolute ones",
+         {OpKind::sliding_window_attention}},
+        {Fault::window_off_by_one,
+         "",
+         "sliding_window_attention: the mask allows q_pos - k_pos <= window (one key too many)",
+         {OpKind::sliding_window_attention}},
+        {Fault::rope_after_gather_wrong_offset,
+         "",
+         "sliding_window_attention (cp_mode allgather): RoPE once on the gathered keys, at "
+         "positions offset by the cache length twice; chunk 1 passes",
+         {OpKind::sliding_window_attention}},
+    };
+    SHARDSIM_ASSERT(rows.size() == kFaultCount, "one catalogue row per fault");
+    for (std::size_t k = 0; k < rows.size(); ++k) {
+      SHARDSIM_ASSERT(rows[k].fault == static_cast<Fault>(k), "catalogue rows in Fault order");
+      rows[k].name = std::string(fault_name(rows[k].fault));
+    }
+    return rows;
+  }();
+  return faults;
+}
+
+}  // namespace shardsim
