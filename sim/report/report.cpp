@@ -64,7 +64,7 @@ Json boundary_json(const BoundaryResult& b) {
               {"notes", e.notes}};
 }
 
-std::string fixed(double value) {
+std::string short_scientific(double value) {
   if (value == 0) return "0";
   if (std::isinf(value)) return "inf";
   if (std::isnan(value)) return "nan";
@@ -154,8 +154,8 @@ std::string format_run_table(const RunReport& r) {
     const TraceEntry& e = b.entry;
     std::snprintf(line, sizeof line, "%4d %4d %5d  %-20s %-20s %-20s %-7s %9s %9s %9s\n", e.id,
                   e.step, e.chunk, e.op.c_str(), e.tensor.c_str(), e.placement.str().c_str(),
-                  std::string(status_name(b.status)).c_str(), fixed(b.max_abs).c_str(),
-                  fixed(b.max_rel).c_str(), fixed(b.max_ulp).c_str());
+                  std::string(status_name(b.status)).c_str(), short_scientific(b.max_abs).c_str(),
+                  short_scientific(b.max_rel).c_str(), short_scientific(b.max_ulp).c_str());
     out << line;
     for (const std::string& note : e.notes) out << "           note: " << note << "\n";
   }

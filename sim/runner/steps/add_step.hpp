@@ -34,7 +34,7 @@ class AddStep final : public StepOp<T> {
     const bool exact = !sdy.placement.is_partial();
     for (const std::string* addend : {&args_.input, &args_.residual}) {
       env.add_grad(*addend, dy, sdy,
-                   {.op = "add_backward", .exact = exact, .inputs = {sdy.name}});
+                   {.op = backward_label(OpKind::add), .exact = exact, .inputs = {sdy.name}});
     }
   }
 

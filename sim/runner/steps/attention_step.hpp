@@ -99,7 +99,7 @@ class SlidingWindowAttentionStep final : public StepOp<T> {
     const std::string dq = grad_name(config_.tensor("q"));
     const std::string dk = grad_name(config_.tensor("k"));
     const std::string dv = grad_name(config_.tensor("v"));
-    const std::string op = "sliding_window_attention_backward";
+    const std::string op = backward_label(OpKind::sliding_window_attention);
     env.add_grad(names[0], std::move(dw[0]), std::move(sg.wq),
                  {.op = op, .exact = true, .inputs = {dq, input}});
     env.add_grad(names[1], std::move(dw[1]), std::move(sg.wk),

@@ -60,7 +60,7 @@ class DropoutStep final : public StepOp<T> {
     DistTensor<T> sdx = dropout_backward_sharded(env.world, dy, saved_, params_.p,
                                                  grad_name(input));
     env.add_grad(input, std::move(dx), std::move(sdx),
-                 {.op = "dropout_backward", .exact = !dy.placement.is_partial(),
+                 {.op = backward_label(OpKind::dropout), .exact = !dy.placement.is_partial(),
                   .inputs = {dy.name, output + ".mask"}});
   }
 

@@ -38,7 +38,7 @@ class GeluStep final : public StepOp<T> {
         align_grad(env.world, held, elementwise_grad_target(x.placement, held.placement));
     DistTensor<T> sdx = gelu_backward_sharded(env.world, dy, x, params_, grad_name(input));
     env.add_grad(input, std::move(dx), std::move(sdx),
-                 {.op = "gelu_backward", .exact = !dy.placement.is_partial(),
+                 {.op = backward_label(OpKind::gelu), .exact = !dy.placement.is_partial(),
                   .inputs = {input, dy.name}});
   }
 

@@ -124,15 +124,15 @@ class LayerNormStep final : public StepOp<T> {
     }
     if (sw) {
       env.add_grad(weight, std::move(dw), std::move(grads.dweight),
-                   {.op = "layer_norm_backward", .inputs = inputs});
+                   {.op = backward_label(OpKind::layer_norm), .inputs = inputs});
     }
     if (has_bias) {
       env.add_grad(
           bias, std::move(db), std::move(grads.dbias),
-          {.op = "layer_norm_backward", .exact = dbias_exact, .inputs = {grad_name(output)}});
+          {.op = backward_label(OpKind::layer_norm), .exact = dbias_exact, .inputs = {grad_name(output)}});
     }
     env.add_grad(input, std::move(dx), std::move(grads.dx),
-                 {.op = "layer_norm_backward", .exact = dx_exact, .inputs = dx_inputs});
+                 {.op = backward_label(OpKind::layer_norm), .exact = dx_exact, .inputs = dx_inputs});
   }
 
   // Backward works from x, the saved statistics and grad(OUT): OUT itself may be released first.

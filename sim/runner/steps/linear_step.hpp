@@ -51,15 +51,15 @@ class LinearStep final : public StepOp<T> {
         env.sharded_at(weight), env.sharded_opt(args_.bias), params_, grad_name(input),
         grad_name(weight), grad_name(bias));
     env.add_grad(weight, std::move(dw), std::move(grads.dweight),
-                 {.op = "linear_backward", .exact = grads.dweight_exact,
+                 {.op = backward_label(OpKind::linear), .exact = grads.dweight_exact,
                   .inputs = {input, grads.dy_name}});
     if (has_bias) {
       env.add_grad(bias, std::move(db), std::move(grads.dbias),
-                   {.op = "linear_backward", .exact = grads.dbias_exact,
+                   {.op = backward_label(OpKind::linear), .exact = grads.dbias_exact,
                     .inputs = {grads.dy_name}});
     }
     env.add_grad(input, std::move(dx), std::move(grads.dx),
-                 {.op = "linear_backward", .exact = grads.dx_exact,
+                 {.op = backward_label(OpKind::linear), .exact = grads.dx_exact,
                   .inputs = {weight, grads.dy_name}});
   }
 

@@ -48,7 +48,7 @@ class MseLossStep final : public StepOp<T> {
                                                     env.sharded_at(args_.target), params_,
                                                     faults_, saved_, grad_name(input));
     env.add_grad(input, std::move(dy), std::move(sdy),
-                 {.op = "mse_loss_backward", .exact = true, .inputs = {input}});
+                 {.op = backward_label(OpKind::mse_loss), .exact = true, .inputs = {input}});
   }
 
  private:

@@ -54,7 +54,7 @@ class RedistributeStep final : public StepOp<T> {
     // The claim rests on the moved value when a collective ran, else on the gradient itself.
     const std::string source = grad.placement == back_to ? grad.name : moved_name;
     env.add_grad(input, env.dense_at(grad_name(output)), std::move(moved),
-                 {.op = "redistribute_backward", .exact = true, .inputs = {source}});
+                 {.op = backward_label(OpKind::redistribute), .exact = true, .inputs = {source}});
   }
 
  private:

@@ -77,13 +77,13 @@ class RmsNormStep final : public StepOp<T> {
     if (sw) inputs.push_back(weight);
     if (sw) {
       env.add_grad(weight, std::move(dw), std::move(grads.dweight),
-                   {.op = "rms_norm_backward", .inputs = inputs});
+                   {.op = backward_label(OpKind::rms_norm), .inputs = inputs});
     }
     // Row-sharded dx is the dense arithmetic per row (unless dy is Partial: then its addends);
     // hidden-sharded uses an all-reduced sum.
     const bool dx_exact = !hidden_ && !sdy.placement.is_partial();
     env.add_grad(input, std::move(dx), std::move(grads.dx),
-                 {.op = "rms_norm_backward", .exact = dx_exact, .inputs = inputs});
+                 {.op = backward_label(OpKind::rms_norm), .exact = dx_exact, .inputs = inputs});
   }
 
  private:

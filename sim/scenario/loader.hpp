@@ -1,0 +1,56 @@
+// Private to the scenario loader: the sections of a scenario file, each read and validated into
+// the model (scenario.hpp). Defined in loader.cpp (mesh, tensors, inits, the whole file) and
+// loader_steps.cpp (steps, stream, faults, expectation).
+#pragma once
+
+#include "sim/scenario/op_entry.hpp"
+#include "sim/scenario/toml_reader.hpp"
+
+namespace shardsim {
+
+class Loader : public TomlReader {
+ public:
+  using TomlReader::TomlReader;
+
+  void header(const toml::table& root, Scenario& s) const;
+  void tensors(const toml::table& root, Scenario& s, std::map<std::string, TensorState>& defined);
+  void steps(const toml::table& root, Scenario& s,
+             std::map<std::string, TensorState>& defined) const;
+  void training(const toml::table& root, Scenario& s) const;
+
+  MeshSpec mesh(const toml::table& t) const;
+
+  InitSpec init(const toml::node& node, const std::string& path, std::uint64_t& seed) const;
+
+  TensorSpec tensor(const toml::node& node, const std::string& path, std::uint64_t scenario_seed);
+
+  StepSpec step(const toml::node& node, int index) const;
+
+  // One step parameter's raw value, checked against its schema row: type, choices, bounds, and
+  // for a placement its syntax.
+  StepValue param(const toml::node& value, const std::string& key_path,
+                  const ParamSchema& p) const;
+
+  template <typename Text>
+  void check_bounds(const toml::node& value, const std::string& key_path, const ParamSchema& p,
+                    double x, Text text) const {
+    if (p.bounds.contains(x)) return;
+    const std::string range = p.bounds.str();
+    const bool interval = range.starts_with("[") || range.starts_with("(");
+    fail(value, key_path,
+         p.key + " must be " + (range.empty() ? "finite" : (interval ? "in " : "") + range) +
+             (p.bounds.note.empty() ? "" : " " + p.bounds.note) + ", got " + text());
+  }
+
+  // [stream]: the chunk lengths must be positive and sum to the stream axis' extent in every
+  // input and target that has the axis.
+  StreamSpec stream(const toml::table& t, const Scenario& s) const;
+
+  // A fault name that exists and changes something this scenario runs: one of its ops, or the
+  // training loop.
+  Fault fault(const toml::node& node, const std::string& path, const Scenario& s) const;
+
+  Expectation expect(const toml::table& t) const;
+};
+
+}  // namespace shardsim

@@ -1,0 +1,113 @@
+// The scenario model's own methods, and the located-message helpers every loader file uses.
+#include <algorithm>
+
+#include "shardsim/error.hpp"
+#include "shardsim/scenario/scenario.hpp"
+#include "sim/scenario/loader_internal.hpp"
+
+namespace shardsim {
+
+std::string_view role_name(TensorRole role) {
+  switch (role) {
+    case TensorRole::input: return "input";
+    case TensorRole::parameter: return "parameter";
+    case TensorRole::target: return "target";
+  }
+  return "?";
+}
+
+const std::string& StepSpec::str(const std::string& key) const {
+  return std::get<std::string>(params.at(key).value);
+}
+
+const std::string& StepSpec::output() const { return str("output"); }
+
+const TensorSpec* Scenario::find_tensor(std::string_view wanted) const {
+  for (const TensorSpec& t : tensors) {
+    if (t.name == wanted) return &t;
+  }
+  return nullptr;
+}
+
+bool Scenario::has_fault(Fault fault) const {
+  return std::find(faults.begin(), faults.end(), fault) != faults.end();
+}
+
+std::vector<std::string> Scenario::fault_names() const {
+  std::vector<std::string> names;
+  for (Fault fault : faults) names.emplace_back(fault_name(fault));
+  return names;
+}
+
+double Scenario::rtol(const Precision& precision) const {
+  auto it = tolerance.find(precision.name());
+  return it != tolerance.end() ? it->second : default_rtol(precision);
+}
+
+std::string located(const std::string& file, SourceLoc loc, const std::string& path,
+                    const std::string& message) {
+  std::string out = file;
+  if (loc.line > 0) out += ":" + std::to_string(loc.line) + ":" + std::to_string(loc.column);
+  out += ": ";
+  if (!path.empty()) out += path + ": ";
+  return out + message;
+}
+
+std::string nearest(std::string_view word, const std::vector<std::string>& candidates) {
+  std::string best;
+  std::size_t best_distance = SIZE_MAX;
+  for (const std::string& candidate : candidates) {
+    // Optimal-string-alignment distance (Levenshtein plus adjacent transpositions, so the
+    // common typo "esp" for "eps" is one edit), one row at a time.
+    std::vector<std::size_t> before(candidate.size() + 1), prev(candidate.size() + 1),
+        row(candidate.size() + 1);
+    for (std::size_t j = 0; j <= candidate.size(); ++j) row[j] = j;
+    for (std::size_t i = 1; i <= word.size(); ++i) {
+      before.swap(prev);
+      prev.swap(row);
+      row[0] = i;
+      for (std::size_t j = 1; j <= candidate.size(); ++j) {
+        row[j] = std::min({prev[j] + 1, row[j - 1] + 1,
+                           prev[j - 1] + (word[i - 1] == candidate[j - 1] ? 0 : 1)});
+        if (i > 1 && j > 1 && word[i - 1] == candidate[j - 2] && word[i - 2] == candidate[j - 1]) {
+          row[j] = std::min(row[j], before[j - 2] + 1);
+        }
+      }
+    }
+    if (row[candidate.size()] < best_distance) {
+      best_distance = row[candidate.size()];
+      best = candidate;
+    }
+  }
+  // Plausible: at most a third of the word changed (and at least one edit allowed).
+  return best_distance <= std::max<std::size_t>(1, word.size() / 3) ? best : "";
+}
+
+const TensorState& StepContext::tensor(const StepSpec& step, const std::string& key) {
+  const std::string& name = step.str(key);
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) {
+    std::vector<std::string> known;
+    for (const auto& [defined, state] : tensors_) known.push_back(defined);
+    std::string hint = nearest(name, known);
+    fail(step, key,
+         "tensor '" + name + "' is used before it is defined" +
+             (hint.empty() ? std::string() : " (did you mean '" + hint + "'?)"));
+  }
+  return it->second;
+}
+
+void StepContext::define(const StepSpec& step, const std::string& key, TensorState state) {
+  const std::string& name = step.str(key);
+  if (tensors_.count(name)) fail(step, key, "duplicate tensor name '" + name + "'");
+  tensors_.emplace(name, std::move(state));
+}
+
+void StepContext::fail(const StepSpec& step, const std::string& key, const std::string& message) {
+  auto it = step.params.find(key);
+  const SourceLoc loc = it != step.params.end() ? it->second.loc : step.loc;
+  throw InputError(located(file_, loc, "steps[" + std::to_string(step.index) + "]." + key,
+                           message));
+}
+
+}  // namespace shardsim
