@@ -1,4 +1,4 @@
-// Issue 7, CLI and resource limits: an unreadable scenario, a read-only or full output path
+// CLI and resource limits: an unreadable scenario, a read-only or full output path
 // (--report and --golden), and the memory refusal with --max-memory. Each case checks exit 2,
 // one message naming the path, and that nothing (not even a *.tmp.* file) was left behind.
 // Cases already in cli_test.cpp (unknown flag, missing file, missing directory) are not repeated.

@@ -1,4 +1,4 @@
-// Issue 7, determinism: every bundled scenario, run twice through the CLI with --report and
+// Determinism: every bundled scenario, run twice through the CLI with --report and
 // --golden, gives byte-identical reports and goldens, and the second run changes everything that
 // must not matter at once: the locale (LC_ALL/LANG: de_DE.UTF-8 when installed, else C.UTF-8,
 // versus POSIX), the thread-count variables (OMP/OPENBLAS/MKL_NUM_THREADS 1 versus 7) and the

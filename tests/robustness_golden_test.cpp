@@ -1,4 +1,4 @@
-// Issue 7, goldens and candidates in `shardsim compare`: every hostile candidate file exits 2
+// Goldens and candidates in `shardsim compare`: every hostile candidate file exits 2
 // with one message naming the file and the defect, writes nothing, and never crashes; NaN and
 // Inf candidate values are reported by position and never match a finite golden. The decoder
 // level is covered in golden_test.cpp; this is the end-to-end contract through the CLI.

@@ -1,4 +1,4 @@
-// Issue 7, interruption: SIGINT or SIGTERM in the middle of a golden write leaves the previous
+// Interruption: SIGINT or SIGTERM in the middle of a golden write leaves the previous
 // complete files or nothing, and never a temporary file (sim/core/io.cpp registers the temporary
 // paths with a signal handler that unlinks them and re-raises).
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-// Issue 7, scenario input: every bad scenario gets exit 2, ONE message on stderr located as
+// Scenario input: every bad scenario gets exit 2, ONE message on stderr located as
 // "FILE:LINE:COL: KEY.PATH: ...", nothing on stdout, and no report, golden directory or temporary
 // file. The cases already in cli_test.cpp (malformed TOML, unknown op/top-level key, ranks = 0,
 // unknown axis, zero size, duplicate name, use before definition, mp7) are not repeated.

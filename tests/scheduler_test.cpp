@@ -1,4 +1,4 @@
-// Determinism under the scheduler (DESIGN.md invariant 4): the order in which local phases visit
+// Determinism under the scheduler (invariant 4, README "Invariants"): the order in which local phases visit
 // ranks must not change any value, metric or trace, and the CLI's report is byte-identical
 // across runs.
 #include <sys/wait.h>

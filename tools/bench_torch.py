@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch CPU yardstick for shardsim_bench (issue 8). Run with Debian's /usr/bin/python3.
+"""PyTorch CPU yardstick for shardsim_bench. Run with Debian's /usr/bin/python3.
 
 --serve: reads one request per line on stdin and answers one line on stdout:
   "ping"                    -> "0"

@@ -30,7 +30,7 @@ inline constexpr unsigned kMaxMpBits = 65536;
 Precision parse_precision(std::string_view text);
 
 // Default per-precision tolerance: 2^(16 - bits) relative to the tensor's largest magnitude, i.e.
-// 65536 units in the last place. DESIGN.md invariant 5 asks mp runs to agree to ~2^-(bits-16).
+// 65536 units in the last place. invariant 5 (README "Invariants") asks mp runs to agree to ~2^-(bits-16).
 double default_rtol(const Precision& precision);
 
 // ULP distance by the ordered-integer mapping: the bit patterns are mapped to integers that are

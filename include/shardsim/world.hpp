@@ -2,7 +2,7 @@
 //
 // A sharded plan alternates between two things:
 //   - local phases, run by for_each_rank(): the body gets one rank id and must touch only that
-//     rank's local tensors (DESIGN.md invariant 1). The scheduler runs the ranks in rank order,
+//     rank's local tensors (invariant 1, README "Invariants"). The scheduler runs the ranks in rank order,
 //     reverse order or a seeded shuffle; results must not depend on it.
 //   - collectives, run by the world: every member's call is checked at a rendezvous (same
 //     collective, dtype, global shape and placements; a local shape that matches the placement),

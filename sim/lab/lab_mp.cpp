@@ -1,4 +1,4 @@
-// The lab's Mp engine, in its own translation unit (DESIGN.md invariant 6).
+// The lab's Mp engine, in its own translation unit (invariant 6, README "Invariants").
 #include "shardsim/mp.hpp"
 #include "sim/lab/lab-inl.hpp"
 

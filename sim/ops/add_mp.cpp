@@ -1,4 +1,4 @@
-// The Mp instantiation of add, in its own translation unit (DESIGN.md invariant 6).
+// The Mp instantiation of add, in its own translation unit (invariant 6, README "Invariants").
 #include "shardsim/mp.hpp"
 #include "shardsim/ops/add-inl.hpp"
 

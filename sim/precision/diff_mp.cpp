@@ -1,5 +1,5 @@
 // Exact comparisons of captured multiprecision values (precision_diff.hpp, namespace detail), in
-// their own translation unit (DESIGN.md invariant 6). Works on raw MPFR numbers so that each
+// their own translation unit (invariant 6, README "Invariants"). Works on raw MPFR numbers so that each
 // value keeps its own precision.
 #include <cmath>
 #include <limits>

@@ -1,4 +1,4 @@
-// The Mp instantiation of the runner, in its own translation unit (DESIGN.md invariant 6).
+// The Mp instantiation of the runner, in its own translation unit (invariant 6, README "Invariants").
 #include "shardsim/mp.hpp"
 #include "sim/runner/runner-inl.hpp"
 

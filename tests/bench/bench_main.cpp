@@ -1,4 +1,4 @@
-// shardsim_bench: the benchmark harness of issue 8. Not part of ctest; `--smoke` runs tiny
+// shardsim_bench: the benchmark harness. Not part of ctest; `--smoke` runs tiny
 // sizes, correctness checks only.
 // Usage: shardsim_bench [--quick] [--smoke] [--torch SCRIPT] [--shardsim BIN] [--scratch DIR]
 //                       [--only N]...

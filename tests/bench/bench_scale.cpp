@@ -23,7 +23,7 @@ int target_attention(const Options& o, TorchServer* torch) {
   using shardsim::DistTensor;
   using shardsim::Shape;
   using shardsim::Tensor;
-  // The case: f64, 4 ranks, seq 4096 streamed in 4 chunks, window 512, 8 heads x 64
+  // The target case: f64, 4 ranks, seq 4096 streamed in 4 chunks, window 512, 8 heads x 64
   // (hidden 512), cp_mode allgather. Quick: seq 1024, window 128; smoke: a tiny one.
   const int ranks = 4, chunks = 4;
   const std::int64_t seq = o.smoke ? 24 : o.quick ? 1024 : 4096;

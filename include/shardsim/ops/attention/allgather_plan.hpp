@@ -1,7 +1,7 @@
 // cp_mode = "allgather" (the seed's design): every rank holds all queries; the RoPE'd KV shards
 // are all-gathered once, and every rank runs the dense masked attention on the gathered K/V.
 // RoPE is elementwise and the gathered arithmetic is the dense arithmetic in the same order, so
-// every boundary here claims bitwise equality (DESIGN.md invariant 5).
+// every boundary here claims bitwise equality (invariant 5, README "Invariants").
 //
 // Forward boundaries: NAME.k_all, NAME.v_all (all_gather -> Replicate), NAME.lse, NAME.attn.
 // The cache written back is the tail of the gathered K/V: a local slice, no collective.

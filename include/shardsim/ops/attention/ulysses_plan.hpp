@@ -6,7 +6,7 @@
 // owns heads [min(n, r c), min(n, (r+1) c))), so heads that do not divide by the group size give
 // an uneven layout (3 heads over 2 ranks: 2, 1; over 4 ranks: 1, 1, 1, 0) and a rank with no
 // head idles. Attention is independent per head and runs the dense kernel on whole heads, so
-// every boundary here is bitwise the dense one (DESIGN.md invariant 5).
+// every boundary here is bitwise the dense one (invariant 5, README "Invariants").
 //
 // Forward boundaries: NAME.q_heads (Replicate -> Shard(head), local: the queries are already on
 // every rank), NAME.k_heads, NAME.v_heads (all_to_all Shard(kv) -> Shard(head)), NAME.lse and
