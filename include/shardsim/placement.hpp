@@ -1,5 +1,6 @@
-// Placements on a 1-D mesh and the split policies that decide who owns which slice.
+// Placements, layouts on a device mesh, and the split policies that decide who owns which slice.
 //
+// A Placement says how one mesh dim holds a tensor:
 //   Shard(axis, split)  each rank holds a contiguous slice of `axis`
 //   Replicate           each rank holds the whole tensor
 //   Partial(sum)        each rank holds an addend; the tensor is their sum
@@ -17,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "shardsim/mesh.hpp"
 #include "shardsim/shape.hpp"
 
 namespace shardsim {
@@ -81,5 +83,39 @@ int owner_of(const std::vector<Slice>& slices, std::int64_t global);
 
 // "seq[12:13)" or "seq[12:13)+3pad"
 std::string slice_str(std::string_view axis, const Slice& slice);
+
+// ---- Layouts on an N-D mesh (DTensor's rules) ----
+//
+// A Layout has one Placement per mesh dim, outermost first. A rank's local tensor is found by
+// applying the dims in order: Shard(a, split) on dim d cuts the current local extent of axis a
+// into size(d) pieces with `split` and keeps the piece at the rank's coordinate on d, so two dims
+// sharding the same axis nest (the later dim splits the earlier dim's piece). The global offset
+// of a rank along an axis is the sum of the offsets its pieces start at. A Partial dim holds
+// addends: the tensor is the sum over that dim's groups. Padding (a padded split) is trailing
+// within every piece; a rank's share of an axis is always a valid prefix then pad positions.
+struct Layout {
+  std::vector<Placement> dims;
+
+  Layout() = default;
+  explicit Layout(std::vector<Placement> placements) : dims(std::move(placements)) {}
+  // The same placement on every one of `ndim` dims.
+  static Layout uniform(int ndim, const Placement& placement);
+
+  int ndim() const { return static_cast<int>(dims.size()); }
+  const Placement& on(int dim) const { return dims[static_cast<std::size_t>(dim)]; }
+  Layout with(int dim, Placement placement) const;
+  bool is_replicate() const;  // Replicate on every dim
+  bool has_partial() const;
+  bool shards(std::string_view axis) const;  // some dim shards `axis`
+  // 1-D: the placement's own form ("Shard(seq)"); N-D: "[Replicate, Shard(seq), Shard(hidden)]".
+  std::string str() const;
+  friend bool operator==(const Layout&, const Layout&) = default;
+};
+
+// Rank `rank`'s share of `axis`: global [begin, end) and its local extent (pads after). An axis
+// no dim shards gives {0, extent, extent}. REQUIRES: layout.ndim() == mesh.ndim().
+Slice axis_slice(const Shape& global, const Layout& layout, const Mesh& mesh, int rank,
+                 std::string_view axis);
+Shape local_shape(const Shape& global, const Layout& layout, const Mesh& mesh, int rank);
 
 }  // namespace shardsim

@@ -69,3 +69,87 @@ std::vector<int> schedule_order(const Schedule& schedule, int ranks) {
 }
 
 }  // namespace shardsim
+
+namespace shardsim {
+
+Mesh::Mesh(int ranks) : Mesh(std::vector<MeshDim>{{"world", ranks}}) {}
+
+Mesh::Mesh(std::vector<MeshDim> dims) : dims_(std::move(dims)) {
+  SHARDSIM_ASSERT(!dims_.empty(), "a mesh has at least one dim");
+  size_ = 1;
+  for (std::size_t d = 0; d < dims_.size(); ++d) {
+    SHARDSIM_ASSERT(dims_[d].size >= 1 && !dims_[d].name.empty(), "mesh dim size and name");
+    for (std::size_t e = 0; e < d; ++e) {
+      SHARDSIM_ASSERT(dims_[e].name != dims_[d].name, "mesh dim names are unique");
+    }
+    size_ *= dims_[d].size;
+  }
+}
+
+int Mesh::find_dim(std::string_view name) const {
+  for (int d = 0; d < ndim(); ++d) {
+    if (dim(d).name == name) return d;
+  }
+  return -1;
+}
+
+int Mesh::coord(int rank, int d) const {
+  SHARDSIM_ASSERT(rank >= 0 && rank < size_ && d >= 0 && d < ndim(), "mesh coordinate domain");
+  int inner = 1;
+  for (int e = ndim() - 1; e > d; --e) inner *= dim(e).size;
+  return (rank / inner) % dim(d).size;
+}
+
+std::vector<int> Mesh::coords(int rank) const {
+  std::vector<int> out;
+  for (int d = 0; d < ndim(); ++d) out.push_back(coord(rank, d));
+  return out;
+}
+
+int Mesh::rank_of(const std::vector<int>& coords) const {
+  SHARDSIM_ASSERT(static_cast<int>(coords.size()) == ndim(), "one coordinate per mesh dim");
+  int rank = 0;
+  for (int d = 0; d < ndim(); ++d) {
+    SHARDSIM_ASSERT(coords[d] >= 0 && coords[d] < dim(d).size, "coordinate inside its dim");
+    rank = rank * dim(d).size + coords[static_cast<std::size_t>(d)];
+  }
+  return rank;
+}
+
+int Mesh::with_coord(int rank, int d, int c) const {
+  std::vector<int> at = coords(rank);
+  at[static_cast<std::size_t>(d)] = c;
+  return rank_of(at);
+}
+
+std::vector<int> Mesh::group_of(int rank, int d) const {
+  std::vector<int> group;
+  for (int c = 0; c < dim(d).size; ++c) group.push_back(with_coord(rank, d, c));
+  return group;
+}
+
+std::vector<std::vector<int>> Mesh::groups(int d) const {
+  std::vector<std::vector<int>> out;
+  for (int rank = 0; rank < size_; ++rank) {
+    if (coord(rank, d) == 0) out.push_back(group_of(rank, d));
+  }
+  return out;
+}
+
+std::string Mesh::str() const {
+  std::string out;
+  for (const MeshDim& d : dims_) {
+    out += (out.empty() ? "" : ", ") + d.name + "=" + std::to_string(d.size);
+  }
+  return out;
+}
+
+std::string Mesh::coords_str(int rank) const {
+  std::string out;
+  for (int d = 0; d < ndim(); ++d) {
+    out += (out.empty() ? "" : ", ") + dim(d).name + "=" + std::to_string(coord(rank, d));
+  }
+  return out;
+}
+
+}  // namespace shardsim

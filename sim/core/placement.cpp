@@ -1,5 +1,7 @@
 #include "shardsim/placement.hpp"
 
+#include <algorithm>
+
 #include "shardsim/error.hpp"
 
 namespace shardsim {
@@ -121,6 +123,77 @@ std::string slice_str(std::string_view axis, const Slice& slice) {
                     std::to_string(slice.end) + ")";
   if (slice.pad() > 0) out += "+" + std::to_string(slice.pad()) + "pad";
   return out;
+}
+
+}  // namespace shardsim
+
+namespace shardsim {
+
+Layout Layout::uniform(int ndim, const Placement& placement) {
+  return Layout(std::vector<Placement>(static_cast<std::size_t>(ndim), placement));
+}
+
+Layout Layout::with(int dim, Placement placement) const {
+  Layout out = *this;
+  out.dims[static_cast<std::size_t>(dim)] = std::move(placement);
+  return out;
+}
+
+bool Layout::is_replicate() const {
+  for (const Placement& p : dims) {
+    if (!p.is_replicate()) return false;
+  }
+  return true;
+}
+
+bool Layout::has_partial() const {
+  for (const Placement& p : dims) {
+    if (p.is_partial()) return true;
+  }
+  return false;
+}
+
+bool Layout::shards(std::string_view axis) const {
+  for (const Placement& p : dims) {
+    if (p.is_shard() && p.axis == axis) return true;
+  }
+  return false;
+}
+
+std::string Layout::str() const {
+  if (dims.size() == 1) return dims.front().str();
+  std::string out = "[";
+  for (std::size_t d = 0; d < dims.size(); ++d) out += (d ? ", " : "") + dims[d].str();
+  return out + "]";
+}
+
+Slice axis_slice(const Shape& global, const Layout& layout, const Mesh& mesh, int rank,
+                 std::string_view axis) {
+  SHARDSIM_ASSERT(layout.ndim() == mesh.ndim(), "one placement per mesh dim");
+  const std::int64_t extent = global.extent(axis);
+  Slice share{0, extent, extent};
+  for (int d = 0; d < mesh.ndim(); ++d) {
+    const Placement& p = layout.on(d);
+    if (!p.is_shard() || p.axis != axis) continue;
+    // Split the current local extent; positions past the current valid count are padding.
+    const Slice piece =
+        shard_slices(share.local_extent, mesh.dim(d).size, p.split)[mesh.coord(rank, d)];
+    const std::int64_t valid = share.valid();
+    share = {share.begin + std::min(piece.begin, valid), share.begin + std::min(piece.end, valid),
+             piece.local_extent};
+  }
+  return share;
+}
+
+Shape local_shape(const Shape& global, const Layout& layout, const Mesh& mesh, int rank) {
+  Shape local = global;
+  for (const Axis& axis : global.axes()) {
+    if (layout.shards(axis.name)) {
+      local = local.with_extent(axis.name,
+                                axis_slice(global, layout, mesh, rank, axis.name).local_extent);
+    }
+  }
+  return local;
 }
 
 }  // namespace shardsim
