@@ -1,6 +1,6 @@
-// Tests for the kernels of ops/attention/attention.hpp: hand-derived known answers for the mask rule and
-// the softmax, the log-sum-exp merge (fully masked blocks merge without NaN; block merges agree
-// with the dense softmax in mp), and finite-difference gradients in mp for the dense and the
+// Tests for the kernels of ops/attention/attention.hpp: hand-derived known answers for the mask
+// rule and the softmax, the log-sum-exp merge (fully masked blocks merge without NaN; block merges
+// agree with the dense softmax in mp), and finite-difference gradients in mp for the dense and the
 // block backward; and the streamed oracle of ops/attention/stream.hpp: the cache convention (K
 // after RoPE, window - 1 keys) and the detached-cache gradient of a chunk (central differences).
 #include "shardsim/ops/attention/attention.hpp"

@@ -58,11 +58,12 @@ DistTensor<T> allgather_attention_forward(const World<T>& world, const CpAttenti
   });
   const std::vector<std::string> inputs{saved.q_rot.name, k_all_name, saved.v_all.name};
   saved.lse = dist_from_locals(config.tensor("lse"), geo.row_shape(), Placement::replicate(), lse);
-  world.compare_boundary({.op = "attention", .tensor = saved.lse.name, .exact = true, .inputs = inputs},
-               saved.lse);
+  world.compare_boundary(
+      {.op = "attention", .tensor = saved.lse.name, .exact = true, .inputs = inputs}, saved.lse);
   DistTensor<T> attn =
       dist_from_locals(config.tensor("attn"), geo.chunk_shape(), Placement::replicate(), out);
-  world.compare_boundary({.op = "attention", .tensor = attn.name, .exact = true, .inputs = inputs}, attn);
+  world.compare_boundary({.op = "attention", .tensor = attn.name, .exact = true, .inputs = inputs},
+                         attn);
   return attn;
 }
 
@@ -109,8 +110,8 @@ CoreGrads<T> allgather_attention_backward(const World<T>& world, const CpAttenti
   DistTensor<T> dv_all =
       dist_from_locals(grad_name(config.tensor("v_all")), geo.kv_shape(), replicate, dv);
   for (const DistTensor<T>* g : {&grads.q_rot, &dk_all, &dv_all}) {
-    world.compare_boundary({.op = "attention_backward", .tensor = g->name, .exact = true, .inputs = inputs},
-                 *g);
+    world.compare_boundary(
+        {.op = "attention_backward", .tensor = g->name, .exact = true, .inputs = inputs}, *g);
   }
   if (config.faults.rope_after_gather_wrong_offset) {
     grads.k = std::move(dk_all);

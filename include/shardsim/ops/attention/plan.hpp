@@ -127,15 +127,16 @@ DistTensor<T> cp_attention_forward(const World<T>& world, const DistTensor<T>& x
   const Placement kv = Placement::shard("kv");
   const DistTensor<T> k_cat_dist =
       dist_from_locals(config.tensor("k_cat"), geo.kv_shape(), kv, k_cat);
-  world.compare_boundary({.op = "kv_shard", .tensor = k_cat_dist.name, .exact = true, .inputs = k_sources},
-               k_cat_dist);
+  world.compare_boundary(
+      {.op = "kv_shard", .tensor = k_cat_dist.name, .exact = true, .inputs = k_sources},
+      k_cat_dist);
   saved.v_shard = dist_from_locals(config.tensor("v_shard"), geo.kv_shape(), kv, v_shard);
   world.compare_boundary({.op = "kv_shard",
-                .tensor = saved.v_shard.name,
-                .dense = config.tensor("v_all"),
-                .exact = true,
-                .inputs = v_sources},
-               saved.v_shard);
+                          .tensor = saved.v_shard.name,
+                          .dense = config.tensor("v_all"),
+                          .exact = true,
+                          .inputs = v_sources},
+                         saved.v_shard);
   saved.rope_positions.assign(static_cast<std::size_t>(ranks), {});
   if (!config.faults.rope_after_gather_wrong_offset) {
     std::vector<Tensor<T>> k_shard = k_cat;
@@ -155,11 +156,11 @@ DistTensor<T> cp_attention_forward(const World<T>& world, const DistTensor<T>& x
     saved.k_shard =
         dist_from_locals(config.tensor("k_shard"), geo.kv_shape(), kv, std::move(k_shard));
     world.compare_boundary({.op = "rope",
-                  .tensor = saved.k_shard.name,
-                  .dense = config.tensor("k_all"),
-                  .exact = true,
-                  .inputs = {k_cat_dist.name}},
-                 saved.k_shard);
+                            .tensor = saved.k_shard.name,
+                            .dense = config.tensor("k_all"),
+                            .exact = true,
+                            .inputs = {k_cat_dist.name}},
+                           saved.k_shard);
   }
 
   // 6. The mode, and the cache written back.

@@ -85,11 +85,11 @@ CpAttentionGrads<T> cp_attention_backward(const World<T>& world, const DistTenso
         dist_from_locals(grad_name(config.tensor("k_cat_shard")), geo.kv_shape(),
                          Placement::shard("kv"), std::move(parts));
     world.compare_boundary({.op = "rope_backward",
-                  .tensor = shard.name,
-                  .dense = dk_cat_name,
-                  .exact = true,
-                  .inputs = {core.k.name}},
-                 shard);
+                            .tensor = shard.name,
+                            .dense = dk_cat_name,
+                            .exact = true,
+                            .inputs = {core.k.name}},
+                           shard);
     dk_cat =
         world.all_gather(shard, {.tensor = dk_cat_name, .exact = true, .inputs = {shard.name}});
     dk_cat.name = dk_cat_name;

@@ -2,12 +2,12 @@
 // torch.chunk slice of the queries; the KV shards travel around the ring by send/recv.
 //
 // Hop h = 0 .. k-1: rank r holds the KV block of rank (r - h) mod k (sends to r + 1, receives
-// from r - 1), computes its queries' partial result against that block (ops/attention/attention.hpp:
-// out and lse over the block's keys) and merges it into its running (out, lse) with the
-// log-sum-exp formula of attention_merge. Merge order on rank r: blocks r, r-1, ..., r-k+1
-// (mod k), i.e. arrival order. A block the window masks out entirely has lse = -inf and merges
-// as a no-op (no NaN). The running result starts at (0, -inf), so the first block is taken bit
-// for bit; the merges reorder the dense arithmetic, so the result is compared within tolerance.
+// from r - 1), computes its queries' partial result against that block
+// (ops/attention/attention.hpp: out and lse over the block's keys) and merges it into its running
+// (out, lse) with the log-sum-exp formula of attention_merge. Merge order on rank r: blocks r, r-1,
+// ..., r-k+1 (mod k), i.e. arrival order. A block the window masks out entirely has lse = -inf and
+// merges as a no-op (no NaN). The running result starts at (0, -inf), so the first block is taken
+// bit for bit; the merges reorder the dense arithmetic, so the result is compared within tolerance.
 //
 // Forward boundaries: NAME.q_shard (Replicate -> Shard(seq)), NAME.lse and NAME.attn_shard
 // (Shard(seq)), NAME.attn (all_gather -> Replicate). Every block passes through every rank, so
@@ -85,14 +85,15 @@ DistTensor<T> ring_attention_forward(const World<T>& world, const CpAttentionCon
   }
   const std::vector<std::string> inputs{saved.q_part.name, saved.k_shard.name, saved.v_shard.name};
   saved.lse = dist_from_locals(config.tensor("lse"), geo.row_shape(), Placement::shard("seq"), lse);
-  world.compare_boundary({.op = "ring_attention", .tensor = saved.lse.name, .inputs = inputs}, saved.lse);
+  world.compare_boundary({.op = "ring_attention", .tensor = saved.lse.name, .inputs = inputs},
+                         saved.lse);
   saved.attn_part = dist_from_locals(config.tensor("attn_shard"), geo.chunk_shape(),
                                      Placement::shard("seq"), out);
   world.compare_boundary({.op = "ring_attention",
-                .tensor = saved.attn_part.name,
-                .dense = config.tensor("attn"),
-                .inputs = inputs},
-               saved.attn_part);
+                          .tensor = saved.attn_part.name,
+                          .dense = config.tensor("attn"),
+                          .inputs = inputs},
+                         saved.attn_part);
   DistTensor<T> attn = world.all_gather(
       saved.attn_part,
       {.tensor = config.tensor("attn"), .exact = true, .inputs = {saved.attn_part.name}});
@@ -150,14 +151,13 @@ CoreGrads<T> ring_attention_backward(const World<T>& world, const CpAttentionCon
   const DistTensor<T> dq_part =
       dist_from_locals(dq_name, geo.chunk_shape(), Placement::shard("seq"), dq);
   world.compare_boundary({.op = "ring_attention_backward",
-                .tensor = dq_name,
-                .dense = grad_name(config.tensor("q_rot")),
-                .inputs = inputs},
-               dq_part);
+                          .tensor = dq_name,
+                          .dense = grad_name(config.tensor("q_rot")),
+                          .inputs = inputs},
+                         dq_part);
   CoreGrads<T> grads;
   grads.q_rot = world.all_gather(
-      dq_part,
-      {.tensor = grad_name(config.tensor("q_rot")), .exact = true, .inputs = {dq_name}});
+      dq_part, {.tensor = grad_name(config.tensor("q_rot")), .exact = true, .inputs = {dq_name}});
   grads.q_rot.name = grad_name(config.tensor("q_rot"));
   // Each rank's contributions to every block, summed at the block owners.
   const DistTensor<T> dk_partial = dist_from_locals(grad_name(config.tensor("k_shard")),

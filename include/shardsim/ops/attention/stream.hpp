@@ -10,7 +10,7 @@
 //                                                    as a plan shards it (cache RoPE'd, chunk raw)
 //   k_all     = cache_k ++ rope(k, P ..)             every key after RoPE
 //   v_all     = cache_v ++ v
-//   attn, lse = attention(q_rot at P .., k_all and v_all at P-L ..)      (ops/attention/attention.hpp)
+//   attn, lse = attention(q_rot at P .., k_all and v_all at P-L ..) (ops/attention/attention.hpp)
 //   y         = attn wo                              (batch, seq=t, hidden)
 //   cache    <- the last C positions of k_all and v_all (K stored AFTER RoPE), P += t.
 // Cache length C = min(window - 1, L + t); causal (no window): C = L + t, everything. A later

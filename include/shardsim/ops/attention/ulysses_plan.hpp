@@ -61,15 +61,15 @@ DistTensor<T> ulysses_attention_forward(const World<T>& world, const CpAttention
   });
   const std::vector<std::string> inputs{saved.q_part.name, saved.k_heads.name, saved.v_heads.name};
   saved.lse = dist_from_locals(config.tensor("lse"), geo.row_shape(), heads, lse);
-  world.compare_boundary({.op = "attention", .tensor = saved.lse.name, .exact = true, .inputs = inputs},
-               saved.lse);
+  world.compare_boundary(
+      {.op = "attention", .tensor = saved.lse.name, .exact = true, .inputs = inputs}, saved.lse);
   saved.attn_part = dist_from_locals(config.tensor("attn_heads"), geo.chunk_shape(), heads, out);
   world.compare_boundary({.op = "attention",
-                .tensor = saved.attn_part.name,
-                .dense = config.tensor("attn"),
-                .exact = true,
-                .inputs = inputs},
-               saved.attn_part);
+                          .tensor = saved.attn_part.name,
+                          .dense = config.tensor("attn"),
+                          .exact = true,
+                          .inputs = inputs},
+                         saved.attn_part);
   DistTensor<T> attn_seq = world.all_to_all(saved.attn_part, Placement::shard("seq"),
                                             {.tensor = config.tensor("attn_seq"),
                                              .dense = config.tensor("attn"),
@@ -124,11 +124,11 @@ CoreGrads<T> ulysses_attention_backward(const World<T>& world, const CpAttention
   const DistTensor<T>* parts[3] = {&dq_heads, &dk_heads, &dv_heads};
   for (int i = 0; i < 3; ++i) {
     world.compare_boundary({.op = "attention_backward",
-                  .tensor = parts[i]->name,
-                  .dense = dense_of[i],
-                  .exact = true,
-                  .inputs = inputs},
-                 *parts[i]);
+                            .tensor = parts[i]->name,
+                            .dense = dense_of[i],
+                            .exact = true,
+                            .inputs = inputs},
+                           *parts[i]);
   }
   CoreGrads<T> grads;
   grads.q_rot =
