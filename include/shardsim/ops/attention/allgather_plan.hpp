@@ -20,21 +20,24 @@ DistTensor<T> allgather_attention_forward(const World<T>& world, const CpAttenti
                                           const ChunkGeometry& geo, const DistTensor<T>& k_cat,
                                           CpAttentionSaved<T>& saved) {
   const int ranks = world.size();
-  const std::string k_all_name = config.tensor("k_all");
+  const std::string k_all_name = config.part(AttentionPart::k_all);
   if (config.faults.rope_after_gather_wrong_offset) {
     // The bug: gather the raw chunk keys, then RoPE them once with the cache length counted
     // twice (gathered index g at P + g instead of P - L + g).
     DistTensor<T> gathered = world.all_gather(
-        k_cat, {.tensor = config.tensor("k_cat"), .exact = true, .inputs = {k_cat.name}});
+        k_cat,
+        {.tensor = config.part(AttentionPart::k_cat), .exact = true, .inputs = {k_cat.name}});
     const std::vector<std::int64_t> wrong = position_range(geo.first + geo.cached, geo.length);
     world.for_each_rank([&](int r) {
       rope_chunk_keys(gathered.local(r), geo.cached, wrong, config.rope("kv"), false);
     });
     gathered.name = k_all_name;
     saved.k_all = std::move(gathered);
-    world.compare_boundary(
-        {.op = "rope", .tensor = k_all_name, .exact = true, .inputs = {config.tensor("k_cat")}},
-        saved.k_all);
+    world.compare_boundary({.op = "rope",
+                            .tensor = k_all_name,
+                            .exact = true,
+                            .inputs = {config.part(AttentionPart::k_cat)}},
+                           saved.k_all);
   } else {
     saved.k_all = world.all_gather(
         saved.k_shard, {.tensor = k_all_name, .exact = true, .inputs = {saved.k_shard.name}});
@@ -42,8 +45,8 @@ DistTensor<T> allgather_attention_forward(const World<T>& world, const CpAttenti
   }
   saved.v_all = world.all_gather(
       saved.v_shard,
-      {.tensor = config.tensor("v_all"), .exact = true, .inputs = {saved.v_shard.name}});
-  saved.v_all.name = config.tensor("v_all");
+      {.tensor = config.part(AttentionPart::v_all), .exact = true, .inputs = {saved.v_shard.name}});
+  saved.v_all.name = config.part(AttentionPart::v_all);
 
   const std::vector<std::int64_t> q_pos = geo.q_pos();
   const std::vector<std::int64_t> k_pos = geo.k_pos();
@@ -57,11 +60,12 @@ DistTensor<T> allgather_attention_forward(const World<T>& world, const CpAttenti
     lse[at] = saved.core[at].lse;
   });
   const std::vector<std::string> inputs{saved.q_rot.name, k_all_name, saved.v_all.name};
-  saved.lse = dist_from_locals(config.tensor("lse"), geo.row_shape(), Placement::replicate(), lse);
+  saved.lse = dist_from_locals(config.part(AttentionPart::lse), geo.row_shape(),
+                               Placement::replicate(), lse);
   world.compare_boundary(
       {.op = "attention", .tensor = saved.lse.name, .exact = true, .inputs = inputs}, saved.lse);
-  DistTensor<T> attn =
-      dist_from_locals(config.tensor("attn"), geo.chunk_shape(), Placement::replicate(), out);
+  DistTensor<T> attn = dist_from_locals(config.part(AttentionPart::attn), geo.chunk_shape(),
+                                        Placement::replicate(), out);
   world.compare_boundary({.op = "attention", .tensor = attn.name, .exact = true, .inputs = inputs},
                          attn);
   return attn;
@@ -104,11 +108,11 @@ CoreGrads<T> allgather_attention_backward(const World<T>& world, const CpAttenti
   CoreGrads<T> grads;
   const Placement replicate = Placement::replicate();
   grads.q_rot =
-      dist_from_locals(grad_name(config.tensor("q_rot")), geo.chunk_shape(), replicate, dq);
+      dist_from_locals(config.part_grad(AttentionPart::q_rot), geo.chunk_shape(), replicate, dq);
   DistTensor<T> dk_all =
-      dist_from_locals(grad_name(config.tensor("k_all")), geo.kv_shape(), replicate, dk);
+      dist_from_locals(config.part_grad(AttentionPart::k_all), geo.kv_shape(), replicate, dk);
   DistTensor<T> dv_all =
-      dist_from_locals(grad_name(config.tensor("v_all")), geo.kv_shape(), replicate, dv);
+      dist_from_locals(config.part_grad(AttentionPart::v_all), geo.kv_shape(), replicate, dv);
   for (const DistTensor<T>* g : {&grads.q_rot, &dk_all, &dv_all}) {
     world.compare_boundary(
         {.op = "attention_backward", .tensor = g->name, .exact = true, .inputs = inputs}, *g);
@@ -117,18 +121,18 @@ CoreGrads<T> allgather_attention_backward(const World<T>& world, const CpAttenti
     grads.k = std::move(dk_all);
   } else {
     grads.k = world.redistribute(dk_all, Placement::shard("kv"),
-                                 {.tensor = grad_name(config.tensor("k_shard")),
+                                 {.tensor = config.part_grad(AttentionPart::k_shard),
                                   .dense = dk_all.name,
                                   .exact = true,
                                   .inputs = {dk_all.name}});
-    grads.k.name = grad_name(config.tensor("k_shard"));
+    grads.k.name = config.part_grad(AttentionPart::k_shard);
   }
   grads.v = world.redistribute(dv_all, Placement::shard("kv"),
-                               {.tensor = grad_name(config.tensor("v_shard")),
+                               {.tensor = config.part_grad(AttentionPart::v_shard),
                                 .dense = dv_all.name,
                                 .exact = true,
                                 .inputs = {dv_all.name}});
-  grads.v.name = grad_name(config.tensor("v_shard"));
+  grads.v.name = config.part_grad(AttentionPart::v_shard);
   return grads;
 }
 

@@ -57,10 +57,11 @@ DistTensor<T> cp_attention_forward(const World<T>& world, const DistTensor<T>& x
   geo.dim = wq.global.extent("head_dim");
   geo.first = cache.next_position;
   if (cache.k.locals.empty()) {
-    cache.k =
-        make_dist<T>(config.tensor("cache_k"), head_shape(geo.batch, "kv", 0, geo.heads, geo.dim),
-                     Placement::replicate(), ranks);
-    cache.v = make_dist<T>(config.tensor("cache_v"), cache.k.global, Placement::replicate(), ranks);
+    cache.k = make_dist<T>(config.part(AttentionPart::cache_k),
+                           head_shape(geo.batch, "kv", 0, geo.heads, geo.dim),
+                           Placement::replicate(), ranks);
+    cache.v = make_dist<T>(config.part(AttentionPart::cache_v), cache.k.global,
+                           Placement::replicate(), ranks);
   }
   geo.cached = cache.length();
   geo.keep = kv_cache_length(config.params.attention.window, geo.cached + geo.length);
@@ -70,8 +71,8 @@ DistTensor<T> cp_attention_forward(const World<T>& world, const DistTensor<T>& x
   // 1-2. Projections and query RoPE, replicated.
   const Shape chunk = geo.chunk_shape();
   const std::vector<std::int64_t> q_pos = geo.q_pos();
-  auto project = [&](const char* suffix, const DistTensor<T>& w) {
-    return replicated_phase(world, config.tensor(suffix), chunk,
+  auto project = [&](AttentionPart part, const DistTensor<T>& w) {
+    return replicated_phase(world, config.part(part), chunk,
                             {.op = "attention_project", .exact = true, .inputs = {x.name, w.name}},
                             [&](int r) {
                               Tensor<T> y;
@@ -79,11 +80,11 @@ DistTensor<T> cp_attention_forward(const World<T>& world, const DistTensor<T>& x
                               return y;
                             });
   };
-  saved.q = project("q", wq);
-  saved.k = project("k", wk);
-  saved.v = project("v", wv);
+  saved.q = project(AttentionPart::q, wq);
+  saved.k = project(AttentionPart::k, wk);
+  saved.v = project(AttentionPart::v, wv);
   saved.q_rot =
-      replicated_phase(world, config.tensor("q_rot"), chunk,
+      replicated_phase(world, config.part(AttentionPart::q_rot), chunk,
                        {.op = "rope", .exact = true, .inputs = {saved.q.name}}, [&](int r) {
                          Tensor<T> y;
                          rope_forward(saved.q.local(r), q_pos, config.rope("seq"), y);
@@ -94,16 +95,17 @@ DistTensor<T> cp_attention_forward(const World<T>& world, const DistTensor<T>& x
   std::vector<std::string> k_sources{saved.k.name};
   std::vector<std::string> v_sources{saved.v.name};
   if (geo.cached > 0) {
-    const std::string source = config.mode == CpMode::ulysses ? "k_heads" : "k_shard";
-    const std::string v_source = config.mode == CpMode::ulysses ? "v_heads" : "v_shard";
+    const bool ulysses = config.mode == CpMode::ulysses;
+    const AttentionPart k_source = ulysses ? AttentionPart::k_heads : AttentionPart::k_shard;
+    const AttentionPart v_source = ulysses ? AttentionPart::v_heads : AttentionPart::v_shard;
     const BoundaryLabel k_label{.op = "kv_cache",
-                                .tensor = config.tensor("cache_k"),
+                                .tensor = config.part(AttentionPart::cache_k),
                                 .exact = true,
-                                .inputs = {config.tensor(source)}};
+                                .inputs = {config.part(k_source)}};
     const BoundaryLabel v_label{.op = "kv_cache",
-                                .tensor = config.tensor("cache_v"),
+                                .tensor = config.part(AttentionPart::cache_v),
                                 .exact = true,
-                                .inputs = {config.tensor(v_source)}};
+                                .inputs = {config.part(v_source)}};
     if (cache.k.placement.is_shard()) {
       cache.k = world.all_gather(cache.k, k_label);
       cache.v = world.all_gather(cache.v, v_label);
@@ -126,14 +128,15 @@ DistTensor<T> cp_attention_forward(const World<T>& world, const DistTensor<T>& x
   });
   const Placement kv = Placement::shard("kv");
   const DistTensor<T> k_cat_dist =
-      dist_from_locals(config.tensor("k_cat"), geo.kv_shape(), kv, k_cat);
+      dist_from_locals(config.part(AttentionPart::k_cat), geo.kv_shape(), kv, k_cat);
   world.compare_boundary(
       {.op = "kv_shard", .tensor = k_cat_dist.name, .exact = true, .inputs = k_sources},
       k_cat_dist);
-  saved.v_shard = dist_from_locals(config.tensor("v_shard"), geo.kv_shape(), kv, v_shard);
+  saved.v_shard =
+      dist_from_locals(config.part(AttentionPart::v_shard), geo.kv_shape(), kv, v_shard);
   world.compare_boundary({.op = "kv_shard",
                           .tensor = saved.v_shard.name,
-                          .dense = config.tensor("v_all"),
+                          .dense = config.part(AttentionPart::v_all),
                           .exact = true,
                           .inputs = v_sources},
                          saved.v_shard);
@@ -153,11 +156,11 @@ DistTensor<T> cp_attention_forward(const World<T>& world, const DistTensor<T>& x
                       config.rope("kv"), false);
       saved.rope_positions[static_cast<std::size_t>(r)] = std::move(positions);
     });
-    saved.k_shard =
-        dist_from_locals(config.tensor("k_shard"), geo.kv_shape(), kv, std::move(k_shard));
+    saved.k_shard = dist_from_locals(config.part(AttentionPart::k_shard), geo.kv_shape(), kv,
+                                     std::move(k_shard));
     world.compare_boundary({.op = "rope",
                             .tensor = saved.k_shard.name,
-                            .dense = config.tensor("k_all"),
+                            .dense = config.part(AttentionPart::k_all),
                             .exact = true,
                             .inputs = {k_cat_dist.name}},
                            saved.k_shard);

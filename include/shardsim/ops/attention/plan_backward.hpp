@@ -52,7 +52,7 @@ CpAttentionGrads<T> cp_attention_backward(const World<T>& world, const DistTenso
   // Queries: inverse RoPE on every rank.
   const std::vector<std::int64_t> q_pos = geo.q_pos();
   const DistTensor<T> dq = replicated_phase(
-      world, grad_name(config.tensor("q")), chunk,
+      world, config.part_grad(AttentionPart::q), chunk,
       {.op = "rope_backward", .exact = true, .inputs = {core.q_rot.name}}, [&](int r) {
         Tensor<T> d;
         rope_backward(core.q_rot.local(r), q_pos, config.rope("seq"), d);
@@ -61,7 +61,7 @@ CpAttentionGrads<T> cp_attention_backward(const World<T>& world, const DistTenso
 
   // Keys: inverse RoPE of each shard's own chunk keys (the cache keys pass unchanged and stop:
   // the cache is detached), then one all-gather.
-  const std::string dk_cat_name = grad_name(config.tensor("k_cat"));
+  const std::string dk_cat_name = config.part_grad(AttentionPart::k_cat);
   DistTensor<T> dk_cat;
   if (core.k.placement.is_replicate()) {
     // rope_after_gather_wrong_offset: undo the faulty RoPE on the gathered axis.
@@ -82,7 +82,7 @@ CpAttentionGrads<T> cp_attention_backward(const World<T>& world, const DistTenso
       parts[static_cast<std::size_t>(r)] = std::move(d);
     });
     const DistTensor<T> shard =
-        dist_from_locals(grad_name(config.tensor("k_cat_shard")), geo.kv_shape(),
+        dist_from_locals(config.part_grad(AttentionPart::k_cat_shard), geo.kv_shape(),
                          Placement::shard("kv"), std::move(parts));
     world.compare_boundary({.op = "rope_backward",
                             .tensor = shard.name,
@@ -96,19 +96,19 @@ CpAttentionGrads<T> cp_attention_backward(const World<T>& world, const DistTenso
   }
   DistTensor<T> dv_all = world.all_gather(
       core.v,
-      {.tensor = grad_name(config.tensor("v_all")), .exact = true, .inputs = {core.v.name}});
-  dv_all.name = grad_name(config.tensor("v_all"));
+      {.tensor = config.part_grad(AttentionPart::v_all), .exact = true, .inputs = {core.v.name}});
+  dv_all.name = config.part_grad(AttentionPart::v_all);
 
   // The chunk part of the KV axis, on every rank.
-  auto chunk_part = [&](const DistTensor<T>& full, const char* suffix) {
+  auto chunk_part = [&](const DistTensor<T>& full, AttentionPart part) {
     return replicated_phase(
-        world, grad_name(config.tensor(suffix)), chunk,
+        world, config.part_grad(part), chunk,
         {.op = "kv_shard_backward", .exact = true, .inputs = {full.name}}, [&](int r) {
           return slice_along(full.local(r), "kv", geo.cached, geo.length).reshaped(chunk);
         });
   };
-  const DistTensor<T> dk = chunk_part(dk_cat, "k");
-  const DistTensor<T> dv = chunk_part(dv_all, "v");
+  const DistTensor<T> dk = chunk_part(dk_cat, AttentionPart::k);
+  const DistTensor<T> dv = chunk_part(dv_all, AttentionPart::v);
 
   // The input projections, on every rank: dx = (dx_q + dx_k) + dx_v.
   std::vector<Tensor<T>> dx(count), dwq(count), dwk(count), dwv(count);

@@ -10,6 +10,7 @@
 
 #include "shardsim/error.hpp"
 #include "shardsim/ops/attention/attention.hpp"
+#include "shardsim/ops/attention/parts.hpp"
 #include "shardsim/ops/attention/project.hpp"
 #include "shardsim/ops/attention/stream.hpp"
 #include "shardsim/ops/rope.hpp"
@@ -56,7 +57,10 @@ struct CpAttentionConfig {
   CpMode mode = CpMode::allgather;
   AttentionFaults faults;
 
-  std::string tensor(std::string_view suffix) const { return name + "." + std::string(suffix); }
+  // The boundary name of one of this step's parts, "NAME.suffix" (attention/parts.hpp), and of
+  // its gradient, "grad(NAME.suffix)".
+  std::string part(AttentionPart which) const { return attention_part_name(name, which); }
+  std::string part_grad(AttentionPart which) const { return grad_name(part(which)); }
   AttentionParams attention() const {
     AttentionParams p = params.attention;
     p.window_inclusive = faults.window_off_by_one;

@@ -39,11 +39,11 @@ DistTensor<T> ring_attention_forward(const World<T>& world, const CpAttentionCon
   const int ranks = world.size();
   const auto count = static_cast<std::size_t>(ranks);
   saved.q_part = world.redistribute(saved.q_rot, Placement::shard("seq"),
-                                    {.tensor = config.tensor("q_shard"),
+                                    {.tensor = config.part(AttentionPart::q_shard),
                                      .dense = saved.q_rot.name,
                                      .exact = true,
                                      .inputs = {saved.q_rot.name}});
-  saved.q_part.name = config.tensor("q_shard");
+  saved.q_part.name = config.part(AttentionPart::q_shard);
   const std::vector<Slice> q_slices = shard_slices(geo.length, ranks, SplitPolicy::chunk);
   std::vector<Tensor<T>> out(count), lse(count), cache_k(count), cache_v(count);
   std::vector<Tensor<T>> k_blocks = saved.k_shard.locals;
@@ -84,20 +84,22 @@ DistTensor<T> ring_attention_forward(const World<T>& world, const CpAttentionCon
     }
   }
   const std::vector<std::string> inputs{saved.q_part.name, saved.k_shard.name, saved.v_shard.name};
-  saved.lse = dist_from_locals(config.tensor("lse"), geo.row_shape(), Placement::shard("seq"), lse);
+  saved.lse = dist_from_locals(config.part(AttentionPart::lse), geo.row_shape(),
+                               Placement::shard("seq"), lse);
   world.compare_boundary({.op = "ring_attention", .tensor = saved.lse.name, .inputs = inputs},
                          saved.lse);
-  saved.attn_part = dist_from_locals(config.tensor("attn_shard"), geo.chunk_shape(),
+  saved.attn_part = dist_from_locals(config.part(AttentionPart::attn_shard), geo.chunk_shape(),
                                      Placement::shard("seq"), out);
   world.compare_boundary({.op = "ring_attention",
                           .tensor = saved.attn_part.name,
-                          .dense = config.tensor("attn"),
+                          .dense = config.part(AttentionPart::attn),
                           .inputs = inputs},
                          saved.attn_part);
-  DistTensor<T> attn = world.all_gather(
-      saved.attn_part,
-      {.tensor = config.tensor("attn"), .exact = true, .inputs = {saved.attn_part.name}});
-  attn.name = config.tensor("attn");
+  DistTensor<T> attn =
+      world.all_gather(saved.attn_part, {.tensor = config.part(AttentionPart::attn),
+                                         .exact = true,
+                                         .inputs = {saved.attn_part.name}});
+  attn.name = config.part(AttentionPart::attn);
   cache.k = dist_from_locals(cache.k.name, geo.cache_shape(), Placement::replicate(), cache_k);
   cache.v = dist_from_locals(cache.v.name, geo.cache_shape(), Placement::replicate(), cache_v);
   return attn;
@@ -152,24 +154,27 @@ CoreGrads<T> ring_attention_backward(const World<T>& world, const CpAttentionCon
       dist_from_locals(dq_name, geo.chunk_shape(), Placement::shard("seq"), dq);
   world.compare_boundary({.op = "ring_attention_backward",
                           .tensor = dq_name,
-                          .dense = grad_name(config.tensor("q_rot")),
+                          .dense = config.part_grad(AttentionPart::q_rot),
                           .inputs = inputs},
                          dq_part);
   CoreGrads<T> grads;
   grads.q_rot = world.all_gather(
-      dq_part, {.tensor = grad_name(config.tensor("q_rot")), .exact = true, .inputs = {dq_name}});
-  grads.q_rot.name = grad_name(config.tensor("q_rot"));
+      dq_part,
+      {.tensor = config.part_grad(AttentionPart::q_rot), .exact = true, .inputs = {dq_name}});
+  grads.q_rot.name = config.part_grad(AttentionPart::q_rot);
   // Each rank's contributions to every block, summed at the block owners.
-  const DistTensor<T> dk_partial = dist_from_locals(grad_name(config.tensor("k_shard")),
+  const DistTensor<T> dk_partial = dist_from_locals(config.part_grad(AttentionPart::k_shard),
                                                     geo.kv_shape(), Placement::partial(), dk);
-  const DistTensor<T> dv_partial = dist_from_locals(grad_name(config.tensor("v_shard")),
+  const DistTensor<T> dv_partial = dist_from_locals(config.part_grad(AttentionPart::v_shard),
                                                     geo.kv_shape(), Placement::partial(), dv);
-  grads.k = world.reduce_scatter(
-      dk_partial, Placement::shard("kv"),
-      {.tensor = dk_partial.name, .dense = grad_name(config.tensor("k_all")), .inputs = inputs});
-  grads.v = world.reduce_scatter(
-      dv_partial, Placement::shard("kv"),
-      {.tensor = dv_partial.name, .dense = grad_name(config.tensor("v_all")), .inputs = inputs});
+  grads.k = world.reduce_scatter(dk_partial, Placement::shard("kv"),
+                                 {.tensor = dk_partial.name,
+                                  .dense = config.part_grad(AttentionPart::k_all),
+                                  .inputs = inputs});
+  grads.v = world.reduce_scatter(dv_partial, Placement::shard("kv"),
+                                 {.tensor = dv_partial.name,
+                                  .dense = config.part_grad(AttentionPart::v_all),
+                                  .inputs = inputs});
   return grads;
 }
 

@@ -28,23 +28,23 @@ DistTensor<T> ulysses_attention_forward(const World<T>& world, const CpAttention
   const auto count = static_cast<std::size_t>(ranks);
   const Placement heads = Placement::shard("head");
   saved.q_part = world.redistribute(saved.q_rot, heads,
-                                    {.tensor = config.tensor("q_heads"),
+                                    {.tensor = config.part(AttentionPart::q_heads),
                                      .dense = saved.q_rot.name,
                                      .exact = true,
                                      .inputs = {saved.q_rot.name}});
-  saved.q_part.name = config.tensor("q_heads");
+  saved.q_part.name = config.part(AttentionPart::q_heads);
   saved.k_heads = world.all_to_all(saved.k_shard, heads,
-                                   {.tensor = config.tensor("k_heads"),
-                                    .dense = config.tensor("k_all"),
+                                   {.tensor = config.part(AttentionPart::k_heads),
+                                    .dense = config.part(AttentionPart::k_all),
                                     .exact = true,
                                     .inputs = {saved.k_shard.name}});
-  saved.k_heads.name = config.tensor("k_heads");
+  saved.k_heads.name = config.part(AttentionPart::k_heads);
   saved.v_heads = world.all_to_all(saved.v_shard, heads,
-                                   {.tensor = config.tensor("v_heads"),
-                                    .dense = config.tensor("v_all"),
+                                   {.tensor = config.part(AttentionPart::v_heads),
+                                    .dense = config.part(AttentionPart::v_all),
                                     .exact = true,
                                     .inputs = {saved.v_shard.name}});
-  saved.v_heads.name = config.tensor("v_heads");
+  saved.v_heads.name = config.part(AttentionPart::v_heads);
 
   const std::vector<std::int64_t> q_pos = geo.q_pos();
   const std::vector<std::int64_t> k_pos = geo.k_pos();
@@ -60,25 +60,27 @@ DistTensor<T> ulysses_attention_forward(const World<T>& world, const CpAttention
     cache_v[at] = slice_along(saved.v_heads.local(r), "kv", tail_begin, geo.keep);
   });
   const std::vector<std::string> inputs{saved.q_part.name, saved.k_heads.name, saved.v_heads.name};
-  saved.lse = dist_from_locals(config.tensor("lse"), geo.row_shape(), heads, lse);
+  saved.lse = dist_from_locals(config.part(AttentionPart::lse), geo.row_shape(), heads, lse);
   world.compare_boundary(
       {.op = "attention", .tensor = saved.lse.name, .exact = true, .inputs = inputs}, saved.lse);
-  saved.attn_part = dist_from_locals(config.tensor("attn_heads"), geo.chunk_shape(), heads, out);
+  saved.attn_part =
+      dist_from_locals(config.part(AttentionPart::attn_heads), geo.chunk_shape(), heads, out);
   world.compare_boundary({.op = "attention",
                           .tensor = saved.attn_part.name,
-                          .dense = config.tensor("attn"),
+                          .dense = config.part(AttentionPart::attn),
                           .exact = true,
                           .inputs = inputs},
                          saved.attn_part);
   DistTensor<T> attn_seq = world.all_to_all(saved.attn_part, Placement::shard("seq"),
-                                            {.tensor = config.tensor("attn_seq"),
-                                             .dense = config.tensor("attn"),
+                                            {.tensor = config.part(AttentionPart::attn_seq),
+                                             .dense = config.part(AttentionPart::attn),
                                              .exact = true,
                                              .inputs = {saved.attn_part.name}});
-  attn_seq.name = config.tensor("attn_seq");
+  attn_seq.name = config.part(AttentionPart::attn_seq);
   DistTensor<T> attn = world.all_gather(
-      attn_seq, {.tensor = config.tensor("attn"), .exact = true, .inputs = {attn_seq.name}});
-  attn.name = config.tensor("attn");
+      attn_seq,
+      {.tensor = config.part(AttentionPart::attn), .exact = true, .inputs = {attn_seq.name}});
+  attn.name = config.part(AttentionPart::attn);
   cache.k = dist_from_locals(cache.k.name, geo.cache_shape(), heads, cache_k);
   cache.v = dist_from_locals(cache.v.name, geo.cache_shape(), heads, cache_v);
   return attn;
@@ -91,7 +93,7 @@ CoreGrads<T> ulysses_attention_backward(const World<T>& world, const CpAttention
   const int ranks = world.size();
   const auto count = static_cast<std::size_t>(ranks);
   const Placement heads = Placement::shard("head");
-  const std::string dseq_name = grad_name(config.tensor("attn_seq"));
+  const std::string dseq_name = config.part_grad(AttentionPart::attn_seq);
   const DistTensor<T> dseq = world.redistribute(
       dattn, Placement::shard("seq"),
       {.tensor = dseq_name, .dense = dattn.name, .exact = true, .inputs = {dattn.name}});
@@ -118,9 +120,9 @@ CoreGrads<T> ulysses_attention_backward(const World<T>& world, const CpAttention
       dist_from_locals(grad_name(saved.k_heads.name), geo.kv_shape(), heads, dk);
   const DistTensor<T> dv_heads =
       dist_from_locals(grad_name(saved.v_heads.name), geo.kv_shape(), heads, dv);
-  const std::string dense_of[3] = {grad_name(config.tensor("q_rot")),
-                                   grad_name(config.tensor("k_all")),
-                                   grad_name(config.tensor("v_all"))};
+  const std::string dense_of[3] = {config.part_grad(AttentionPart::q_rot),
+                                   config.part_grad(AttentionPart::k_all),
+                                   config.part_grad(AttentionPart::v_all)};
   const DistTensor<T>* parts[3] = {&dq_heads, &dk_heads, &dv_heads};
   for (int i = 0; i < 3; ++i) {
     world.compare_boundary({.op = "attention_backward",
@@ -136,17 +138,17 @@ CoreGrads<T> ulysses_attention_backward(const World<T>& world, const CpAttention
   grads.q_rot.name = dense_of[0];
   const Placement kv = Placement::shard("kv");
   grads.k = world.all_to_all(dk_heads, kv,
-                             {.tensor = grad_name(config.tensor("k_shard")),
+                             {.tensor = config.part_grad(AttentionPart::k_shard),
                               .dense = dense_of[1],
                               .exact = true,
                               .inputs = {dk_heads.name}});
-  grads.k.name = grad_name(config.tensor("k_shard"));
+  grads.k.name = config.part_grad(AttentionPart::k_shard);
   grads.v = world.all_to_all(dv_heads, kv,
-                             {.tensor = grad_name(config.tensor("v_shard")),
+                             {.tensor = config.part_grad(AttentionPart::v_shard),
                               .dense = dense_of[2],
                               .exact = true,
                               .inputs = {dv_heads.name}});
-  grads.v.name = grad_name(config.tensor("v_shard"));
+  grads.v.name = config.part_grad(AttentionPart::v_shard);
   return grads;
 }
 
