@@ -1,7 +1,7 @@
-// cp_mode = "allgather" (the seed's design): every rank holds all queries; the RoPE'd KV shards
-// are all-gathered once, and every rank runs the dense masked attention on the gathered K/V.
-// RoPE is elementwise and the gathered arithmetic is the dense arithmetic in the same order, so
-// every boundary here claims bitwise equality (DESIGN.md invariant 5).
+// cp_mode = "allgather": every rank holds all queries; the RoPE'd KV shards are all-gathered
+// once, and every rank runs the dense masked attention on the gathered K/V. RoPE is elementwise
+// and the gathered arithmetic is the dense arithmetic in the same order, so every boundary here
+// claims bitwise equality: any other bit is a bug, not rounding noise.
 //
 // Forward boundaries: NAME.k_all, NAME.v_all (all_gather -> Replicate), NAME.lse, NAME.attn.
 // The cache written back is the tail of the gathered K/V: a local slice, no collective.
@@ -13,8 +13,10 @@
 
 namespace shardsim {
 
-// k_cat: this rank's slice of cache ++ raw chunk keys (used only by the
-// rope_after_gather_wrong_offset fault; saved.k_shard otherwise). Returns NAME.attn, Replicate.
+// Phase 6 forward in allgather mode: gathers saved.k_all and saved.v_all, runs the dense kernel
+// on every rank and returns NAME.attn (batch, seq=t, head, head_dim), Replicate; fills saved.lse
+// and saved.core. k_cat: NAME.k_cat, this rank's slice of cache ++ raw chunk keys (read only by
+// the rope_after_gather_wrong_offset fault; saved.k_shard otherwise).
 template <typename T>
 DistTensor<T> allgather_attention_forward(const World<T>& world, const CpAttentionConfig& config,
                                           const ChunkGeometry& geo, const DistTensor<T>& k_cat,
@@ -50,8 +52,8 @@ DistTensor<T> allgather_attention_forward(const World<T>& world, const CpAttenti
 
   const std::vector<std::int64_t> q_pos = geo.q_pos();
   const std::vector<std::int64_t> k_pos = geo.k_pos();
-  std::vector<Tensor<T>> out(static_cast<std::size_t>(ranks));
-  std::vector<Tensor<T>> lse(static_cast<std::size_t>(ranks));
+  std::vector<Tensor<T>> out(static_cast<std::size_t>(ranks));  // (batch, seq=t, head, head_dim)
+  std::vector<Tensor<T>> lse(static_cast<std::size_t>(ranks));  // (batch, seq=t, head)
   saved.core.assign(static_cast<std::size_t>(ranks), {});
   world.for_each_rank([&](int r) {
     const auto at = static_cast<std::size_t>(r);
@@ -71,22 +73,26 @@ DistTensor<T> allgather_attention_forward(const World<T>& world, const CpAttenti
   return attn;
 }
 
-// The cache written back: the last C gathered keys and values, on every rank.
+// The cache written back: the last C gathered keys and values (batch, kv=C, head, head_dim),
+// Replicate, sliced on every rank.
 template <typename T>
 void allgather_write_cache(const World<T>& world, const ChunkGeometry& geo,
                            const CpAttentionSaved<T>& saved, CpKvCache<T>& cache) {
   const int ranks = world.size();
-  std::vector<Tensor<T>> k(static_cast<std::size_t>(ranks));
-  std::vector<Tensor<T>> v(static_cast<std::size_t>(ranks));
-  const std::int64_t from = geo.cached + geo.length - geo.keep;
+  std::vector<Tensor<T>> cache_k(static_cast<std::size_t>(ranks));
+  std::vector<Tensor<T>> cache_v(static_cast<std::size_t>(ranks));
+  const std::int64_t tail_begin = geo.cached + geo.length - geo.keep;
   world.for_each_rank([&](int r) {
-    k[static_cast<std::size_t>(r)] = slice_along(saved.k_all.local(r), "kv", from, geo.keep);
-    v[static_cast<std::size_t>(r)] = slice_along(saved.v_all.local(r), "kv", from, geo.keep);
+    const auto at = static_cast<std::size_t>(r);
+    cache_k[at] = slice_along(saved.k_all.local(r), "kv", tail_begin, geo.keep);
+    cache_v[at] = slice_along(saved.v_all.local(r), "kv", tail_begin, geo.keep);
   });
-  cache.k = dist_from_locals(cache.k.name, geo.cache_shape(), Placement::replicate(), k);
-  cache.v = dist_from_locals(cache.v.name, geo.cache_shape(), Placement::replicate(), v);
+  cache.k = dist_from_locals(cache.k.name, geo.cache_shape(), Placement::replicate(), cache_k);
+  cache.v = dist_from_locals(cache.v.name, geo.cache_shape(), Placement::replicate(), cache_v);
 }
 
+// Phase 6 backward in allgather mode, from grad(NAME.attn) (Replicate): the dense attention
+// backward on every rank, then the gathered dK/dV sliced back to the ranks' Shard(kv).
 template <typename T>
 CoreGrads<T> allgather_attention_backward(const World<T>& world, const CpAttentionConfig& config,
                                           const ChunkGeometry& geo, const DistTensor<T>& dattn,
@@ -94,9 +100,9 @@ CoreGrads<T> allgather_attention_backward(const World<T>& world, const CpAttenti
   const int ranks = world.size();
   const std::vector<std::int64_t> q_pos = geo.q_pos();
   const std::vector<std::int64_t> k_pos = geo.k_pos();
-  std::vector<Tensor<T>> dq(static_cast<std::size_t>(ranks));
-  std::vector<Tensor<T>> dk(static_cast<std::size_t>(ranks));
-  std::vector<Tensor<T>> dv(static_cast<std::size_t>(ranks));
+  std::vector<Tensor<T>> dq(static_cast<std::size_t>(ranks));  // (batch, seq=t, head, head_dim)
+  std::vector<Tensor<T>> dk(static_cast<std::size_t>(ranks));  // (batch, kv=L+t, head, head_dim)
+  std::vector<Tensor<T>> dv(static_cast<std::size_t>(ranks));  // (batch, kv=L+t, head, head_dim)
   world.for_each_rank([&](int r) {
     const auto at = static_cast<std::size_t>(r);
     attention_backward(dattn.local(r), saved.q_rot.local(r), q_pos, saved.k_all.local(r),
@@ -113,9 +119,9 @@ CoreGrads<T> allgather_attention_backward(const World<T>& world, const CpAttenti
       dist_from_locals(config.part_grad(AttentionPart::k_all), geo.kv_shape(), replicate, dk);
   DistTensor<T> dv_all =
       dist_from_locals(config.part_grad(AttentionPart::v_all), geo.kv_shape(), replicate, dv);
-  for (const DistTensor<T>* g : {&grads.q_rot, &dk_all, &dv_all}) {
+  for (const DistTensor<T>* grad : {&grads.q_rot, &dk_all, &dv_all}) {
     world.compare_boundary(
-        {.op = "attention_backward", .tensor = g->name, .exact = true, .inputs = inputs}, *g);
+        {.op = "attention_backward", .tensor = grad->name, .exact = true, .inputs = inputs}, *grad);
   }
   if (config.faults.rope_after_gather_wrong_offset) {
     grads.k = std::move(dk_all);

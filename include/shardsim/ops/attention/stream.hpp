@@ -1,6 +1,6 @@
 // The dense oracle of one streamed chunk of sliding-window attention with a carried KV cache:
 // projections, RoPE, the cache, masked attention and the output projection, forward and backward.
-// Plain global tensors; never derived from a sharded plan (DESIGN.md invariant 3).
+// Plain global tensors; never derived from a sharded plan, so that it can judge one.
 //
 // A chunk of t tokens sits at absolute positions P .. P+t-1, where P counts the tokens already
 // streamed in this training step. With the cache holding L keys at positions P-L .. P-1:
