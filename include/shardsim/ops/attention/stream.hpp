@@ -53,7 +53,7 @@ struct KvCache {
   void reset() { *this = KvCache<T>(); }
 };
 
-// Everything forward computes, by the names the sharded plans record (see attention/plan.hpp).
+// Everything forward computes, by the names the sharded plans record (attention/parts.hpp).
 template <typename T>
 struct StreamAttentionActivations {
   std::int64_t first_position = 0;  // P
