@@ -1,8 +1,9 @@
-// Tests for the kernels of ops/attention/attention.hpp: hand-derived known answers for the mask rule and
-// the softmax, the log-sum-exp merge (fully masked blocks merge without NaN; block merges agree
-// with the dense softmax in mp), and finite-difference gradients in mp for the dense and the
-// block backward; and the streamed oracle of ops/attention/stream.hpp: the cache convention (K
-// after RoPE, window - 1 keys) and the detached-cache gradient of a chunk (central differences).
+// Tests for the kernels of ops/attention/attention.hpp and ops/attention/project.hpp:
+// hand-derived known answers for the mask rule and the softmax, the log-sum-exp merge (fully
+// masked blocks merge without NaN; block merges agree with the dense softmax in mp),
+// finite-difference gradients in mp for the dense and the block backward, and the documented
+// summation orders checked bitwise against textbook loops. The streamed oracle
+// (ops/attention/stream.hpp) is tested in attention_stream_test.cpp.
 #include "shardsim/ops/attention/attention.hpp"
 
 #include <algorithm>
@@ -15,7 +16,6 @@
 #include "norm_test_support.hpp"
 #include "shardsim/mp.hpp"
 #include "shardsim/ops/attention/project.hpp"
-#include "shardsim/ops/attention/stream.hpp"
 #include "shardsim/ops/rope.hpp"
 #include "shardsim/rng.hpp"
 
@@ -148,8 +148,8 @@ TEST_CASE("block attention merged by log-sum-exp equals dense attention in mp256
           "[attention][mp]") {
   // Split the keys into blocks (some fully masked by the window), attend per block, merge in
   // several orders: the result is the dense softmax up to rounding. Each merged value carries a
-  // few dozen roundings at 257 bits; 2^-241 (2^16 units) relative to max |out| is the issue's
-  // bound for mp and leaves room for that.
+  // few dozen roundings at 257 bits; 2^-241 = 2^-(257 - 16) relative to max |out| is the
+  // project's mp tolerance for reordered arithmetic (2^16 units) and leaves room for that.
   shardsim::set_mp_precision(256);
   const Tensor<Mp> q = seeded_normal<Mp>(head_shape(2, "seq", 6, 2, 4), 11);
   const Tensor<Mp> k = seeded_normal<Mp>(head_shape(2, "kv", 11, 2, 4), 12);
@@ -254,20 +254,37 @@ TEST_CASE("attention backward matches central differences in mp256", "[attention
   CHECK(normwise_gap(bv, dv) <= 0x1p-241);
 }
 
-TEST_CASE("attention and projection kernels sum in the documented order, bitwise", "[attention]") {
-  // The kernels reorganize their loops for speed (rows of outputs at once, four keys side by
-  // side); every sum must still be one accumulator in the order attention.hpp and
-  // attention/project.hpp document. The textbook loops below are that specification, in f64,
-  // and must agree to the bit. head_dim 6 is not a multiple of 4 and 7 keys leave a tail block.
-  const std::int64_t batch = 2, seq = 5, kv = 7, heads = 2, dim = 6, hidden = 5;
+namespace {
+
+// The sizes of the summation-order tests: head_dim 6 is not a multiple of 4 and 7 keys leave a
+// tail block after the four-key blocks of row_scores.
+constexpr std::int64_t kBatch = 2, kSeq = 5, kKv = 7, kHeads = 2, kDim = 6, kHidden = 5;
+
+// The queries of the summation-order tests: x wq, (batch, seq, head, head_dim).
+Tensor<double> order_test_queries() {
+  const Tensor<double> x =
+      seeded_normal<double>(Shape({{"batch", kBatch}, {"seq", kSeq}, {"hidden", kHidden}}), 31);
+  const Tensor<double> w =
+      seeded_normal<double>(Shape({{"hidden", kHidden}, {"head", kHeads}, {"head_dim", kDim}}), 32);
+  Tensor<double> q;
+  shardsim::project_heads(x, w, q);
+  return q;
+}
+
+}  // namespace
+
+TEST_CASE("projection kernels sum in the documented order, bitwise", "[attention]") {
+  // The kernels reorganize their loops for speed (rows of outputs at once); every sum must still
+  // be one accumulator in the order attention/project.hpp documents. The textbook loops below
+  // are that specification, in f64, and must agree to the bit.
+  const std::int64_t batch = kBatch, seq = kSeq, heads = kHeads, dim = kDim, hidden = kHidden;
   const Tensor<double> x =
       seeded_normal<double>(Shape({{"batch", batch}, {"seq", seq}, {"hidden", hidden}}), 31);
   const Tensor<double> w =
       seeded_normal<double>(Shape({{"hidden", hidden}, {"head", heads}, {"head_dim", dim}}), 32);
   const Tensor<double> wo =
       seeded_normal<double>(Shape({{"head", heads}, {"head_dim", dim}, {"hidden", hidden}}), 33);
-  Tensor<double> q;
-  shardsim::project_heads(x, w, q);
+  const Tensor<double> q = order_test_queries();
   for (std::int64_t b = 0; b < batch; ++b) {
     for (std::int64_t s = 0; s < seq; ++s) {
       for (std::int64_t n = 0; n < heads * dim; ++n) {
@@ -288,7 +305,14 @@ TEST_CASE("attention and projection kernels sum in the documented order, bitwise
       CHECK(y[r * hidden + c] == acc);
     }
   }
+}
 
+TEST_CASE("attention_forward sums in the documented order, bitwise", "[attention]") {
+  // The kernel computes four keys side by side; every sum must still be one accumulator in the
+  // order attention.hpp documents. The textbook loops below are that specification, in f64, and
+  // must agree to the bit.
+  const std::int64_t batch = kBatch, seq = kSeq, kv = kKv, heads = kHeads, dim = kDim;
+  const Tensor<double> q = order_test_queries();
   const Tensor<double> k = seeded_normal<double>(head_shape(batch, "kv", kv, heads, dim), 34);
   const Tensor<double> v = seeded_normal<double>(head_shape(batch, "kv", kv, heads, dim), 35);
   const std::vector<std::int64_t> q_pos = position_range(2, seq);  // 2..6
@@ -332,100 +356,6 @@ TEST_CASE("attention and projection kernels sum in the documented order, bitwise
           CHECK(out[at(b, i, seq, h, d)] == acc / l);
         }
       }
-    }
-  }
-}
-
-TEST_CASE("the streamed oracle caches the last window - 1 keys after RoPE", "[streaming]") {
-  const Tensor<double> x =
-      seeded_normal<double>(Shape({{"batch", 1}, {"seq", 8}, {"hidden", 4}}), 1, 1);
-  const Shape w_shape({{"hidden", 4}, {"head", 1}, {"head_dim", 2}});
-  const Tensor<double> wq = seeded_normal<double>(w_shape, 2, 1),
-                       wk = seeded_normal<double>(w_shape, 3, 1);
-  const Tensor<double> wv = seeded_normal<double>(w_shape, 4, 1);
-  const Tensor<double> wo =
-      seeded_normal<double>(Shape({{"head", 1}, {"head_dim", 2}, {"hidden", 4}}), 5, 1);
-  for (const auto& [window, keep] :
-       {std::pair<std::optional<std::int64_t>, std::int64_t>{4, 3}, {1, 0}, {std::nullopt, 5}}) {
-    shardsim::StreamAttentionParams params;
-    params.attention.window = window;
-    shardsim::KvCache<double> cache;
-    shardsim::StreamAttentionActivations<double> acts;
-    shardsim::stream_attention_forward(shardsim::slice_along(x, "seq", 0, 5), wq, wk, wv, wo,
-                                       params, cache, acts);
-    INFO("keep " << keep);
-    CHECK(cache.length() == keep);
-    CHECK(cache.next_position == 5);
-    // K after RoPE: the tail of k_all, not of the raw keys.
-    CHECK(cache.k.values() == shardsim::slice_along(acts.k_all, "kv", 5 - keep, keep).values());
-    if (keep > 0)
-      CHECK(cache.k.values() != shardsim::slice_along(acts.k_cat, "kv", 5 - keep, keep).values());
-    // The next chunk reads it as keys at positions 5 - keep .. 4.
-    shardsim::stream_attention_forward(shardsim::slice_along(x, "seq", 5, 3), wq, wk, wv, wo,
-                                       params, cache, acts);
-    CHECK(acts.first_position == 5);
-    CHECK(acts.cache_length == keep);
-    CHECK(acts.k_all.shape().extent("kv") == keep + 3);
-  }
-}
-
-TEST_CASE("streamed backward is the detached-cache gradient (central differences, mp256)",
-          "[streaming][mp]") {
-  // Chunk 1 fills the cache; chunk 2's loss L = sum(y * g) is differentiated with the cache held
-  // fixed (detached). h = 2^-60: truncation O(h^2) ~ 2^-120, rounding ~ 2^-257 / h ~ 2^-197,
-  // both far below the 2^-100 tolerance; a missing or extra path is O(1).
-  shardsim::set_mp_precision(256);
-  const Tensor<Mp> x = seeded_normal<Mp>(Shape({{"batch", 1}, {"seq", 7}, {"hidden", 3}}), 11, 1);
-  const Shape w_shape({{"hidden", 3}, {"head", 2}, {"head_dim", 2}});
-  std::vector<Tensor<Mp>> w = {
-      seeded_normal<Mp>(w_shape, 12, 0.7), seeded_normal<Mp>(w_shape, 13, 0.7),
-      seeded_normal<Mp>(w_shape, 14, 0.7),
-      seeded_normal<Mp>(Shape({{"head", 2}, {"head_dim", 2}, {"hidden", 3}}), 15, 0.7)};
-  shardsim::StreamAttentionParams params;
-  params.attention.window = 3;
-  params.rope.convention = shardsim::RopeConvention::interleaved;
-  params.rope.theta = 50;
-  shardsim::KvCache<Mp> after_chunk1;
-  shardsim::StreamAttentionActivations<Mp> acts;
-  shardsim::stream_attention_forward(shardsim::slice_along(x, "seq", 0, 4), w[0], w[1], w[2], w[3],
-                                     params, after_chunk1, acts);
-  Tensor<Mp> x2 = shardsim::slice_along(x, "seq", 4, 3);
-  const Tensor<Mp> g = seeded_normal<Mp>(Shape({{"batch", 1}, {"seq", 3}, {"hidden", 3}}), 16, 1);
-  auto loss = [&](const Tensor<Mp>& xx, const std::vector<Tensor<Mp>>& ww) {
-    shardsim::KvCache<Mp> cache = after_chunk1;  // the detached cache, never perturbed
-    shardsim::StreamAttentionActivations<Mp> a;
-    shardsim::stream_attention_forward(xx, ww[0], ww[1], ww[2], ww[3], params, cache, a);
-    Mp sum = 0;
-    for (std::int64_t i = 0; i < a.y.numel(); ++i) sum += a.y[i] * g[i];
-    return sum;
-  };
-  shardsim::KvCache<Mp> cache = after_chunk1;
-  shardsim::stream_attention_forward(x2, w[0], w[1], w[2], w[3], params, cache, acts);
-  shardsim::StreamAttentionGrads<Mp> grads;
-  std::vector<Tensor<Mp>> dw;
-  for (const Tensor<Mp>& t : w) dw.emplace_back(t.shape());
-  shardsim::stream_attention_backward(g, x2, w[0], w[1], w[2], w[3], acts, params, grads, dw[0],
-                                      dw[1], dw[2], dw[3]);
-  const Mp h = ldexp(Mp(1), -60);
-  auto numeric = [&](Tensor<Mp>& t, std::int64_t i, auto eval) {
-    const Mp saved = t[i];
-    t[i] = saved + h;
-    const Mp up = eval();
-    t[i] = saved - h;
-    const Mp down = eval();
-    t[i] = saved;
-    return Mp((up - down) / (2 * h));
-  };
-  for (std::int64_t i = 0; i < x2.numel(); ++i) {
-    const Mp fd = numeric(x2, i, [&] { return loss(x2, w); });
-    INFO("x element " << i);
-    CHECK(std::fabs(shardsim::round_to_f64(Mp(fd - grads.x[i]))) <= 0x1p-100);
-  }
-  for (std::size_t p = 0; p < w.size(); ++p) {
-    for (std::int64_t i = 0; i < w[p].numel(); ++i) {
-      const Mp fd = numeric(w[p], i, [&] { return loss(x2, w); });
-      INFO("weight " << p << " element " << i);
-      CHECK(std::fabs(shardsim::round_to_f64(Mp(fd - dw[p][i]))) <= 0x1p-100);
     }
   }
 }

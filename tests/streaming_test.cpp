@@ -2,7 +2,7 @@
 // (chunk numbers on boundaries, per-chunk input slices and layouts, the KV cache reset every
 // training step, per-chunk updates), the attention step's located errors and plan warning, and
 // the cache_raw_k fault surfacing at chunk 2. The streamed oracle itself (cache convention,
-// detached-cache gradient) is tested in attention_test.cpp.
+// detached-cache gradient) is tested in attention_stream_test.cpp.
 #include <sys/wait.h>
 #include <unistd.h>
 

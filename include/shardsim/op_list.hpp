@@ -25,15 +25,15 @@
 
 #include "shardsim/placement.hpp"
 
-#define SHARDSIM_OP_LIST(X)                       \
-  X(layer_norm, LayerNorm)                        \
-  X(rms_norm, RmsNorm)                            \
-  X(redistribute, Redistribute)                   \
-  X(linear, Linear)                               \
-  X(gelu, Gelu)                                   \
-  X(dropout, Dropout)                             \
-  X(add, Add)                                     \
-  X(mse_loss, MseLoss)                            \
+#define SHARDSIM_OP_LIST(X)     \
+  X(layer_norm, LayerNorm)      \
+  X(rms_norm, RmsNorm)          \
+  X(redistribute, Redistribute) \
+  X(linear, Linear)             \
+  X(gelu, Gelu)                 \
+  X(dropout, Dropout)           \
+  X(add, Add)                   \
+  X(mse_loss, MseLoss)          \
   X(sliding_window_attention, SlidingWindowAttention)
 
 namespace shardsim {
@@ -135,7 +135,7 @@ struct SlidingWindowAttentionArgs {
   std::int64_t head_dim = 2;
   std::optional<std::int64_t> window;  // none: plain causal
   double rope_theta = 10000.0;
-  std::string rope = "rotate_half";  // rotate_half | interleaved
+  std::string rope = "rotate_half";   // rotate_half | interleaved
   std::string cp_mode = "allgather";  // allgather | ring | ulysses
 };
 

@@ -1,4 +1,5 @@
-// The Mp instantiation of RoPE, in its own translation unit (invariant 6, README "Invariants").
+// The Mp instantiation of RoPE, in its own translation unit: only it pulls in
+// Boost.Multiprecision and MPFR, and float/double builds of the kernels do not wait on it.
 #include "shardsim/mp.hpp"
 #include "shardsim/ops/rope-inl.hpp"
 

@@ -159,8 +159,7 @@ class ScenarioRun {
       if (bytes.empty()) continue;
       for (std::size_t r = 0; r < bytes.size(); ++r) memory.per_rank[r] += bytes[r];
       const StepSpec& spec = scenario_.steps[i];
-      memory.steps.push_back(
-          {spec.index, std::string(spec.op()), spec.output(), std::move(bytes)});
+      memory.steps.push_back({spec.index, std::string(spec.op()), spec.output(), std::move(bytes)});
     }
     sink_.on_activation_memory(memory);
   }
@@ -219,7 +218,7 @@ class ScenarioRun {
   int step_ = 1;
   int chunk_ = 1;
   std::vector<std::unique_ptr<StepOp<T>>> ops_;
-  std::set<std::string> pinned_;  // never released: declared tensors, parameter gradients
+  std::set<std::string> pinned_;            // never released: declared tensors, parameter gradients
   std::map<std::string, Tensor<T>> whole_;  // streamed inputs, whole
   std::vector<std::int64_t> chunk_lengths_{0};
 };

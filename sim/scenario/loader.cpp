@@ -14,12 +14,13 @@ MeshSpec Loader::mesh(const toml::table& t) const {
   const toml::node* ranks = t.get("ranks");
   if (!ranks) fail(t, "mesh", "missing required key 'ranks'");
   const std::int64_t n = integer(*ranks, "mesh.ranks");
-  if (n < 1 || n > 4096) fail(*ranks, "mesh.ranks", "ranks must be in [1, 4096], got " +
-                                                         std::to_string(n));
+  if (n < 1 || n > 4096)
+    fail(*ranks, "mesh.ranks", "ranks must be in [1, 4096], got " + std::to_string(n));
   mesh.ranks = static_cast<int>(n);
   if (const toml::node* order = t.get("reduce_order")) {
-    mesh.reduce_order = wrap(*order, "mesh.reduce_order",
-                             [&] { return parse_reduce_order(string(*order, "mesh.reduce_order")); });
+    mesh.reduce_order = wrap(*order, "mesh.reduce_order", [&] {
+      return parse_reduce_order(string(*order, "mesh.reduce_order"));
+    });
   }
   if (const toml::node* schedule = t.get("schedule")) {
     mesh.schedule = wrap(*schedule, "mesh.schedule",
@@ -62,7 +63,8 @@ InitSpec Loader::init(const toml::node& node, const std::string& path, std::uint
   return spec;
 }
 
-TensorSpec Loader::tensor(const toml::node& node, const std::string& path, std::uint64_t scenario_seed) {
+TensorSpec Loader::tensor(const toml::node& node, const std::string& path,
+                          std::uint64_t scenario_seed) {
   const toml::table& t = table(node, path);
   check_keys(t, path, {"name", "axes", "shape", "role", "init", "placement"});
   TensorSpec spec;
@@ -97,8 +99,8 @@ TensorSpec Loader::tensor(const toml::node& node, const std::string& path, std::
     extents.push_back(extent);
   }
   if (!checked_numel(extents)) {
-    fail(*t.get("shape"), path + ".shape", "element count of " + Shape(named).str() +
-                                               " overflows a 64-bit integer");
+    fail(*t.get("shape"), path + ".shape",
+         "element count of " + Shape(named).str() + " overflows a 64-bit integer");
   }
   spec.shape = Shape(std::move(named));
   if (const toml::node* role = t.get("role")) {
@@ -192,7 +194,8 @@ void Loader::steps(const toml::table& root, Scenario& s,
     }
   }
   for (const auto& [name, state] : defined) s.layouts[name] = {state.shape, state.placement};
-  if (s.steps.empty()) throw InputError(located(file_, {}, "steps", "needs at least one [[steps]]"));
+  if (s.steps.empty())
+    throw InputError(located(file_, {}, "steps", "needs at least one [[steps]]"));
 }
 
 // train_steps, learning_rate and [tolerance].
@@ -231,10 +234,9 @@ Scenario parse_scenario(std::string text, const std::string& file) {
   try {
     root = toml::parse(text, file);
   } catch (const toml::parse_error& e) {
-    throw InputError(located(file,
-                             {static_cast<int>(e.source().begin.line),
-                              static_cast<int>(e.source().begin.column)},
-                             "", "malformed TOML: " + std::string(e.description())));
+    throw InputError(located(
+        file, {static_cast<int>(e.source().begin.line), static_cast<int>(e.source().begin.column)},
+        "", "malformed TOML: " + std::string(e.description())));
   }
   Loader load(file);
   load.check_keys(root, "",
@@ -267,8 +269,6 @@ Scenario parse_scenario(std::string text, const std::string& file) {
   return s;
 }
 
-Scenario load_scenario(const std::string& path) {
-  return parse_scenario(read_file(path), path);
-}
+Scenario load_scenario(const std::string& path) { return parse_scenario(read_file(path), path); }
 
 }  // namespace shardsim

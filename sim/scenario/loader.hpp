@@ -28,8 +28,7 @@ class Loader : public TomlReader {
 
   // One step parameter's raw value, checked against its schema row: type, choices, bounds, and
   // for a placement its syntax.
-  StepValue param(const toml::node& value, const std::string& key_path,
-                  const ParamSchema& p) const;
+  StepValue param(const toml::node& value, const std::string& key_path, const ParamSchema& p) const;
 
   template <typename Text>
   void check_bounds(const toml::node& value, const std::string& key_path, const ParamSchema& p,

@@ -19,8 +19,8 @@ StepSpec Loader::step(const toml::node& node, int index) const {
   if (!kind) {
     const std::vector<std::string> op_names(std::begin(kOpNames), std::end(kOpNames));
     const std::string hint = nearest(op_text, op_names);
-    fail(*op, path + ".op", "unknown op '" + op_text + "'" +
-                                (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
+    fail(*op, path + ".op",
+         "unknown op '" + op_text + "'" + (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
   }
   spec.kind = *kind;
   const OpEntry& entry = find_op_entry(spec.kind);
@@ -42,7 +42,7 @@ StepSpec Loader::step(const toml::node& node, int index) const {
 // One step parameter's raw value, checked against its schema row: type, choices, bounds, and
 // for a placement its syntax.
 StepValue Loader::param(const toml::node& value, const std::string& key_path,
-                const ParamSchema& p) const {
+                        const ParamSchema& p) const {
   StepValue v{{}, loc_of(value)};
   switch (p.type) {
     case ParamType::tensor:
@@ -122,8 +122,8 @@ StreamSpec Loader::stream(const toml::table& t, const Scenario& s) const {
     streamed = true;
     if (tensor.shape.extent(spec.axis) != total) {
       fail(*chunks, "stream.chunks",
-           "chunk lengths sum to " + std::to_string(total) + " but tensor '" + tensor.name +
-               "' " + tensor.shape.str() + " has " + spec.axis + "=" +
+           "chunk lengths sum to " + std::to_string(total) + " but tensor '" + tensor.name + "' " +
+               tensor.shape.str() + " has " + spec.axis + "=" +
                std::to_string(tensor.shape.extent(spec.axis)));
     }
   }
@@ -167,8 +167,7 @@ Fault Loader::fault(const toml::node& node, const std::string& path, const Scena
     }
     ops += (ops.empty() ? "" : ", ") + std::string(op_name(op));
   }
-  fail(node, path,
-       "fault '" + name + "' applies to " + ops + ", which this scenario does not use");
+  fail(node, path, "fault '" + name + "' applies to " + ops + ", which this scenario does not use");
 }
 
 Expectation Loader::expect(const toml::table& t) const {

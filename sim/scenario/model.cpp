@@ -9,9 +9,12 @@ namespace shardsim {
 
 std::string_view role_name(TensorRole role) {
   switch (role) {
-    case TensorRole::input: return "input";
-    case TensorRole::parameter: return "parameter";
-    case TensorRole::target: return "target";
+    case TensorRole::input:
+      return "input";
+    case TensorRole::parameter:
+      return "parameter";
+    case TensorRole::target:
+      return "target";
   }
   return "?";
 }
@@ -67,8 +70,8 @@ std::string nearest(std::string_view word, const std::vector<std::string>& candi
       prev.swap(row);
       row[0] = i;
       for (std::size_t j = 1; j <= candidate.size(); ++j) {
-        row[j] = std::min({prev[j] + 1, row[j - 1] + 1,
-                           prev[j - 1] + (word[i - 1] == candidate[j - 1] ? 0 : 1)});
+        row[j] = std::min(
+            {prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (word[i - 1] == candidate[j - 1] ? 0 : 1)});
         if (i > 1 && j > 1 && word[i - 1] == candidate[j - 2] && word[i - 2] == candidate[j - 1]) {
           row[j] = std::min(row[j], before[j - 2] + 1);
         }
@@ -106,8 +109,8 @@ void StepContext::define(const StepSpec& step, const std::string& key, TensorSta
 void StepContext::fail(const StepSpec& step, const std::string& key, const std::string& message) {
   auto it = step.params.find(key);
   const SourceLoc loc = it != step.params.end() ? it->second.loc : step.loc;
-  throw InputError(located(file_, loc, "steps[" + std::to_string(step.index) + "]." + key,
-                           message));
+  throw InputError(
+      located(file_, loc, "steps[" + std::to_string(step.index) + "]." + key, message));
 }
 
 }  // namespace shardsim

@@ -2,11 +2,12 @@
 // becomes one InputError "file:line:col: key.path: message".
 #pragma once
 
+#include <toml++/toml.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <toml++/toml.h>
 #include <vector>
 
 #include "shardsim/error.hpp"
@@ -25,8 +26,7 @@ inline std::string format_number(double x) {
 }
 
 inline SourceLoc loc_of(const toml::node& node) {
-  return {static_cast<int>(node.source().begin.line),
-          static_cast<int>(node.source().begin.column)};
+  return {static_cast<int>(node.source().begin.line), static_cast<int>(node.source().begin.column)};
 }
 
 // Walks a parsed TOML document, turning every problem into a located InputError.
@@ -47,11 +47,11 @@ class TomlReader {
       const std::string name(key.str());
       if (std::find(allowed.begin(), allowed.end(), name) != allowed.end()) continue;
       const std::string hint = nearest(name, allowed);
-      throw InputError(located(file_, {static_cast<int>(key.source().begin.line),
-                                       static_cast<int>(key.source().begin.column)},
-                               path.empty() ? name : path + "." + name,
-                               "unknown key '" + name + "'" +
-                                   (hint.empty() ? "" : " (did you mean '" + hint + "'?)")));
+      throw InputError(located(
+          file_,
+          {static_cast<int>(key.source().begin.line), static_cast<int>(key.source().begin.column)},
+          path.empty() ? name : path + "." + name,
+          "unknown key '" + name + "'" + (hint.empty() ? "" : " (did you mean '" + hint + "'?)")));
     }
   }
 
@@ -78,13 +78,20 @@ class TomlReader {
 
   static std::string type_name(const toml::node& node) {
     switch (node.type()) {
-      case toml::node_type::string: return "a string";
-      case toml::node_type::integer: return "an integer";
-      case toml::node_type::floating_point: return "a float";
-      case toml::node_type::boolean: return "a boolean";
-      case toml::node_type::array: return "an array";
-      case toml::node_type::table: return "a table";
-      default: return "a date/time";
+      case toml::node_type::string:
+        return "a string";
+      case toml::node_type::integer:
+        return "an integer";
+      case toml::node_type::floating_point:
+        return "a float";
+      case toml::node_type::boolean:
+        return "a boolean";
+      case toml::node_type::array:
+        return "an array";
+      case toml::node_type::table:
+        return "a table";
+      default:
+        return "a date/time";
     }
   }
 

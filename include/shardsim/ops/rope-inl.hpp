@@ -10,45 +10,47 @@ namespace shardsim {
 
 namespace detail {
 
-// Visits every (token, plane) of x: rotate(at_a, at_b, c, s) with the flat indices of the pair
-// and the rotation's cosine and sine for that token's position.
+// Visits every (token, plane) of x: rotate(at_a, at_b, cosine, sine) with the flat indices of
+// the plane's pair and the rotation's cosine and sine for that token's position.
 template <typename T, typename Rotate>
 void for_each_rope_pair(const Shape& shape, const std::vector<std::int64_t>& positions,
                         const RopeParams& params, Rotate rotate) {
   using std::cos;
   using std::pow;
   using std::sin;
-  const AxisView pos = AxisView::of(shape, params.pos_axis);
-  const AxisView dim = AxisView::of(shape, params.dim_axis);
+  const AxisView pos = AxisView::of(shape, params.pos_axis);  // outer x positions x inner
+  const AxisView dim = AxisView::of(shape, params.dim_axis);  // dim.inner: stride of head_dim
   SHARDSIM_ASSERT(static_cast<std::int64_t>(positions.size()) == pos.extent,
                   "rope needs one position per index of the position axis");
   SHARDSIM_ASSERT(dim.extent % 2 == 0, "rope needs an even head_dim");
   SHARDSIM_ASSERT(dim.inner <= pos.inner, "rope needs head_dim inside the position axis");
   const std::int64_t planes = dim.extent / 2;
   // inv_freq_i = theta^(-2i / D), once per plane.
-  std::vector<T> inv_freq;
+  std::vector<T> inv_freq;  // (planes)
   for (std::int64_t i = 0; i < planes; ++i) {
     inv_freq.push_back(pow(T(params.theta), T(-2 * i) / T(dim.extent)));
   }
   // pos.inner = (the axes inside pos) = (head, head_dim) in some order: one vector per value of
   // the axes other than head_dim, at stride dim.inner.
-  for (std::int64_t o = 0; o < pos.outer; ++o) {
+  std::vector<T> cosines;  // (planes), for the current position
+  std::vector<T> sines;    // (planes)
+  for (std::int64_t outer = 0; outer < pos.outer; ++outer) {
     for (std::int64_t p = 0; p < pos.extent; ++p) {
       const T position = T(positions[static_cast<std::size_t>(p)]);
-      const std::int64_t row = pos.flat(o, p, 0);
-      std::vector<T> cosines;
-      std::vector<T> sines;
+      const std::int64_t row = pos.flat(outer, p, 0);
+      cosines.clear();
+      sines.clear();
       for (std::int64_t i = 0; i < planes; ++i) {
         const T angle = position * inv_freq[static_cast<std::size_t>(i)];
         cosines.push_back(cos(angle));
         sines.push_back(sin(angle));
       }
-      for (std::int64_t j = 0; j < pos.inner; ++j) {
-        // j enumerates the inner elements; the ones at head_dim index 0 start a vector.
-        if ((j / dim.inner) % dim.extent != 0) continue;
+      for (std::int64_t inner = 0; inner < pos.inner; ++inner) {
+        // Every inner element is visited; those at head_dim index 0 start a vector.
+        if ((inner / dim.inner) % dim.extent != 0) continue;
         for (std::int64_t i = 0; i < planes; ++i) {
           const RopePair pair = rope_pair(params.convention, dim.extent, i);
-          rotate(row + j + pair.a * dim.inner, row + j + pair.b * dim.inner,
+          rotate(row + inner + pair.a * dim.inner, row + inner + pair.b * dim.inner,
                  cosines[static_cast<std::size_t>(i)], sines[static_cast<std::size_t>(i)]);
         }
       }
@@ -62,22 +64,24 @@ template <typename T>
 void rope_forward(const Tensor<T>& x, const std::vector<std::int64_t>& positions,
                   const RopeParams& params, Tensor<T>& y) {
   y = Tensor<T>(x.shape());
-  detail::for_each_rope_pair<T>(x.shape(), positions, params,
-                                [&](std::int64_t a, std::int64_t b, const T& c, const T& s) {
-                                  y[a] = x[a] * c - x[b] * s;
-                                  y[b] = x[b] * c + x[a] * s;
-                                });
+  detail::for_each_rope_pair<T>(
+      x.shape(), positions, params,
+      [&](std::int64_t at_a, std::int64_t at_b, const T& cosine, const T& sine) {
+        y[at_a] = x[at_a] * cosine - x[at_b] * sine;
+        y[at_b] = x[at_b] * cosine + x[at_a] * sine;
+      });
 }
 
 template <typename T>
 void rope_backward(const Tensor<T>& dy, const std::vector<std::int64_t>& positions,
                    const RopeParams& params, Tensor<T>& dx) {
   dx = Tensor<T>(dy.shape());
-  detail::for_each_rope_pair<T>(dy.shape(), positions, params,
-                                [&](std::int64_t a, std::int64_t b, const T& c, const T& s) {
-                                  dx[a] = dy[a] * c + dy[b] * s;
-                                  dx[b] = dy[b] * c - dy[a] * s;
-                                });
+  detail::for_each_rope_pair<T>(
+      dy.shape(), positions, params,
+      [&](std::int64_t at_a, std::int64_t at_b, const T& cosine, const T& sine) {
+        dx[at_a] = dy[at_a] * cosine + dy[at_b] * sine;
+        dx[at_b] = dy[at_b] * cosine - dy[at_a] * sine;
+      });
 }
 
 }  // namespace shardsim

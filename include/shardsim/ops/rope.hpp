@@ -14,7 +14,7 @@
 //   rotate_half  (GPT-NeoX, HF Llama)  plane i rotates (i, i + D/2)
 //   interleaved  (GPT-J, Meta Llama)   plane i rotates (2i, 2i + 1)
 // The map is elementwise per token: a shard can rotate its own tokens with their own absolute
-// positions and the result is bitwise what rotating the whole tensor gives (invariant 5, README "Invariants").
+// positions and the result is bitwise what rotating the whole tensor gives (the plans claim it).
 // Position 0 is the identity bit for bit (c = 1, s = 0).
 #pragma once
 

@@ -1,5 +1,5 @@
-// The Mp instantiation of the streamed attention oracle, in its own translation unit (DESIGN.md
-// invariant 6).
+// The Mp instantiation of the streamed attention oracle, in its own translation unit: only it pulls
+// in Boost.Multiprecision and MPFR, and float/double builds of the kernels do not wait on it.
 #include "shardsim/mp.hpp"
 #include "shardsim/ops/attention/stream-inl.hpp"
 

@@ -18,8 +18,8 @@ class AddStep final : public StepOp<T> {
     Tensor<T> y;
     add_forward(env.dense_at(args_.input), env.dense_at(args_.residual), y);
     env.dense[output] = std::move(y);
-    env.sharded[output] = add_sharded(env.world, env.sharded_at(args_.input),
-                                      env.sharded_at(args_.residual), output);
+    env.sharded[output] =
+        add_sharded(env.world, env.sharded_at(args_.input), env.sharded_at(args_.residual), output);
   }
 
   void backward(StepEnv<T>& env) override {

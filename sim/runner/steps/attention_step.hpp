@@ -35,38 +35,36 @@ class SlidingWindowAttentionStep final : public StepOp<T> {
   void forward(StepEnv<T>& env) override {
     const std::string& output = config_.name;
     stream_attention_forward(env.dense_at(args_.input), env.dense_at(args_.wq),
-                             env.dense_at(args_.wk), env.dense_at(args_.wv),
-                             env.dense_at(args_.wo), config_.params, dense_cache_, acts_);
-    auto store = [&](const char* suffix, const Tensor<T>& value) {
-      env.dense[config_.tensor(suffix)] = value;
+                             env.dense_at(args_.wk), env.dense_at(args_.wv), env.dense_at(args_.wo),
+                             config_.params, dense_cache_, acts_);
+    auto store = [&](AttentionPart part, const Tensor<T>& value) {
+      env.dense[config_.part(part)] = value;
     };
-    store("q", acts_.q);
-    store("k", acts_.k);
-    store("v", acts_.v);
-    store("q_rot", acts_.q_rot);
+    store(AttentionPart::q, acts_.q);
+    store(AttentionPart::k, acts_.k);
+    store(AttentionPart::v, acts_.v);
+    store(AttentionPart::q_rot, acts_.q_rot);
     if (acts_.cache_length > 0) {
-      store("cache_k", acts_.cache_k);
-      store("cache_v", acts_.cache_v);
+      store(AttentionPart::cache_k, acts_.cache_k);
+      store(AttentionPart::cache_v, acts_.cache_v);
     }
-    store("k_cat", acts_.k_cat);
-    store("k_all", acts_.k_all);
-    store("v_all", acts_.v_all);
-    store("lse", acts_.core.lse);
-    store("attn", acts_.attn);
+    store(AttentionPart::k_cat, acts_.k_cat);
+    store(AttentionPart::k_all, acts_.k_all);
+    store(AttentionPart::v_all, acts_.v_all);
+    store(AttentionPart::lse, acts_.core.lse);
+    store(AttentionPart::attn, acts_.attn);
     env.dense[output] = acts_.y;
 
     env.sharded[output] = cp_attention_forward(
-        env.world, env.sharded_at(args_.input), env.sharded_at(args_.wq),
-        env.sharded_at(args_.wk), env.sharded_at(args_.wv),
-        env.sharded_at(args_.wo), config_, sharded_cache_, saved_);
+        env.world, env.sharded_at(args_.input), env.sharded_at(args_.wq), env.sharded_at(args_.wk),
+        env.sharded_at(args_.wv), env.sharded_at(args_.wo), config_, sharded_cache_, saved_);
   }
 
   void backward(StepEnv<T>& env) override {
     const std::string& output = config_.name;
     if (!env.has_grad(output)) return;
     const std::string& input = args_.input;
-    const std::string names[4] = {args_.wq, args_.wk, args_.wv,
-                                  args_.wo};
+    const std::string names[4] = {args_.wq, args_.wk, args_.wv, args_.wo};
 
     // Dense oracle.
     Tensor<T> dw[4];
@@ -76,17 +74,17 @@ class SlidingWindowAttentionStep final : public StepOp<T> {
                               env.dense_at(names[0]), env.dense_at(names[1]),
                               env.dense_at(names[2]), env.dense_at(names[3]), acts_, config_.params,
                               g, dw[0], dw[1], dw[2], dw[3]);
-    auto store = [&](const char* suffix, Tensor<T> value) {
-      env.dense[grad_name(config_.tensor(suffix))] = std::move(value);
+    auto store = [&](AttentionPart part, Tensor<T> value) {
+      env.dense[config_.part_grad(part)] = std::move(value);
     };
-    store("attn", g.attn);
-    store("q_rot", g.q_rot);
-    store("k_all", g.k_all);
-    store("v_all", g.v_all);
-    store("q", g.q);
-    store("k_cat", g.k_cat);
-    store("k", g.k);
-    store("v", g.v);
+    store(AttentionPart::attn, g.attn);
+    store(AttentionPart::q_rot, g.q_rot);
+    store(AttentionPart::k_all, g.k_all);
+    store(AttentionPart::v_all, g.v_all);
+    store(AttentionPart::q, g.q);
+    store(AttentionPart::k_cat, g.k_cat);
+    store(AttentionPart::k, g.k);
+    store(AttentionPart::v, g.v);
 
     // Sharded plan.
     CpAttentionGrads<T> sg =
@@ -96,9 +94,9 @@ class SlidingWindowAttentionStep final : public StepOp<T> {
 
     // Replicate gradients, computed on every rank by the dense arithmetic from the recorded
     // activation gradients: exact exactly while those match the oracle bitwise.
-    const std::string dq = grad_name(config_.tensor("q"));
-    const std::string dk = grad_name(config_.tensor("k"));
-    const std::string dv = grad_name(config_.tensor("v"));
+    const std::string dq = config_.part_grad(AttentionPart::q);
+    const std::string dk = config_.part_grad(AttentionPart::k);
+    const std::string dv = config_.part_grad(AttentionPart::v);
     const std::string op = backward_label(OpKind::sliding_window_attention);
     env.add_grad(names[0], std::move(dw[0]), std::move(sg.wq),
                  {.op = op, .exact = true, .inputs = {dq, input}});
@@ -107,7 +105,9 @@ class SlidingWindowAttentionStep final : public StepOp<T> {
     env.add_grad(names[2], std::move(dw[2]), std::move(sg.wv),
                  {.op = op, .exact = true, .inputs = {dv, input}});
     env.add_grad(names[3], std::move(dw[3]), std::move(sg.wo),
-                 {.op = op, .exact = true, .inputs = {grad_name(output), config_.tensor("attn")}});
+                 {.op = op,
+                  .exact = true,
+                  .inputs = {grad_name(output), config_.part(AttentionPart::attn)}});
     env.add_grad(input, std::move(g.x), std::move(sg.x),
                  {.op = op, .exact = true, .inputs = {dq, dk, dv, names[0], names[1], names[2]}});
   }

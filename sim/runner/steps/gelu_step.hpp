@@ -21,8 +21,7 @@ class GeluStep final : public StepOp<T> {
     Tensor<T> y;
     gelu_forward(env.dense_at(args_.input), params_, y);
     env.dense[output] = std::move(y);
-    env.sharded[output] = gelu_sharded(env.world, env.sharded_at(args_.input), params_,
-                                       output);
+    env.sharded[output] = gelu_sharded(env.world, env.sharded_at(args_.input), params_, output);
   }
 
   void backward(StepEnv<T>& env) override {
@@ -38,7 +37,8 @@ class GeluStep final : public StepOp<T> {
         align_grad(env.world, held, elementwise_grad_target(x.placement, held.placement));
     DistTensor<T> sdx = gelu_backward_sharded(env.world, dy, x, params_, grad_name(input));
     env.add_grad(input, std::move(dx), std::move(sdx),
-                 {.op = backward_label(OpKind::gelu), .exact = !dy.placement.is_partial(),
+                 {.op = backward_label(OpKind::gelu),
+                  .exact = !dy.placement.is_partial(),
                   .inputs = {input, dy.name}});
   }
 

@@ -44,9 +44,9 @@ class LayerNormStep final : public StepOp<T> {
     const DistTensor<T>& sx = env.sharded_at(input);
     hidden_ = sx.placement.is_shard() && sx.placement.axis == params_.axis;
     if (!hidden_) {
-      env.sharded[output] = layer_norm_row_sharded(env.world, sx, env.sharded_opt(args_.weight),
-                                                   env.sharded_opt(args_.bias), params_, output,
-                                                   row_saved_, faults_);
+      env.sharded[output] =
+          layer_norm_row_sharded(env.world, sx, env.sharded_opt(args_.weight),
+                                 env.sharded_opt(args_.bias), params_, output, row_saved_, faults_);
       return;
     }
     if (stats_ == HiddenStats::sum_sumsq) {
@@ -127,12 +127,14 @@ class LayerNormStep final : public StepOp<T> {
                    {.op = backward_label(OpKind::layer_norm), .inputs = inputs});
     }
     if (has_bias) {
-      env.add_grad(
-          bias, std::move(db), std::move(grads.dbias),
-          {.op = backward_label(OpKind::layer_norm), .exact = dbias_exact, .inputs = {grad_name(output)}});
+      env.add_grad(bias, std::move(db), std::move(grads.dbias),
+                   {.op = backward_label(OpKind::layer_norm),
+                    .exact = dbias_exact,
+                    .inputs = {grad_name(output)}});
     }
-    env.add_grad(input, std::move(dx), std::move(grads.dx),
-                 {.op = backward_label(OpKind::layer_norm), .exact = dx_exact, .inputs = dx_inputs});
+    env.add_grad(
+        input, std::move(dx), std::move(grads.dx),
+        {.op = backward_label(OpKind::layer_norm), .exact = dx_exact, .inputs = dx_inputs});
   }
 
   // Backward works from x, the saved statistics and grad(OUT): OUT itself may be released first.

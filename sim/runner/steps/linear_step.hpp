@@ -19,14 +19,12 @@ class LinearStep final : public StepOp<T> {
     params_.out_axis = weight.shape()[0].name;  // the convention: W is (out, in)
     params_.in_axis = weight.shape()[1].name;
     Tensor<T> y;
-    linear_forward(env.dense_at(args_.input), weight, env.dense_opt(args_.bias),
-                   params_, y);
+    linear_forward(env.dense_at(args_.input), weight, env.dense_opt(args_.bias), params_, y);
     env.dense[output] = std::move(y);
 
     env.sharded[output] =
-        linear_sharded(env.world, env.sharded_at(args_.input),
-                       env.sharded_at(args_.weight), env.sharded_opt(args_.bias),
-                       params_, output);
+        linear_sharded(env.world, env.sharded_at(args_.input), env.sharded_at(args_.weight),
+                       env.sharded_opt(args_.bias), params_, output);
   }
 
   void backward(StepEnv<T>& env) override {
@@ -47,19 +45,21 @@ class LinearStep final : public StepOp<T> {
 
     // Sharded.
     LinearShardedGrads<T> grads = linear_backward_sharded(
-        env.world, env.sharded_at(grad_name(output)), env.sharded_at(input),
-        env.sharded_at(weight), env.sharded_opt(args_.bias), params_, grad_name(input),
-        grad_name(weight), grad_name(bias));
+        env.world, env.sharded_at(grad_name(output)), env.sharded_at(input), env.sharded_at(weight),
+        env.sharded_opt(args_.bias), params_, grad_name(input), grad_name(weight), grad_name(bias));
     env.add_grad(weight, std::move(dw), std::move(grads.dweight),
-                 {.op = backward_label(OpKind::linear), .exact = grads.dweight_exact,
+                 {.op = backward_label(OpKind::linear),
+                  .exact = grads.dweight_exact,
                   .inputs = {input, grads.dy_name}});
     if (has_bias) {
       env.add_grad(bias, std::move(db), std::move(grads.dbias),
-                   {.op = backward_label(OpKind::linear), .exact = grads.dbias_exact,
+                   {.op = backward_label(OpKind::linear),
+                    .exact = grads.dbias_exact,
                     .inputs = {grads.dy_name}});
     }
     env.add_grad(input, std::move(dx), std::move(grads.dx),
-                 {.op = backward_label(OpKind::linear), .exact = grads.dx_exact,
+                 {.op = backward_label(OpKind::linear),
+                  .exact = grads.dx_exact,
                   .inputs = {weight, grads.dy_name}});
   }
 

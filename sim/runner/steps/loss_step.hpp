@@ -34,19 +34,19 @@ class MseLossStep final : public StepOp<T> {
     env.dense[output + ".valid_tokens"] = Tensor<T>(Shape(), {dense_count_});
     env.dense[output] = Tensor<T>(Shape(), {T(sum / dense_count_)});
 
-    env.sharded[output] = masked_mse_sharded(env.world, env.sharded_at(args_.input),
-                                             env.sharded_at(args_.target), params_, faults_,
-                                             output, saved_);
+    env.sharded[output] =
+        masked_mse_sharded(env.world, env.sharded_at(args_.input), env.sharded_at(args_.target),
+                           params_, faults_, output, saved_);
   }
 
   void backward(StepEnv<T>& env) override {
     const std::string& input = args_.input;
     Tensor<T> dy;
-    masked_mse_backward(env.dense_at(input), env.dense_at(args_.target), params_,
-                        LocalFrame{}, dense_count_, dy);
-    DistTensor<T> sdy = masked_mse_backward_sharded(env.world, env.sharded_at(input),
-                                                    env.sharded_at(args_.target), params_,
-                                                    faults_, saved_, grad_name(input));
+    masked_mse_backward(env.dense_at(input), env.dense_at(args_.target), params_, LocalFrame{},
+                        dense_count_, dy);
+    DistTensor<T> sdy =
+        masked_mse_backward_sharded(env.world, env.sharded_at(input), env.sharded_at(args_.target),
+                                    params_, faults_, saved_, grad_name(input));
     env.add_grad(input, std::move(dy), std::move(sdy),
                  {.op = backward_label(OpKind::mse_loss), .exact = true, .inputs = {input}});
   }

@@ -33,8 +33,8 @@ class RedistributeStep final : public StepOp<T> {
         {.tensor = output, .exact = !input.placement.is_partial(), .inputs = {input.name}});
     moved.name = output;
     if (input.placement == to) {
-      env.world.compare_boundary({.op = "identity", .tensor = output, .exact = true, .inputs = {input.name}},
-                       moved);
+      env.world.compare_boundary(
+          {.op = "identity", .tensor = output, .exact = true, .inputs = {input.name}}, moved);
     }
     env.sharded[output] = std::move(moved);
   }
@@ -47,10 +47,11 @@ class RedistributeStep final : public StepOp<T> {
     const Placement& held = env.sharded_at(input).placement;
     const Placement back_to = held.is_partial() ? Placement::replicate() : held;
     const std::string moved_name = grad_name(input) + "@" + output;
-    DistTensor<T> moved = env.world.redistribute(
-        grad, back_to,
-        {.tensor = moved_name, .dense = grad_name(output),
-         .exact = !grad.placement.is_partial(), .inputs = {grad.name}});
+    DistTensor<T> moved = env.world.redistribute(grad, back_to,
+                                                 {.tensor = moved_name,
+                                                  .dense = grad_name(output),
+                                                  .exact = !grad.placement.is_partial(),
+                                                  .inputs = {grad.name}});
     // The claim rests on the moved value when a collective ran, else on the gradient itself.
     const std::string source = grad.placement == back_to ? grad.name : moved_name;
     env.add_grad(input, env.dense_at(grad_name(output)), std::move(moved),

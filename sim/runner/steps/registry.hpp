@@ -22,18 +22,23 @@ std::unique_ptr<StepOp<T>> make_step_op(const StepSpec& step, const Scenario& sc
   switch (step.kind) {
     case OpKind::layer_norm:
       return std::make_unique<LayerNormStep<T>>(step.as<LayerNormArgs>(), scenario);
-    case OpKind::rms_norm: return std::make_unique<RmsNormStep<T>>(step.as<RmsNormArgs>());
+    case OpKind::rms_norm:
+      return std::make_unique<RmsNormStep<T>>(step.as<RmsNormArgs>());
     case OpKind::redistribute:
       return std::make_unique<RedistributeStep<T>>(step.as<RedistributeArgs>());
-    case OpKind::linear: return std::make_unique<LinearStep<T>>(step.as<LinearArgs>());
-    case OpKind::gelu: return std::make_unique<GeluStep<T>>(step.as<GeluArgs>());
+    case OpKind::linear:
+      return std::make_unique<LinearStep<T>>(step.as<LinearArgs>());
+    case OpKind::gelu:
+      return std::make_unique<GeluStep<T>>(step.as<GeluArgs>());
     case OpKind::dropout:
       return std::make_unique<DropoutStep<T>>(step.as<DropoutArgs>(), step.index, scenario);
-    case OpKind::add: return std::make_unique<AddStep<T>>(step.as<AddArgs>());
-    case OpKind::mse_loss: return std::make_unique<MseLossStep<T>>(step.as<MseLossArgs>(), scenario);
+    case OpKind::add:
+      return std::make_unique<AddStep<T>>(step.as<AddArgs>());
+    case OpKind::mse_loss:
+      return std::make_unique<MseLossStep<T>>(step.as<MseLossArgs>(), scenario);
     case OpKind::sliding_window_attention:
-      return std::make_unique<SlidingWindowAttentionStep<T>>(
-          step.as<SlidingWindowAttentionArgs>(), scenario);
+      return std::make_unique<SlidingWindowAttentionStep<T>>(step.as<SlidingWindowAttentionArgs>(),
+                                                             scenario);
   }
   SHARDSIM_ASSERT(false, "a step whose kind is outside SHARDSIM_OP_LIST");
   return nullptr;

@@ -16,17 +16,19 @@ void attention_rules(const SlidingWindowAttentionArgs& args, const StepSpec& ste
   const std::vector<Axis>& axes = input.shape.axes();
   if (axes.size() != 3 || axes[0].name != "batch" || axes[1].name != "seq" ||
       axes[2].name != "hidden") {
-    ctx.fail(step, "input", std::string(step.op()) + " needs input axes [batch, seq, hidden]; '" +
-                                x_name + "' is " + input.shape.str());
+    ctx.fail(step, "input",
+             std::string(step.op()) + " needs input axes [batch, seq, hidden]; '" + x_name +
+                 "' is " + input.shape.str());
   }
   if (!input.placement.is_replicate()) {
     ctx.fail(step, "input",
-             "'" + x_name + "' must be Replicate over the cp group (queries are not sharded), not " +
+             "'" + x_name +
+                 "' must be Replicate over the cp group (queries are not sharded), not " +
                  input.placement.str());
   }
   if (args.head_dim % 2 != 0) {
-    ctx.fail(step, "head_dim", "RoPE rotates pairs: head_dim must be even, got " +
-                                   std::to_string(args.head_dim));
+    ctx.fail(step, "head_dim",
+             "RoPE rotates pairs: head_dim must be even, got " + std::to_string(args.head_dim));
   }
   const std::int64_t hidden = input.shape.extent("hidden");
   const Shape in_proj({{"hidden", hidden}, {"head", args.n_head}, {"head_dim", args.head_dim}});
@@ -67,8 +69,8 @@ void attention_plan_check(const SlidingWindowAttentionArgs& args, const StepSpec
     const std::int64_t window = *args.window;
     std::fprintf(stderr, "%s\n",
                  located(scenario.file, loc_of("window"), path + ".window",
-                         "warning: window = " + std::to_string(window) + " over cp_size = " +
-                             std::to_string(cp_size) + " ranks leaves about " +
+                         "warning: window = " + std::to_string(window) +
+                             " over cp_size = " + std::to_string(cp_size) + " ranks leaves about " +
                              std::to_string(window) + "/" + std::to_string(cp_size) +
                              " <= 1 key of a query's window per shard: valid, but unlikely to "
                              "pay for its communication")
@@ -93,15 +95,15 @@ OpEntry op_entry<OpKind::sliding_window_attention>() {
       .tensor("wo", &A::wo, "output projection, [head, head_dim, hidden]")
       .output("output", &A::output, "y = attn wo, [batch, seq, hidden], Replicate")
       .integer("n_head", &A::n_head, true, "number of heads", {.low = 1})
-      .integer("head_dim", &A::head_dim, true, "per-head width (even)", {.low = 2, .note = "(RoPE rotates pairs)"})
+      .integer("head_dim", &A::head_dim, true, "per-head width (even)",
+               {.low = 2, .note = "(RoPE rotates pairs)"})
       .integer("window", &A::window, false,
                "key j is visible to query i iff 0 <= pos(i) - pos(j) < window; omit for plain "
                "causal",
                {.low = 1, .note = "key (omit it for plain causal attention)"})
       .number("rope_theta", &A::rope_theta, false, "RoPE base theta (default 10000)",
               {.low = 0, .low_open = true})
-      .text("rope", &A::rope, "RoPE pairing (default rotate_half)",
-            {"rotate_half", "interleaved"})
+      .text("rope", &A::rope, "RoPE pairing (default rotate_half)", {"rotate_half", "interleaved"})
       .text("cp_mode", &A::cp_mode, "context-parallel plan (default allgather)",
             {"allgather", "ring", "ulysses"})
       .rules(attention_rules)

@@ -11,44 +11,46 @@ void mse_loss_rules(const MseLossArgs& args, const StepSpec& step, StepContext& 
   const TensorState& input = ctx.tensor(step, "input");
   const TensorState& target = ctx.tensor(step, "target");
   if (!(target.shape == input.shape)) {
-    ctx.fail(step, "target", "shape mismatch: '" + step.str("target") + "' is " +
-                                 target.shape.str() + " but '" + step.str("input") + "' is " +
-                                 input.shape.str());
+    ctx.fail(step, "target",
+             "shape mismatch: '" + step.str("target") + "' is " + target.shape.str() + " but '" +
+                 step.str("input") + "' is " + input.shape.str());
   }
   if (!(target.placement == input.placement)) {
-    ctx.fail(step, "target", "placement mismatch: '" + step.str("target") + "' is " +
-                                 target.placement.str() + " but '" + step.str("input") +
-                                 "' is " + input.placement.str());
+    ctx.fail(step, "target",
+             "placement mismatch: '" + step.str("target") + "' is " + target.placement.str() +
+                 " but '" + step.str("input") + "' is " + input.placement.str());
   }
   const std::string& batch = args.batch_axis;
   const std::string& seq = args.seq_axis;
   const std::string& feature = args.feature_axis;
-  for (const auto& [key, axis] : {std::pair{"batch_axis", batch}, {"seq_axis", seq},
-                                  {"feature_axis", feature}}) {
+  for (const auto& [key, axis] :
+       {std::pair{"batch_axis", batch}, {"seq_axis", seq}, {"feature_axis", feature}}) {
     if (!input.shape.has(axis)) {
-      ctx.fail(step, key, "axis '" + axis + "' is not an axis of '" + step.str("input") + "' " +
-                              input.shape.str());
+      ctx.fail(
+          step, key,
+          "axis '" + axis + "' is not an axis of '" + step.str("input") + "' " + input.shape.str());
     }
   }
   if (input.placement.is_partial() ||
       (input.placement.is_shard() && input.placement.axis != batch &&
        input.placement.axis != seq)) {
-    ctx.fail(step, "input", std::string(step.op()) + " needs whole tokens: Replicate or Shard(" + batch +
-                                ") or Shard(" + seq + "), not " + input.placement.str());
+    ctx.fail(step, "input",
+             std::string(step.op()) + " needs whole tokens: Replicate or Shard(" + batch +
+                 ") or Shard(" + seq + "), not " + input.placement.str());
   }
   if (args.valid_lengths) {
     const std::vector<std::int64_t>& lengths = *args.valid_lengths;
     const std::int64_t batch_size = input.shape.extent(batch);
     if (static_cast<std::int64_t>(lengths.size()) != batch_size) {
-      ctx.fail(step, "valid_lengths", "needs one length per batch element (" +
-                                          std::to_string(batch_size) + "), got " +
-                                          std::to_string(lengths.size()));
+      ctx.fail(step, "valid_lengths",
+               "needs one length per batch element (" + std::to_string(batch_size) + "), got " +
+                   std::to_string(lengths.size()));
     }
     std::int64_t total = 0;
     for (std::int64_t n : lengths) {
       if (n < 0 || n > input.shape.extent(seq)) {
-        ctx.fail(step, "valid_lengths", "each length must be in [0, " +
-                                            std::to_string(input.shape.extent(seq)) + "]");
+        ctx.fail(step, "valid_lengths",
+                 "each length must be in [0, " + std::to_string(input.shape.extent(seq)) + "]");
       }
       total += n;
     }

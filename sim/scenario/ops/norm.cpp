@@ -35,8 +35,9 @@ void norm_rules(const StepSpec& step, StepContext& ctx, const std::string& axis,
                    "\"welford\" or \"redistribute\"");
     }
     if (!hidden && stats) {
-      ctx.fail(step, "stats", "stats applies only to an input sharded on the normalized axis '" +
-                                  axis + "'; '" + x_name + "' is " + input.placement.str());
+      ctx.fail(step, "stats",
+               "stats applies only to an input sharded on the normalized axis '" + axis + "'; '" +
+                   x_name + "' is " + input.placement.str());
     }
     if (step.has("token_axis") && stats != "redistribute") {
       ctx.fail(step, "token_axis",

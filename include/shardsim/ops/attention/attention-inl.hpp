@@ -9,122 +9,141 @@ namespace shardsim {
 
 namespace detail {
 
-// Strides and extents of a (batch, POS, head, head_dim) tensor, found by axis name.
+// Extents and row-major strides of a (batch, POS, head, head_dim) tensor, found by axis name.
 struct HeadStrides {
-  std::int64_t batch = 0, positions = 0, heads = 0, dim = 0;
-  std::int64_t s_batch = 0, s_pos = 0, s_head = 0, s_dim = 0;
+  std::int64_t batch = 0, positions = 0, heads = 0, dim = 0;  // extents
+  std::int64_t batch_stride = 0, pos_stride = 0, head_stride = 0, dim_stride = 0;
 
   HeadStrides(const Shape& shape, std::string_view pos_axis)
       : batch(shape.extent("batch")),
         positions(shape.extent(pos_axis)),
         heads(shape.extent("head")),
         dim(shape.extent("head_dim")),
-        s_batch(stride_of(shape, "batch")),
-        s_pos(stride_of(shape, pos_axis)),
-        s_head(stride_of(shape, "head")),
-        s_dim(stride_of(shape, "head_dim")) {}
+        batch_stride(stride_of(shape, "batch")),
+        pos_stride(stride_of(shape, pos_axis)),
+        head_stride(stride_of(shape, "head")),
+        dim_stride(stride_of(shape, "head_dim")) {}
+  // The flat index of element (b, p, h, d).
   std::int64_t at(std::int64_t b, std::int64_t p, std::int64_t h, std::int64_t d) const {
-    return b * s_batch + p * s_pos + h * s_head + d * s_dim;
+    return b * batch_stride + p * pos_stride + h * head_stride + d * dim_stride;
   }
 };
 
-// Strides of a (batch, seq, head) row tensor.
+// Strides of a (batch, seq, head) row tensor (lse, max, sum).
 struct RowStrides {
-  std::int64_t s_batch = 0, s_seq = 0, s_head = 0;
+  std::int64_t batch_stride = 0, seq_stride = 0, head_stride = 0;
   explicit RowStrides(const Shape& shape)
-      : s_batch(stride_of(shape, "batch")),
-        s_seq(stride_of(shape, "seq")),
-        s_head(stride_of(shape, "head")) {}
+      : batch_stride(stride_of(shape, "batch")),
+        seq_stride(stride_of(shape, "seq")),
+        head_stride(stride_of(shape, "head")) {}
+  // The flat index of row (b, i, h).
   std::int64_t at(std::int64_t b, std::int64_t i, std::int64_t h) const {
-    return b * s_batch + i * s_seq + h * s_head;
+    return b * batch_stride + i * seq_stride + h * head_stride;
   }
 };
 
-// The scores s_j = (q_i . k_j) * scale of one query row against the allowed keys, ascending j.
-// Each dot product is one accumulator over d ascending; four keys are computed side by side
-// (independent accumulators, so the order of every sum is unchanged) to keep the FPU busy.
+// The scores s_j = (q_i . k_j) * scale of query row (b, h, i) against its allowed keys. Writes
+// `keys` (the allowed kv indices j, ascending) and `scores` (scores[n] is the score of key
+// keys[n]). Each dot product is one accumulator over d ascending; four keys are computed side by
+// side (independent accumulators, so the order of every sum is unchanged) to keep the FPU busy.
 template <typename T>
-void row_scores(const Tensor<T>& q, const HeadStrides& qv, const Tensor<T>& k,
-                const HeadStrides& kv, std::int64_t b, std::int64_t h, std::int64_t i,
+void row_scores(const Tensor<T>& q, const HeadStrides& q_layout, const Tensor<T>& k,
+                const HeadStrides& k_layout, std::int64_t b, std::int64_t h, std::int64_t i,
                 std::int64_t q_position, const std::vector<std::int64_t>& k_pos,
                 const AttentionParams& params, const T& scale, std::vector<std::int64_t>& keys,
                 std::vector<T>& scores) {
   keys.clear();
-  for (std::int64_t j = 0; j < kv.positions; ++j) {
+  for (std::int64_t j = 0; j < k_layout.positions; ++j) {
     if (attention_allowed(params, q_position, k_pos[static_cast<std::size_t>(j)]))
       keys.push_back(j);
   }
   scores.assign(keys.size(), T(0));
-  const T* qi = q.data() + qv.at(b, i, h, 0);
-  const std::int64_t qd = qv.s_dim, kd = kv.s_dim;
+  const T* query = q.data() + q_layout.at(b, i, h, 0);  // q_i, head_dim values at q_step
+  const std::int64_t q_step = q_layout.dim_stride, k_step = k_layout.dim_stride;
   std::size_t n = 0;
   for (; n + 4 <= keys.size(); n += 4) {
-    const T* k0 = k.data() + kv.at(b, keys[n], h, 0);
-    const T* k1 = k.data() + kv.at(b, keys[n + 1], h, 0);
-    const T* k2 = k.data() + kv.at(b, keys[n + 2], h, 0);
-    const T* k3 = k.data() + kv.at(b, keys[n + 3], h, 0);
-    T a0 = T(0), a1 = T(0), a2 = T(0), a3 = T(0);
-    for (std::int64_t d = 0; d < qv.dim; ++d) {
-      const T x = qi[d * qd];
-      a0 += x * k0[d * kd];
-      a1 += x * k1[d * kd];
-      a2 += x * k2[d * kd];
-      a3 += x * k3[d * kd];
+    const T* key0 = k.data() + k_layout.at(b, keys[n], h, 0);
+    const T* key1 = k.data() + k_layout.at(b, keys[n + 1], h, 0);
+    const T* key2 = k.data() + k_layout.at(b, keys[n + 2], h, 0);
+    const T* key3 = k.data() + k_layout.at(b, keys[n + 3], h, 0);
+    T dot0 = T(0), dot1 = T(0), dot2 = T(0), dot3 = T(0);
+    for (std::int64_t d = 0; d < q_layout.dim; ++d) {
+      const T q_d = query[d * q_step];
+      dot0 += q_d * key0[d * k_step];
+      dot1 += q_d * key1[d * k_step];
+      dot2 += q_d * key2[d * k_step];
+      dot3 += q_d * key3[d * k_step];
     }
-    scores[n] = a0 * scale;
-    scores[n + 1] = a1 * scale;
-    scores[n + 2] = a2 * scale;
-    scores[n + 3] = a3 * scale;
+    scores[n] = dot0 * scale;
+    scores[n + 1] = dot1 * scale;
+    scores[n + 2] = dot2 * scale;
+    scores[n + 3] = dot3 * scale;
   }
   for (; n < keys.size(); ++n) {
-    const T* kj = k.data() + kv.at(b, keys[n], h, 0);
+    const T* key = k.data() + k_layout.at(b, keys[n], h, 0);
     T dot = T(0);
-    for (std::int64_t d = 0; d < qv.dim; ++d) dot += qi[d * qd] * kj[d * kd];
+    for (std::int64_t d = 0; d < q_layout.dim; ++d) dot += query[d * q_step] * key[d * k_step];
     scores[n] = dot * scale;
   }
 }
 
-// The gradients of one query row (b, h, i) given p_n and ds_n over its allowed keys:
+// The gradients of query row (b, h, i) given p_n = probs[n] and ds_n = dscores[n] over its
+// allowed keys (key n is keys[n]):
 //   dq_i = (sum_n ds_n k_n) * scale     (n ascending; written, or added when accumulate_dq)
 //   dk_n += (ds_n q_i) * scale,  dv_n += p_n dout_i
 // Writing dq (not adding it to a zero) keeps the sign of a zero result.
 template <typename T>
-void row_gradients(const Tensor<T>& dout, const Tensor<T>& q, const HeadStrides& qv,
-                   const Tensor<T>& k, const HeadStrides& kv, std::int64_t b, std::int64_t h,
-                   std::int64_t i, const std::vector<std::int64_t>& keys, const std::vector<T>& p,
-                   const std::vector<T>& ds, const T& scale, bool accumulate_dq, Tensor<T>& dq,
-                   Tensor<T>& dk, Tensor<T>& dv) {
-  for (std::int64_t d = 0; d < qv.dim; ++d) {
-    T acc = T(0);
-    for (std::size_t n = 0; n < keys.size(); ++n) acc += ds[n] * k[kv.at(b, keys[n], h, d)];
+void row_gradients(const Tensor<T>& dout, const Tensor<T>& q, const HeadStrides& q_layout,
+                   const Tensor<T>& k, const HeadStrides& k_layout, std::int64_t b, std::int64_t h,
+                   std::int64_t i, const std::vector<std::int64_t>& keys,
+                   const std::vector<T>& probs, const std::vector<T>& dscores, const T& scale,
+                   bool accumulate_dq, Tensor<T>& dq, Tensor<T>& dk, Tensor<T>& dv) {
+  for (std::int64_t d = 0; d < q_layout.dim; ++d) {
+    T sum = T(0);
+    for (std::size_t n = 0; n < keys.size(); ++n) {
+      sum += dscores[n] * k[k_layout.at(b, keys[n], h, d)];
+    }
     if (accumulate_dq) {
-      dq[qv.at(b, i, h, d)] += acc * scale;
+      dq[q_layout.at(b, i, h, d)] += sum * scale;
     } else {
-      dq[qv.at(b, i, h, d)] = acc * scale;
+      dq[q_layout.at(b, i, h, d)] = sum * scale;
     }
   }
   for (std::size_t n = 0; n < keys.size(); ++n) {
-    for (std::int64_t d = 0; d < qv.dim; ++d) {
-      const std::int64_t at = kv.at(b, keys[n], h, d);
-      dk[at] += (ds[n] * q[qv.at(b, i, h, d)]) * scale;
-      dv[at] += p[n] * dout[qv.at(b, i, h, d)];
+    for (std::int64_t d = 0; d < q_layout.dim; ++d) {
+      const std::int64_t at = k_layout.at(b, keys[n], h, d);
+      dk[at] += (dscores[n] * q[q_layout.at(b, i, h, d)]) * scale;
+      dv[at] += probs[n] * dout[q_layout.at(b, i, h, d)];
     }
   }
+}
+
+// dp_n = dout_i . v_n for key n = keys[n] of query row (b, h, i), one accumulator over d
+// ascending.
+template <typename T>
+T row_value_gradient(const Tensor<T>& dout, const HeadStrides& q_layout, const Tensor<T>& v,
+                     const HeadStrides& k_layout, std::int64_t b, std::int64_t h, std::int64_t i,
+                     std::int64_t key) {
+  T dp = T(0);
+  for (std::int64_t d = 0; d < q_layout.dim; ++d) {
+    dp += dout[q_layout.at(b, i, h, d)] * v[k_layout.at(b, key, h, d)];
+  }
+  return dp;
 }
 
 template <typename T>
 void check_attention_shapes(const Tensor<T>& q, const std::vector<std::int64_t>& q_pos,
                             const Tensor<T>& k, const Tensor<T>& v,
                             const std::vector<std::int64_t>& k_pos) {
-  const Shape& qs = q.shape();
-  const Shape& ks = k.shape();
-  SHARDSIM_ASSERT(ks == v.shape(), "attention: k and v differ in shape");
-  SHARDSIM_ASSERT(qs.extent("batch") == ks.extent("batch") &&
-                      qs.extent("head") == ks.extent("head") &&
-                      qs.extent("head_dim") == ks.extent("head_dim"),
+  const Shape& q_shape = q.shape();
+  const Shape& k_shape = k.shape();
+  SHARDSIM_ASSERT(k_shape == v.shape(), "attention: k and v differ in shape");
+  SHARDSIM_ASSERT(q_shape.extent("batch") == k_shape.extent("batch") &&
+                      q_shape.extent("head") == k_shape.extent("head") &&
+                      q_shape.extent("head_dim") == k_shape.extent("head_dim"),
                   "attention: q and k differ in batch, head or head_dim");
-  SHARDSIM_ASSERT(static_cast<std::int64_t>(q_pos.size()) == qs.extent("seq") &&
-                      static_cast<std::int64_t>(k_pos.size()) == ks.extent("kv"),
+  SHARDSIM_ASSERT(static_cast<std::int64_t>(q_pos.size()) == q_shape.extent("seq") &&
+                      static_cast<std::int64_t>(k_pos.size()) == k_shape.extent("kv"),
                   "attention: one position per query and per key");
 }
 
@@ -139,51 +158,55 @@ void attention_forward(const Tensor<T>& q, const std::vector<std::int64_t>& q_po
   using std::log;
   using std::sqrt;
   detail::check_attention_shapes(q, q_pos, k, v, k_pos);
-  const detail::HeadStrides qv(q.shape(), "seq");
-  const detail::HeadStrides kv(k.shape(), "kv");
+  const detail::HeadStrides q_layout(q.shape(), "seq");
+  const detail::HeadStrides k_layout(k.shape(), "kv");
   out = Tensor<T>(q.shape());
-  const Shape rows = q.shape().without("head_dim");
+  const Shape rows = q.shape().without("head_dim");  // (batch, seq, head)
   saved.max = Tensor<T>(rows);
   saved.sum = Tensor<T>(rows);
   saved.lse = Tensor<T>(rows);
-  const detail::RowStrides rv(rows);
-  const T scale = T(1) / sqrt(T(qv.dim));
-  std::vector<std::int64_t> keys;
-  std::vector<T> e;
-  std::vector<T> acc;
-  for (std::int64_t b = 0; b < qv.batch; ++b) {
-    for (std::int64_t h = 0; h < qv.heads; ++h) {
-      for (std::int64_t i = 0; i < qv.positions; ++i) {
-        detail::row_scores(q, qv, k, kv, b, h, i, q_pos[static_cast<std::size_t>(i)], k_pos, params,
-                           scale, keys, e);
-        const std::int64_t row = rv.at(b, i, h);
+  const detail::RowStrides row_layout(rows);
+  const T scale = T(1) / sqrt(T(q_layout.dim));
+  std::vector<std::int64_t> keys;  // the allowed keys of the current row
+  std::vector<T> weights;          // per allowed key: s_n, then e_n = exp(s_n - m)
+  std::vector<T> weighted_sum;     // (head_dim): sum_n e_n v_n
+  for (std::int64_t b = 0; b < q_layout.batch; ++b) {
+    for (std::int64_t h = 0; h < q_layout.heads; ++h) {
+      for (std::int64_t i = 0; i < q_layout.positions; ++i) {
+        detail::row_scores(q, q_layout, k, k_layout, b, h, i, q_pos[static_cast<std::size_t>(i)],
+                           k_pos, params, scale, keys, weights);
+        const std::int64_t row = row_layout.at(b, i, h);
         if (keys.empty()) {
           saved.max[row] = negative_infinity<T>();
           saved.sum[row] = T(0);
           saved.lse[row] = negative_infinity<T>();
           continue;  // out stays 0
         }
-        T m = negative_infinity<T>();
-        for (const T& s : e) {
-          if (s > m) m = s;
+        T row_max = negative_infinity<T>();  // m
+        for (const T& score : weights) {
+          if (score > row_max) row_max = score;
         }
-        T l = T(0);
-        for (T& s : e) {
-          s = exp(s - m);
-          l += s;
+        T row_sum = T(0);  // l
+        for (T& weight : weights) {
+          weight = exp(weight - row_max);
+          row_sum += weight;
         }
         // out_d = (sum_n e_n v_nd) / l: every d one accumulator over the keys ascending, all d
         // together so v is read along its rows.
-        acc.assign(static_cast<std::size_t>(qv.dim), T(0));
+        weighted_sum.assign(static_cast<std::size_t>(q_layout.dim), T(0));
         for (std::size_t n = 0; n < keys.size(); ++n) {
-          const T en = e[n];
-          const T* vn = v.data() + kv.at(b, keys[n], h, 0);
-          for (std::int64_t d = 0; d < qv.dim; ++d) acc[d] += en * vn[d * kv.s_dim];
+          const T weight = weights[n];
+          const T* value = v.data() + k_layout.at(b, keys[n], h, 0);
+          for (std::int64_t d = 0; d < q_layout.dim; ++d) {
+            weighted_sum[d] += weight * value[d * k_layout.dim_stride];
+          }
         }
-        for (std::int64_t d = 0; d < qv.dim; ++d) out[qv.at(b, i, h, d)] = acc[d] / l;
-        saved.max[row] = m;
-        saved.sum[row] = l;
-        saved.lse[row] = m + log(l);
+        for (std::int64_t d = 0; d < q_layout.dim; ++d) {
+          out[q_layout.at(b, i, h, d)] = weighted_sum[d] / row_sum;
+        }
+        saved.max[row] = row_max;
+        saved.sum[row] = row_sum;
+        saved.lse[row] = row_max + log(row_sum);
       }
     }
   }
@@ -198,38 +221,36 @@ void attention_backward(const Tensor<T>& dout, const Tensor<T>& q,
   using std::exp;
   using std::sqrt;
   detail::check_attention_shapes(q, q_pos, k, v, k_pos);
-  const detail::HeadStrides qv(q.shape(), "seq");
-  const detail::HeadStrides kv(k.shape(), "kv");
-  const detail::RowStrides rv(saved.sum.shape());
+  const detail::HeadStrides q_layout(q.shape(), "seq");
+  const detail::HeadStrides k_layout(k.shape(), "kv");
+  const detail::RowStrides row_layout(saved.sum.shape());
   dq = Tensor<T>(q.shape());
   dk = Tensor<T>(k.shape());
   dv = Tensor<T>(v.shape());
-  const T scale = T(1) / sqrt(T(qv.dim));
-  std::vector<std::int64_t> keys;
-  std::vector<T> p;
-  std::vector<T> ds;
-  for (std::int64_t b = 0; b < qv.batch; ++b) {
-    for (std::int64_t h = 0; h < qv.heads; ++h) {
-      for (std::int64_t i = 0; i < qv.positions; ++i) {
-        const std::int64_t row = rv.at(b, i, h);
-        const T l = saved.sum[row];
-        if (!(l > T(0))) continue;  // no allowed key: no gradient
-        const T m = saved.max[row];
-        detail::row_scores(q, qv, k, kv, b, h, i, q_pos[static_cast<std::size_t>(i)], k_pos, params,
-                           scale, keys, p);
-        for (T& s : p) s = exp(s - m) / l;
-        ds.assign(keys.size(), T(0));
-        T total = T(0);  // D = sum_j p_j dp_j
+  const T scale = T(1) / sqrt(T(q_layout.dim));
+  std::vector<std::int64_t> keys;  // the allowed keys of the current row
+  std::vector<T> probs;            // per allowed key: s_n, then p_n
+  std::vector<T> dscores;          // per allowed key: dp_n, then ds_n
+  for (std::int64_t b = 0; b < q_layout.batch; ++b) {
+    for (std::int64_t h = 0; h < q_layout.heads; ++h) {
+      for (std::int64_t i = 0; i < q_layout.positions; ++i) {
+        const std::int64_t row = row_layout.at(b, i, h);
+        const T row_sum = saved.sum[row];  // l
+        if (!(row_sum > T(0))) continue;   // no allowed key: no gradient
+        const T row_max = saved.max[row];  // m
+        detail::row_scores(q, q_layout, k, k_layout, b, h, i, q_pos[static_cast<std::size_t>(i)],
+                           k_pos, params, scale, keys, probs);
+        for (T& prob : probs) prob = exp(prob - row_max) / row_sum;
+        dscores.assign(keys.size(), T(0));
+        T total = T(0);  // D = sum_n p_n dp_n
         for (std::size_t n = 0; n < keys.size(); ++n) {
-          T dp = T(0);
-          for (std::int64_t d = 0; d < qv.dim; ++d) {
-            dp += dout[qv.at(b, i, h, d)] * v[kv.at(b, keys[n], h, d)];
-          }
-          ds[n] = dp;
-          total += p[n] * dp;
+          const T dp = detail::row_value_gradient(dout, q_layout, v, k_layout, b, h, i, keys[n]);
+          dscores[n] = dp;
+          total += probs[n] * dp;
         }
-        for (std::size_t n = 0; n < keys.size(); ++n) ds[n] = p[n] * (ds[n] - total);
-        detail::row_gradients(dout, q, qv, k, kv, b, h, i, keys, p, ds, scale, false, dq, dk, dv);
+        for (std::size_t n = 0; n < keys.size(); ++n) dscores[n] = probs[n] * (dscores[n] - total);
+        detail::row_gradients(dout, q, q_layout, k, k_layout, b, h, i, keys, probs, dscores, scale,
+                              false, dq, dk, dv);
       }
     }
   }
@@ -248,35 +269,33 @@ void attention_block_backward(const Tensor<T>& dout, const Tensor<T>& q,
   detail::check_attention_shapes(q, q_pos, k, v, k_pos);
   SHARDSIM_ASSERT(dq.shape() == q.shape() && dk.shape() == k.shape() && dv.shape() == v.shape(),
                   "attention_block_backward accumulates into buffers shaped like q, k, v");
-  const detail::HeadStrides qv(q.shape(), "seq");
-  const detail::HeadStrides kv(k.shape(), "kv");
-  const detail::RowStrides rv(lse.shape());
-  const T scale = T(1) / sqrt(T(qv.dim));
-  std::vector<std::int64_t> keys;
-  std::vector<T> p;
-  std::vector<T> ds;
-  for (std::int64_t b = 0; b < qv.batch; ++b) {
-    for (std::int64_t h = 0; h < qv.heads; ++h) {
-      for (std::int64_t i = 0; i < qv.positions; ++i) {
-        const T row_lse = lse[rv.at(b, i, h)];
+  const detail::HeadStrides q_layout(q.shape(), "seq");
+  const detail::HeadStrides k_layout(k.shape(), "kv");
+  const detail::RowStrides row_layout(lse.shape());
+  const T scale = T(1) / sqrt(T(q_layout.dim));
+  std::vector<std::int64_t> keys;  // the allowed keys of the current row in this block
+  std::vector<T> probs;            // per allowed key: s_n, then p_n = exp(s_n - lse_i)
+  std::vector<T> dscores;          // per allowed key: ds_n
+  for (std::int64_t b = 0; b < q_layout.batch; ++b) {
+    for (std::int64_t h = 0; h < q_layout.heads; ++h) {
+      for (std::int64_t i = 0; i < q_layout.positions; ++i) {
+        const T row_lse = lse[row_layout.at(b, i, h)];
         if (isinf(row_lse)) continue;  // -inf: no allowed key in any block
-        detail::row_scores(q, qv, k, kv, b, h, i, q_pos[static_cast<std::size_t>(i)], k_pos, params,
-                           scale, keys, p);
+        detail::row_scores(q, q_layout, k, k_layout, b, h, i, q_pos[static_cast<std::size_t>(i)],
+                           k_pos, params, scale, keys, probs);
         if (keys.empty()) continue;
         T total = T(0);  // D_i = dout_i . out_i
-        for (std::int64_t d = 0; d < qv.dim; ++d) {
-          total += dout[qv.at(b, i, h, d)] * out[qv.at(b, i, h, d)];
+        for (std::int64_t d = 0; d < q_layout.dim; ++d) {
+          total += dout[q_layout.at(b, i, h, d)] * out[q_layout.at(b, i, h, d)];
         }
-        ds.assign(keys.size(), T(0));
+        dscores.assign(keys.size(), T(0));
         for (std::size_t n = 0; n < keys.size(); ++n) {
-          p[n] = exp(p[n] - row_lse);
-          T dp = T(0);
-          for (std::int64_t d = 0; d < qv.dim; ++d) {
-            dp += dout[qv.at(b, i, h, d)] * v[kv.at(b, keys[n], h, d)];
-          }
-          ds[n] = p[n] * (dp - total);
+          probs[n] = exp(probs[n] - row_lse);
+          const T dp = detail::row_value_gradient(dout, q_layout, v, k_layout, b, h, i, keys[n]);
+          dscores[n] = probs[n] * (dp - total);
         }
-        detail::row_gradients(dout, q, qv, k, kv, b, h, i, keys, p, ds, scale, true, dq, dk, dv);
+        detail::row_gradients(dout, q, q_layout, k, k_layout, b, h, i, keys, probs, dscores, scale,
+                              true, dq, dk, dv);
       }
     }
   }
@@ -290,31 +309,31 @@ void attention_merge(Tensor<T>& out, Tensor<T>& lse, const Tensor<T>& block_out,
   using std::log;
   SHARDSIM_ASSERT(out.shape() == block_out.shape() && lse.shape() == block_lse.shape(),
                   "attention_merge: partial results differ in shape");
-  const detail::HeadStrides ov(out.shape(), "seq");
-  const detail::RowStrides rv(lse.shape());
-  for (std::int64_t b = 0; b < ov.batch; ++b) {
-    for (std::int64_t i = 0; i < ov.positions; ++i) {
-      for (std::int64_t h = 0; h < ov.heads; ++h) {
-        const std::int64_t row = rv.at(b, i, h);
-        const T lb = block_lse[row];
-        if (isinf(lb) && lb < T(0)) continue;  // fully masked block: nothing to merge
-        const T la = lse[row];
-        if (isinf(la) && la < T(0)) {
-          for (std::int64_t d = 0; d < ov.dim; ++d) {
-            out[ov.at(b, i, h, d)] = block_out[ov.at(b, i, h, d)];
+  const detail::HeadStrides out_layout(out.shape(), "seq");
+  const detail::RowStrides row_layout(lse.shape());
+  for (std::int64_t b = 0; b < out_layout.batch; ++b) {
+    for (std::int64_t i = 0; i < out_layout.positions; ++i) {
+      for (std::int64_t h = 0; h < out_layout.heads; ++h) {
+        const std::int64_t row = row_layout.at(b, i, h);
+        const T lse_block = block_lse[row];
+        if (isinf(lse_block) && lse_block < T(0)) continue;  // fully masked block: no-op
+        const T lse_running = lse[row];
+        if (isinf(lse_running) && lse_running < T(0)) {
+          for (std::int64_t d = 0; d < out_layout.dim; ++d) {
+            out[out_layout.at(b, i, h, d)] = block_out[out_layout.at(b, i, h, d)];
           }
-          lse[row] = lb;
+          lse[row] = lse_block;
           continue;
         }
-        const T m = la > lb ? la : lb;
-        const T a = exp(la - m);
-        const T c = exp(lb - m);
-        const T w = a + c;
-        for (std::int64_t d = 0; d < ov.dim; ++d) {
-          const std::int64_t at = ov.at(b, i, h, d);
-          out[at] = (out[at] * a + block_out[at] * c) / w;
+        const T lse_max = lse_running > lse_block ? lse_running : lse_block;  // m
+        const T running_weight = exp(lse_running - lse_max);                  // a
+        const T block_weight = exp(lse_block - lse_max);                      // c
+        const T total_weight = running_weight + block_weight;                 // w
+        for (std::int64_t d = 0; d < out_layout.dim; ++d) {
+          const std::int64_t at = out_layout.at(b, i, h, d);
+          out[at] = (out[at] * running_weight + block_out[at] * block_weight) / total_weight;
         }
-        lse[row] = m + log(w);
+        lse[row] = lse_max + log(total_weight);
       }
     }
   }

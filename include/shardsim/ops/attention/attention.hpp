@@ -132,11 +132,11 @@ Tensor<T> slice_along(const Tensor<T>& src, const std::string& axis, std::int64_
 // a ++ b along `axis`. REQUIRES: the other axes agree.
 template <typename T>
 Tensor<T> concat_along(const Tensor<T>& a, const Tensor<T>& b, const std::string& axis) {
-  const std::int64_t na = a.shape().extent(axis);
-  const std::int64_t nb = b.shape().extent(axis);
-  Tensor<T> out(a.shape().with_extent(axis, na + nb));
-  copy_along(a, axis, 0, out, 0, na);
-  copy_along(b, axis, 0, out, na, nb);
+  const std::int64_t a_count = a.shape().extent(axis);
+  const std::int64_t b_count = b.shape().extent(axis);
+  Tensor<T> out(a.shape().with_extent(axis, a_count + b_count));
+  copy_along(a, axis, 0, out, 0, a_count);
+  copy_along(b, axis, 0, out, a_count, b_count);
   return out;
 }
 

@@ -1,123 +1,128 @@
-// Backward of the context-parallel attention plan (declared in attention/plan.hpp): the output
+// Backward of the context-parallel attention plan over one streamed chunk: the output
 // projection, the mode's attention backward, inverse RoPE and the way back to the chunk's
-// projections. Every rank ends with Replicate gradients of x and of the four weights.
+// projections. Every rank ends with Replicate gradients of x and of the four weights. The
+// cache is detached (attention/stream.hpp): gradients reaching cached keys stop there.
 #pragma once
 
-#include "shardsim/ops/attention/plan.hpp"
+#include "shardsim/ops/attention/allgather_plan.hpp"
+#include "shardsim/ops/attention/plan_common.hpp"
+#include "shardsim/ops/attention/ring_plan.hpp"
+#include "shardsim/ops/attention/ulysses_plan.hpp"
 
 namespace shardsim {
 
+// Gradients of one chunk's inputs and parameters, all Replicate. Parameter grads are fresh
+// buffers (the caller accumulates them).
 template <typename T>
-CpAttentionGrads<T> cp_attention_backward(const World<T>& world, const DistTensor<T>& dy,
-                                          const DistTensor<T>& x, const DistTensor<T>& wq,
-                                          const DistTensor<T>& wk, const DistTensor<T>& wv,
-                                          const DistTensor<T>& wo, const CpAttentionConfig& config,
-                                          const CpAttentionSaved<T>& saved) {
-  const ChunkGeometry& geo = saved.geo;
-  const int ranks = world.size();
-  const auto count = static_cast<std::size_t>(ranks);
-  const Shape chunk = geo.chunk_shape();
-  CpAttentionGrads<T> grads;
+struct CpAttentionGrads {
+  DistTensor<T> x;   // (batch, seq=t, hidden)
+  DistTensor<T> wq;  // (hidden, head, head_dim), likewise wk, wv
+  DistTensor<T> wk;
+  DistTensor<T> wv;
+  DistTensor<T> wo;  // (head, head_dim, hidden)
+};
 
-  // grad(NAME.attn) and dwo, on every rank.
-  std::vector<Tensor<T>> dwo(count);
+namespace detail {
+
+// grad(NAME.attn) = dy wo^T (batch, seq=t, head, head_dim) and grad(wo), both Replicate, on
+// every rank. grad(wo) is written into `dwo_out`.
+template <typename T>
+DistTensor<T> cp_output_projection_backward(const World<T>& world, const DistTensor<T>& dy,
+                                            const DistTensor<T>& wo,
+                                            const CpAttentionSaved<T>& saved,
+                                            DistTensor<T>& dwo_out) {
+  std::vector<Tensor<T>> dwo(static_cast<std::size_t>(world.size()));
   const DistTensor<T> dattn =
-      replicated_phase(world, grad_name(saved.attn.name), chunk,
+      replicated_phase(world, grad_name(saved.attn.name), saved.geo.chunk_shape(),
                        {.op = "sliding_window_attention_backward",
                         .exact = true,
                         .inputs = {dy.name, saved.attn.name, wo.name}},
                        [&](int r) {
-                         Tensor<T> d;
+                         Tensor<T> dattn_local;
                          dwo[static_cast<std::size_t>(r)] = Tensor<T>(wo.global);
-                         project_out_backward(dy.local(r), saved.attn.local(r), wo.local(r), d,
-                                              dwo[static_cast<std::size_t>(r)]);
-                         return d;
+                         project_out_backward(dy.local(r), saved.attn.local(r), wo.local(r),
+                                              dattn_local, dwo[static_cast<std::size_t>(r)]);
+                         return dattn_local;
                        });
-  grads.wo =
-      dist_from_locals(grad_name(wo.name), wo.global, Placement::replicate(), std::move(dwo));
+  dwo_out = dist_from_locals(grad_name(wo.name), wo.global, Placement::replicate(), std::move(dwo));
+  return dattn;
+}
 
-  CoreGrads<T> core;
+// The mode's attention backward, from grad(NAME.attn) (Replicate).
+template <typename T>
+CoreGrads<T> cp_core_backward(const World<T>& world, const CpAttentionConfig& config,
+                              const ChunkGeometry& geo, const DistTensor<T>& dattn,
+                              const CpAttentionSaved<T>& saved) {
   switch (config.mode) {
     case CpMode::allgather:
-      core = allgather_attention_backward(world, config, geo, dattn, saved);
-      break;
+      return allgather_attention_backward(world, config, geo, dattn, saved);
     case CpMode::ring:
-      core = ring_attention_backward(world, config, geo, dattn, saved);
-      break;
+      return ring_attention_backward(world, config, geo, dattn, saved);
     case CpMode::ulysses:
-      core = ulysses_attention_backward(world, config, geo, dattn, saved);
-      break;
+      return ulysses_attention_backward(world, config, geo, dattn, saved);
   }
+  return {};
+}
 
-  // Queries: inverse RoPE on every rank.
-  const std::vector<std::int64_t> q_pos = geo.q_pos();
-  const DistTensor<T> dq = replicated_phase(
-      world, grad_name(config.tensor("q")), chunk,
-      {.op = "rope_backward", .exact = true, .inputs = {core.q_rot.name}}, [&](int r) {
-        Tensor<T> d;
-        rope_backward(core.q_rot.local(r), q_pos, config.rope("seq"), d);
-        return d;
-      });
-
-  // Keys: inverse RoPE of each shard's own chunk keys (the cache keys pass unchanged and stop:
-  // the cache is detached), then one all-gather.
-  const std::string dk_cat_name = grad_name(config.tensor("k_cat"));
-  DistTensor<T> dk_cat;
+// grad(NAME.k_cat) (batch, kv=L+t, head, head_dim), Replicate: inverse RoPE of each shard's own
+// chunk keys, recorded as grad(NAME.k_cat_shard), then one all-gather. The cache keys pass
+// unchanged (and stop: the cache is detached). Under rope_after_gather_wrong_offset the mode
+// hands back a Replicate dk and the faulty rotation is undone on the gathered axis instead.
+template <typename T>
+DistTensor<T> cp_key_rope_backward(const World<T>& world, const CpAttentionConfig& config,
+                                   const ChunkGeometry& geo, const CoreGrads<T>& core,
+                                   const CpAttentionSaved<T>& saved) {
+  const std::string dk_cat_name = config.part_grad(AttentionPart::k_cat);
   if (core.k.placement.is_replicate()) {
-    // rope_after_gather_wrong_offset: undo the faulty RoPE on the gathered axis.
     const std::vector<std::int64_t> wrong = position_range(geo.first + geo.cached, geo.length);
-    dk_cat = replicated_phase(world, dk_cat_name, geo.kv_shape(),
-                              {.op = "rope_backward", .exact = true, .inputs = {core.k.name}},
-                              [&](int r) {
-                                Tensor<T> d = core.k.local(r);
-                                rope_chunk_keys(d, geo.cached, wrong, config.rope("kv"), true);
-                                return d;
-                              });
-  } else {
-    std::vector<Tensor<T>> parts(count);
-    world.for_each_rank([&](int r) {
-      Tensor<T> d = core.k.local(r);
-      rope_chunk_keys(d, geo.first_chunk_local(r),
-                      saved.rope_positions[static_cast<std::size_t>(r)], config.rope("kv"), true);
-      parts[static_cast<std::size_t>(r)] = std::move(d);
-    });
-    const DistTensor<T> shard =
-        dist_from_locals(grad_name(config.tensor("k_cat_shard")), geo.kv_shape(),
-                         Placement::shard("kv"), std::move(parts));
-    world.compare_boundary({.op = "rope_backward",
-                  .tensor = shard.name,
-                  .dense = dk_cat_name,
-                  .exact = true,
-                  .inputs = {core.k.name}},
-                 shard);
-    dk_cat =
-        world.all_gather(shard, {.tensor = dk_cat_name, .exact = true, .inputs = {shard.name}});
-    dk_cat.name = dk_cat_name;
-  }
-  DistTensor<T> dv_all = world.all_gather(
-      core.v,
-      {.tensor = grad_name(config.tensor("v_all")), .exact = true, .inputs = {core.v.name}});
-  dv_all.name = grad_name(config.tensor("v_all"));
-
-  // The chunk part of the KV axis, on every rank.
-  auto chunk_part = [&](const DistTensor<T>& full, const char* suffix) {
     return replicated_phase(
-        world, grad_name(config.tensor(suffix)), chunk,
-        {.op = "kv_shard_backward", .exact = true, .inputs = {full.name}}, [&](int r) {
-          return slice_along(full.local(r), "kv", geo.cached, geo.length).reshaped(chunk);
+        world, dk_cat_name, geo.kv_shape(),
+        {.op = "rope_backward", .exact = true, .inputs = {core.k.name}}, [&](int r) {
+          Tensor<T> dk_cat_local = core.k.local(r);
+          rope_chunk_keys(dk_cat_local, geo.cached, wrong, config.rope("kv"), true);
+          return dk_cat_local;
         });
-  };
-  const DistTensor<T> dk = chunk_part(dk_cat, "k");
-  const DistTensor<T> dv = chunk_part(dv_all, "v");
+  }
+  // per rank: (batch, kv=slice, head, head_dim)
+  std::vector<Tensor<T>> shards(static_cast<std::size_t>(world.size()));
+  world.for_each_rank([&](int r) {
+    Tensor<T> shard = core.k.local(r);
+    rope_chunk_keys(shard, geo.first_chunk_local(r),
+                    saved.rope_positions[static_cast<std::size_t>(r)], config.rope("kv"), true);
+    shards[static_cast<std::size_t>(r)] = std::move(shard);
+  });
+  const DistTensor<T> dk_shard =
+      dist_from_locals(config.part_grad(AttentionPart::k_cat_shard), geo.kv_shape(),
+                       Placement::shard("kv"), std::move(shards));
+  world.compare_boundary({.op = "rope_backward",
+                          .tensor = dk_shard.name,
+                          .dense = dk_cat_name,
+                          .exact = true,
+                          .inputs = {core.k.name}},
+                         dk_shard);
+  DistTensor<T> dk_cat =
+      world.all_gather(dk_shard, {.tensor = dk_cat_name, .exact = true, .inputs = {dk_shard.name}});
+  dk_cat.name = dk_cat_name;
+  return dk_cat;
+}
 
-  // The input projections, on every rank: dx = (dx_q + dx_k) + dx_v.
+// The input projections on every rank, from grad(NAME.q), grad(NAME.k), grad(NAME.v)
+// (batch, seq=t, head, head_dim): grad(x) = (dx_q + dx_k) + dx_v elementwise, and fresh
+// grad(wq), grad(wk), grad(wv), all Replicate, into `grads`.
+template <typename T>
+void cp_input_projection_backward(const World<T>& world, const DistTensor<T>& x,
+                                  const DistTensor<T>& wq, const DistTensor<T>& wk,
+                                  const DistTensor<T>& wv, const DistTensor<T>& dq,
+                                  const DistTensor<T>& dk, const DistTensor<T>& dv,
+                                  CpAttentionGrads<T>& grads) {
+  const auto count = static_cast<std::size_t>(world.size());
   std::vector<Tensor<T>> dx(count), dwq(count), dwk(count), dwv(count);
   world.for_each_rank([&](int r) {
     const auto at = static_cast<std::size_t>(r);
     dwq[at] = Tensor<T>(wq.global);
     dwk[at] = Tensor<T>(wk.global);
     dwv[at] = Tensor<T>(wv.global);
-    Tensor<T> dx_k;
+    Tensor<T> dx_k;  // (batch, seq=t, hidden), like dx_v
     Tensor<T> dx_v;
     project_heads_backward(dq.local(r), x.local(r), wq.local(r), dx[at], dwq[at]);
     project_heads_backward(dk.local(r), x.local(r), wk.local(r), dx_k, dwk[at]);
@@ -129,6 +134,55 @@ CpAttentionGrads<T> cp_attention_backward(const World<T>& world, const DistTenso
   grads.wq = dist_from_locals(grad_name(wq.name), wq.global, replicate, std::move(dwq));
   grads.wk = dist_from_locals(grad_name(wk.name), wk.global, replicate, std::move(dwk));
   grads.wv = dist_from_locals(grad_name(wv.name), wv.global, replicate, std::move(dwv));
+}
+
+}  // namespace detail
+
+// Backward of one chunk from dy = grad(NAME) (batch, seq=t, hidden), Replicate, and what
+// cp_attention_forward saved. Records, in order: grad(NAME.attn), the mode's gradients,
+// grad(NAME.q), grad(NAME.k_cat_shard), grad(NAME.k_cat), grad(NAME.v_all), grad(NAME.k),
+// grad(NAME.v).
+template <typename T>
+CpAttentionGrads<T> cp_attention_backward(const World<T>& world, const DistTensor<T>& dy,
+                                          const DistTensor<T>& x, const DistTensor<T>& wq,
+                                          const DistTensor<T>& wk, const DistTensor<T>& wv,
+                                          const DistTensor<T>& wo, const CpAttentionConfig& config,
+                                          const CpAttentionSaved<T>& saved) {
+  const ChunkGeometry& geo = saved.geo;
+  const Shape chunk = geo.chunk_shape();
+  CpAttentionGrads<T> grads;
+  const DistTensor<T> dattn = detail::cp_output_projection_backward(world, dy, wo, saved, grads.wo);
+  const CoreGrads<T> core = detail::cp_core_backward(world, config, geo, dattn, saved);
+
+  // Queries: inverse RoPE on every rank.
+  const std::vector<std::int64_t> q_pos = geo.q_pos();
+  const DistTensor<T> dq = replicated_phase(
+      world, config.part_grad(AttentionPart::q), chunk,
+      {.op = "rope_backward", .exact = true, .inputs = {core.q_rot.name}}, [&](int r) {
+        Tensor<T> dq_local;
+        rope_backward(core.q_rot.local(r), q_pos, config.rope("seq"), dq_local);
+        return dq_local;
+      });
+
+  // Keys and values over the whole KV axis, Replicate.
+  const DistTensor<T> dk_cat = detail::cp_key_rope_backward(world, config, geo, core, saved);
+  const std::string dv_all_name = config.part_grad(AttentionPart::v_all);
+  DistTensor<T> dv_all =
+      world.all_gather(core.v, {.tensor = dv_all_name, .exact = true, .inputs = {core.v.name}});
+  dv_all.name = dv_all_name;
+
+  // The chunk part of the KV axis (the last t keys), on every rank.
+  auto chunk_part = [&](const DistTensor<T>& full, AttentionPart part) {
+    return replicated_phase(
+        world, config.part_grad(part), chunk,
+        {.op = "kv_shard_backward", .exact = true, .inputs = {full.name}}, [&](int r) {
+          return slice_along(full.local(r), "kv", geo.cached, geo.length).reshaped(chunk);
+        });
+  };
+  const DistTensor<T> dk = chunk_part(dk_cat, AttentionPart::k);
+  const DistTensor<T> dv = chunk_part(dv_all, AttentionPart::v);
+
+  detail::cp_input_projection_backward(world, x, wq, wk, wv, dq, dk, dv, grads);
   return grads;
 }
 

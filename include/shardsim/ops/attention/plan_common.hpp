@@ -1,6 +1,10 @@
 // Shared vocabulary of the context-parallel attention plans (attention/plan.hpp): the cp modes,
-// the seeded faults, the carried per-rank KV cache, what forward keeps for backward, and the
-// per-rank helpers that build this rank's slice of the KV axis.
+// the seeded faults, the step's configuration, the carried per-rank KV cache, the chunk's
+// geometry, what forward keeps for backward, and the per-rank helpers that build this rank's
+// slice of the KV axis.
+//
+// Include graph (one way): plan_common.hpp <- allgather_plan.hpp, ring_plan.hpp,
+// ulysses_plan.hpp <- plan_forward.hpp, plan_backward.hpp <- plan.hpp.
 #pragma once
 
 #include <algorithm>
@@ -10,6 +14,7 @@
 
 #include "shardsim/error.hpp"
 #include "shardsim/ops/attention/attention.hpp"
+#include "shardsim/ops/attention/parts.hpp"
 #include "shardsim/ops/attention/project.hpp"
 #include "shardsim/ops/attention/stream.hpp"
 #include "shardsim/ops/rope.hpp"
@@ -38,8 +43,6 @@ inline CpMode parse_cp_mode(std::string_view text) {
   throw InputError("unknown cp_mode '" + std::string(text) + "' (known: allgather, ring, ulysses)");
 }
 
-// The boundary name of a gradient, as the runner names them ("grad(NAME)").
-
 // Seeded bugs. They change the sharded plan only, never the oracle.
 struct AttentionFaults {
   bool cache_raw_k = false;           // the cache keeps K before RoPE
@@ -51,17 +54,22 @@ struct AttentionFaults {
 };
 
 struct CpAttentionConfig {
-  std::string name;  // the step's output; intermediate boundaries are "NAME.q", "NAME.k_shard", ...
+  std::string name;  // the step's output; its parts are named "NAME.q", "NAME.k_shard", ...
   StreamAttentionParams params;
   CpMode mode = CpMode::allgather;
   AttentionFaults faults;
 
-  std::string tensor(std::string_view suffix) const { return name + "." + std::string(suffix); }
+  // The boundary name of one of this step's parts, "NAME.suffix" (attention/parts.hpp), and of
+  // its gradient, "grad(NAME.suffix)".
+  std::string part(AttentionPart which) const { return attention_part_name(name, which); }
+  std::string part_grad(AttentionPart which) const { return grad_name(part(which)); }
+  // The mask the sharded plan uses: the oracle's, widened by one key under window_off_by_one.
   AttentionParams attention() const {
     AttentionParams p = params.attention;
     p.window_inclusive = faults.window_off_by_one;
     return p;
   }
+  // RoPE over the named position axis ("seq" for the chunk, "kv" on the KV axis).
   RopeParams rope(const std::string& pos_axis) const {
     RopeParams p = params.rope;
     p.pos_axis = pos_axis;
@@ -73,9 +81,9 @@ struct CpAttentionConfig {
 // mode (each rank keeps its head group's keys). Empty (no locals) before the first chunk.
 template <typename T>
 struct CpKvCache {
-  DistTensor<T> k;  // (batch, kv=L, head, head_dim), after RoPE
-  DistTensor<T> v;
-  std::int64_t next_position = 0;
+  DistTensor<T> k;                 // (batch, kv=L, head, head_dim), after RoPE
+  DistTensor<T> v;                 // (batch, kv=L, head, head_dim)
+  std::int64_t next_position = 0;  // P of the next chunk
 
   std::int64_t length() const { return k.locals.empty() ? 0 : k.global.extent("kv"); }
   void reset() { *this = CpKvCache<T>(); }
@@ -83,12 +91,12 @@ struct CpKvCache {
 
 // The geometry of one chunk, the same on every rank.
 struct ChunkGeometry {
-  std::int64_t first = 0;   // P: absolute position of the chunk's first token
-  std::int64_t cached = 0;  // L: keys in the cache read by this chunk
-  std::int64_t length = 0;  // t: tokens in the chunk
-  std::int64_t keep = 0;    // C: keys in the cache written back
-  std::int64_t batch = 0, heads = 0, dim = 0;
-  std::vector<Slice> kv_slices;  // torch.chunk split of the KV axis (L + t) over the ranks
+  std::int64_t first = 0;                      // P: absolute position of the chunk's first token
+  std::int64_t cached = 0;                     // L: keys in the cache read by this chunk
+  std::int64_t length = 0;                     // t: tokens in the chunk
+  std::int64_t keep = 0;                       // C: keys in the cache written back
+  std::int64_t batch = 0, heads = 0, dim = 0;  // extents of batch, head and head_dim
+  std::vector<Slice> kv_slices;  // per rank: its torch.chunk slice of the KV axis (L + t keys)
 
   Shape chunk_shape() const { return head_shape(batch, "seq", length, heads, dim); }
   Shape kv_shape() const { return head_shape(batch, "kv", cached + length, heads, dim); }
@@ -98,28 +106,32 @@ struct ChunkGeometry {
   std::vector<std::int64_t> k_pos() const {
     return position_range(first - cached, cached + length);
   }
-  // This rank's chunk keys: local index of the first, and how many.
+  // This rank's chunk keys (the slice's keys at index >= L): the local index of the first, and
+  // how many.
   std::int64_t first_chunk_local(int rank) const {
-    const Slice& s = kv_slices[static_cast<std::size_t>(rank)];
-    return std::max(s.begin, cached) - s.begin;
+    const Slice& slice = kv_slices[static_cast<std::size_t>(rank)];
+    return std::max(slice.begin, cached) - slice.begin;
   }
   std::int64_t chunk_keys(int rank) const {
-    const Slice& s = kv_slices[static_cast<std::size_t>(rank)];
-    return std::max<std::int64_t>(0, s.end - std::max(s.begin, cached));
+    const Slice& slice = kv_slices[static_cast<std::size_t>(rank)];
+    return std::max<std::int64_t>(0, slice.end - std::max(slice.begin, cached));
   }
 };
 
-// What forward keeps for backward (only the members of the plan's mode are filled).
+// What forward keeps for backward (only the members of the plan's mode are filled). Shapes are
+// global: chunk = (batch, seq=t, head, head_dim), KV axis = (batch, kv=L+t, head, head_dim).
 template <typename T>
 struct CpAttentionSaved {
   ChunkGeometry geo;
-  DistTensor<T> q, k, v, q_rot, attn;  // Replicate
-  DistTensor<T> k_shard, v_shard;      // Shard(kv): this rank's RoPE'd keys, values
+  DistTensor<T> q, k, v, q_rot, attn;  // chunk, Replicate
+  DistTensor<T> k_shard, v_shard;      // KV axis, Shard(kv): this rank's RoPE'd keys, values
   std::vector<std::vector<std::int64_t>> rope_positions;  // per rank: positions of its chunk keys
-  DistTensor<T> k_all, v_all;                             // allgather: Replicate
-  DistTensor<T> q_part, k_heads, v_heads;  // ring: q_part Shard(seq); ulysses: Shard(head)
-  DistTensor<T> attn_part, lse;            // ring: Shard(seq); ulysses: Shard(head)
-  std::vector<AttentionSaved<T>> core;     // allgather, ulysses: per rank
+  DistTensor<T> k_all, v_all;                             // allgather: KV axis, Replicate
+  DistTensor<T> q_part;            // chunk; ring: Shard(seq), ulysses: Shard(head)
+  DistTensor<T> k_heads, v_heads;  // ulysses: KV axis, Shard(head)
+  DistTensor<T> attn_part;         // chunk; ring: Shard(seq), ulysses: Shard(head)
+  DistTensor<T> lse;               // (batch, seq=t, head), placed like attn_part (allgather: R)
+  std::vector<AttentionSaved<T>> core;  // allgather, ulysses: per rank, the kernel's statistics
 };
 
 // What a mode's attention backward hands back: gradients of the queries (Replicate) and of the
@@ -139,14 +151,17 @@ inline std::vector<std::int64_t> kv_positions(std::int64_t first, std::int64_t c
 }
 
 // This rank's slice [begin, end) of the KV axis cache ++ chunk, from its own copies of the cache
-// (kv = L) and of the chunk keys (seq = t, raw). Returns (batch, kv=end-begin, head, head_dim).
+// (batch, kv=L, head, head_dim) and of the chunk keys or values (batch, seq=t, head, head_dim).
+// Returns (batch, kv=end-begin, head, head_dim).
 template <typename T>
 Tensor<T> kv_slice(const Tensor<T>& cache, const Tensor<T>& chunk, const Slice& slice) {
-  const Shape& cs = chunk.shape();
+  const Shape& chunk_shape = chunk.shape();
   const std::int64_t cached = cache.shape().extent("kv");
-  const std::int64_t t = cs.extent("seq");
-  const Tensor<T> chunk_kv = chunk.reshaped(
-      head_shape(cs.extent("batch"), "kv", t, cs.extent("head"), cs.extent("head_dim")));
+  const std::int64_t chunk_length = chunk_shape.extent("seq");
+  // (batch, kv=t, head, head_dim): the chunk renamed onto the KV axis.
+  const Tensor<T> chunk_kv =
+      chunk.reshaped(head_shape(chunk_shape.extent("batch"), "kv", chunk_length,
+                                chunk_shape.extent("head"), chunk_shape.extent("head_dim")));
   Tensor<T> out(chunk_kv.shape().with_extent("kv", slice.valid()));
   const std::int64_t cache_end = std::min(slice.end, cached);
   if (slice.begin < cache_end) {
@@ -160,23 +175,25 @@ Tensor<T> kv_slice(const Tensor<T>& cache, const Tensor<T>& chunk, const Slice& 
   return out;
 }
 
-// The last `keep` positions of cache ++ chunk along kv (chunk: (batch, seq, head, head_dim)).
+// The last `keep` positions of cache ++ chunk along kv, as kv_slice takes them.
+// Returns (batch, kv=keep, head, head_dim).
 template <typename T>
 Tensor<T> kv_tail(const Tensor<T>& cache, const Tensor<T>& chunk, std::int64_t keep) {
   const std::int64_t total = cache.shape().extent("kv") + chunk.shape().extent("seq");
   return kv_slice(cache, chunk, Slice{total - keep, total, keep});
 }
 
-// Rotates, in place, the chunk positions of a rank's KV slice (the cache positions are RoPE'd
-// already). `positions` gives one position per chunk key of the slice; `first_chunk_local` is
-// the local index of the slice's first chunk key.
+// Rotates, in place, the chunk positions of a rank's KV slice (batch, kv, head, head_dim) (the
+// cache positions are RoPE'd already); `backward` applies the inverse rotation instead.
+// `positions` gives one position per chunk key of the slice; `first_chunk_local` is the local
+// index of the slice's first chunk key.
 template <typename T>
 void rope_chunk_keys(Tensor<T>& slice, std::int64_t first_chunk_local,
                      const std::vector<std::int64_t>& positions, const RopeParams& rope,
                      bool backward) {
   const std::int64_t count = static_cast<std::int64_t>(positions.size());
   if (count == 0) return;
-  const Tensor<T> part = slice_along(slice, "kv", first_chunk_local, count);
+  const Tensor<T> part = slice_along(slice, "kv", first_chunk_local, count);  // (b, kv=count, h, d)
   Tensor<T> turned;
   if (backward) {
     rope_backward(part, positions, rope, turned);
@@ -186,7 +203,8 @@ void rope_chunk_keys(Tensor<T>& slice, std::int64_t first_chunk_local,
   copy_along(turned, "kv", 0, slice, first_chunk_local, count);
 }
 
-// A DistTensor from per-rank locals built in a local phase.
+// A DistTensor from per-rank locals built in a local phase. REQUIRES (asserted): each local has
+// the shape `placement` gives its rank.
 template <typename T>
 DistTensor<T> dist_from_locals(std::string name, const Shape& global, const Placement& placement,
                                std::vector<Tensor<T>> locals) {
@@ -195,6 +213,20 @@ DistTensor<T> dist_from_locals(std::string name, const Shape& global, const Plac
     SHARDSIM_ASSERT(out.local(r).shape() == local_shape(global, placement, out.ranks(), r),
                     "a local does not have the shape its placement gives");
   }
+  return out;
+}
+
+// Runs `kernel(r)` (returning that rank's copy of the result) on every rank and assembles the
+// results into a Replicate tensor named `name`, recorded under `label` with that name.
+template <typename T, typename Kernel>
+DistTensor<T> replicated_phase(const World<T>& world, const std::string& name, const Shape& global,
+                               const BoundaryLabel& label, Kernel kernel) {
+  std::vector<Tensor<T>> locals(static_cast<std::size_t>(world.size()));
+  world.for_each_rank([&](int r) { locals[static_cast<std::size_t>(r)] = kernel(r); });
+  DistTensor<T> out = dist_from_locals(name, global, Placement::replicate(), std::move(locals));
+  BoundaryLabel named = label;
+  named.tensor = name;
+  world.compare_boundary(named, out);
   return out;
 }
 

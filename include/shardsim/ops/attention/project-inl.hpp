@@ -11,52 +11,85 @@ namespace shardsim {
 
 namespace detail {
 
-// `w` gathered into a contiguous matrix: m[(r * n1 + c1) * n2 + c2] = w[r * rs + c1 * s1 + c2 *
-// s2], so the forward projections read their weights along contiguous rows.
+// The 3-axis tensor `w` gathered into a contiguous (rows, n1, n2) matrix:
+//   packed[(r * n1 + c1) * n2 + c2] = w[r * row_stride + c1 * stride1 + c2 * stride2],
+// so the forward projections read their weights along contiguous rows.
 template <typename T>
-std::vector<T> gather_rows(const Tensor<T>& w, std::int64_t rows, std::int64_t rs, std::int64_t n1,
-                           std::int64_t s1, std::int64_t n2, std::int64_t s2) {
-  std::vector<T> m(static_cast<std::size_t>(rows * n1 * n2));
+std::vector<T> gather_rows(const Tensor<T>& w, std::int64_t rows, std::int64_t row_stride,
+                           std::int64_t n1, std::int64_t stride1, std::int64_t n2,
+                           std::int64_t stride2) {
+  std::vector<T> packed(static_cast<std::size_t>(rows * n1 * n2));
   std::size_t at = 0;
   for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t c1 = 0; c1 < n1; ++c1) {
-      for (std::int64_t c2 = 0; c2 < n2; ++c2) m[at++] = w[r * rs + c1 * s1 + c2 * s2];
+      for (std::int64_t c2 = 0; c2 < n2; ++c2) {
+        packed[at++] = w[r * row_stride + c1 * stride1 + c2 * stride2];
+      }
     }
   }
-  return m;
+  return packed;
 }
+
+// Row-major strides of a (batch, seq, hidden) tensor, found by axis name.
+struct HiddenStrides {
+  std::int64_t batch = 0, seq = 0, hidden = 0;
+
+  explicit HiddenStrides(const Shape& shape)
+      : batch(stride_of(shape, "batch")),
+        seq(stride_of(shape, "seq")),
+        hidden(stride_of(shape, "hidden")) {}
+  // The flat index of element (b, s, c).
+  std::int64_t at(std::int64_t b, std::int64_t s, std::int64_t c) const {
+    return b * batch + s * seq + c * hidden;
+  }
+};
+
+// Row-major strides of a weight with axes hidden, head and head_dim in any order.
+struct WeightStrides {
+  std::int64_t hidden = 0, head = 0, dim = 0;
+
+  explicit WeightStrides(const Shape& shape)
+      : hidden(stride_of(shape, "hidden")),
+        head(stride_of(shape, "head")),
+        dim(stride_of(shape, "head_dim")) {}
+  // The flat index of element (c, h, d).
+  std::int64_t at(std::int64_t c, std::int64_t h, std::int64_t d) const {
+    return c * hidden + h * head + d * dim;
+  }
+};
 
 }  // namespace detail
 
 template <typename T>
 void project_heads(const Tensor<T>& x, const Tensor<T>& w, Tensor<T>& y) {
-  const Shape& xs = x.shape();
-  const Shape& ws = w.shape();
-  const std::int64_t batch = xs.extent("batch"), seq = xs.extent("seq");
-  const std::int64_t hidden = xs.extent("hidden");
-  SHARDSIM_ASSERT(ws.extent("hidden") == hidden, "project_heads: hidden extents differ");
-  y = Tensor<T>(head_shape(batch, "seq", seq, ws.extent("head"), ws.extent("head_dim")));
-  const detail::HeadStrides yv(y.shape(), "seq");
-  const std::int64_t xb = stride_of(xs, "batch"), xsq = stride_of(xs, "seq"),
-                     xc = stride_of(xs, "hidden");
-  const std::int64_t n = yv.heads * yv.dim;
+  const Shape& x_shape = x.shape();
+  const Shape& w_shape = w.shape();
+  const std::int64_t batch = x_shape.extent("batch"), seq = x_shape.extent("seq");
+  const std::int64_t hidden = x_shape.extent("hidden");
+  SHARDSIM_ASSERT(w_shape.extent("hidden") == hidden, "project_heads: hidden extents differ");
+  y = Tensor<T>(head_shape(batch, "seq", seq, w_shape.extent("head"), w_shape.extent("head_dim")));
+  const detail::HeadStrides y_layout(y.shape(), "seq");
+  const detail::HiddenStrides x_layout(x_shape);
+  const std::int64_t outputs = y_layout.heads * y_layout.dim;  // per row: (h, d) flattened
   // One row (b, s) at a time, all its outputs together: output (h, d) is still one accumulator
   // summed over c ascending, but w is read along contiguous rows and the (h, d) lanes are
   // independent, so the loop vectorizes without changing any sum's order.
-  const std::vector<T> wm =
-      detail::gather_rows(w, hidden, stride_of(ws, "hidden"), yv.heads, stride_of(ws, "head"),
-                          yv.dim, stride_of(ws, "head_dim"));
-  std::vector<T> acc(static_cast<std::size_t>(n));
+  const std::vector<T> w_rows =  // (hidden, head * head_dim)
+      detail::gather_rows(w, hidden, stride_of(w_shape, "hidden"), y_layout.heads,
+                          stride_of(w_shape, "head"), y_layout.dim, stride_of(w_shape, "head_dim"));
+  std::vector<T> sums(static_cast<std::size_t>(outputs));  // (head * head_dim)
   for (std::int64_t b = 0; b < batch; ++b) {
     for (std::int64_t s = 0; s < seq; ++s) {
-      std::fill(acc.begin(), acc.end(), T(0));
+      std::fill(sums.begin(), sums.end(), T(0));
       for (std::int64_t c = 0; c < hidden; ++c) {
-        const T xv = x[b * xb + s * xsq + c * xc];
-        const T* row = wm.data() + c * n;
-        for (std::int64_t j = 0; j < n; ++j) acc[j] += xv * row[j];
+        const T x_c = x[x_layout.at(b, s, c)];
+        const T* w_row = w_rows.data() + c * outputs;
+        for (std::int64_t j = 0; j < outputs; ++j) sums[j] += x_c * w_row[j];
       }
-      for (std::int64_t h = 0; h < yv.heads; ++h) {
-        for (std::int64_t d = 0; d < yv.dim; ++d) y[yv.at(b, s, h, d)] = acc[h * yv.dim + d];
+      for (std::int64_t h = 0; h < y_layout.heads; ++h) {
+        for (std::int64_t d = 0; d < y_layout.dim; ++d) {
+          y[y_layout.at(b, s, h, d)] = sums[h * y_layout.dim + d];
+        }
       }
     }
   }
@@ -65,39 +98,36 @@ void project_heads(const Tensor<T>& x, const Tensor<T>& w, Tensor<T>& y) {
 template <typename T>
 void project_heads_backward(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T>& w,
                             Tensor<T>& dx, Tensor<T>& dw) {
-  const Shape& xs = x.shape();
-  const Shape& ws = w.shape();
-  const detail::HeadStrides yv(dy.shape(), "seq");
-  const std::int64_t hidden = xs.extent("hidden");
-  const std::int64_t xb = stride_of(xs, "batch"), xsq = stride_of(xs, "seq"),
-                     xc = stride_of(xs, "hidden");
-  const std::int64_t wc = stride_of(ws, "hidden"), wh = stride_of(ws, "head"),
-                     wd = stride_of(ws, "head_dim");
-  SHARDSIM_ASSERT(dw.shape() == ws, "project_heads_backward: dw must be shaped like w");
-  dx = Tensor<T>(xs);
-  for (std::int64_t b = 0; b < yv.batch; ++b) {
-    for (std::int64_t s = 0; s < yv.positions; ++s) {
+  const Shape& x_shape = x.shape();
+  const detail::HeadStrides y_layout(dy.shape(), "seq");
+  const std::int64_t hidden = x_shape.extent("hidden");
+  const detail::HiddenStrides x_layout(x_shape);
+  const detail::WeightStrides w_layout(w.shape());
+  SHARDSIM_ASSERT(dw.shape() == w.shape(), "project_heads_backward: dw must be shaped like w");
+  dx = Tensor<T>(x_shape);
+  for (std::int64_t b = 0; b < y_layout.batch; ++b) {
+    for (std::int64_t s = 0; s < y_layout.positions; ++s) {
       for (std::int64_t c = 0; c < hidden; ++c) {
-        T acc = T(0);
-        for (std::int64_t h = 0; h < yv.heads; ++h) {
-          for (std::int64_t d = 0; d < yv.dim; ++d) {
-            acc += dy[yv.at(b, s, h, d)] * w[c * wc + h * wh + d * wd];
+        T sum = T(0);
+        for (std::int64_t h = 0; h < y_layout.heads; ++h) {
+          for (std::int64_t d = 0; d < y_layout.dim; ++d) {
+            sum += dy[y_layout.at(b, s, h, d)] * w[w_layout.at(c, h, d)];
           }
         }
-        dx[b * xb + s * xsq + c * xc] = acc;
+        dx[x_layout.at(b, s, c)] = sum;
       }
     }
   }
   for (std::int64_t c = 0; c < hidden; ++c) {
-    for (std::int64_t h = 0; h < yv.heads; ++h) {
-      for (std::int64_t d = 0; d < yv.dim; ++d) {
-        T acc = T(0);
-        for (std::int64_t b = 0; b < yv.batch; ++b) {
-          for (std::int64_t s = 0; s < yv.positions; ++s) {
-            acc += x[b * xb + s * xsq + c * xc] * dy[yv.at(b, s, h, d)];
+    for (std::int64_t h = 0; h < y_layout.heads; ++h) {
+      for (std::int64_t d = 0; d < y_layout.dim; ++d) {
+        T sum = T(0);
+        for (std::int64_t b = 0; b < y_layout.batch; ++b) {
+          for (std::int64_t s = 0; s < y_layout.positions; ++s) {
+            sum += x[x_layout.at(b, s, c)] * dy[y_layout.at(b, s, h, d)];
           }
         }
-        dw[c * wc + h * wh + d * wd] += acc;
+        dw[w_layout.at(c, h, d)] += sum;
       }
     }
   }
@@ -105,30 +135,29 @@ void project_heads_backward(const Tensor<T>& dy, const Tensor<T>& x, const Tenso
 
 template <typename T>
 void project_out(const Tensor<T>& attn, const Tensor<T>& wo, Tensor<T>& y) {
-  const detail::HeadStrides av(attn.shape(), "seq");
-  const Shape& ws = wo.shape();
-  const std::int64_t hidden = ws.extent("hidden");
-  y = Tensor<T>(Shape({{"batch", av.batch}, {"seq", av.positions}, {"hidden", hidden}}));
-  const Shape& ys = y.shape();
-  const std::int64_t yb = stride_of(ys, "batch"), ysq = stride_of(ys, "seq"),
-                     yc = stride_of(ys, "hidden");
+  const detail::HeadStrides attn_layout(attn.shape(), "seq");
+  const Shape& w_shape = wo.shape();
+  const std::int64_t hidden = w_shape.extent("hidden");
+  y = Tensor<T>(
+      Shape({{"batch", attn_layout.batch}, {"seq", attn_layout.positions}, {"hidden", hidden}}));
+  const detail::HiddenStrides y_layout(y.shape());
   // As in project_heads: one row at a time, every output c one accumulator over (h, d)
   // ascending, wo read as contiguous (h, d) rows.
-  const std::vector<T> wm =
-      detail::gather_rows(wo, av.heads, stride_of(ws, "head"), av.dim, stride_of(ws, "head_dim"),
-                          hidden, stride_of(ws, "hidden"));
-  std::vector<T> acc(static_cast<std::size_t>(hidden));
-  for (std::int64_t b = 0; b < av.batch; ++b) {
-    for (std::int64_t s = 0; s < av.positions; ++s) {
-      std::fill(acc.begin(), acc.end(), T(0));
-      for (std::int64_t h = 0; h < av.heads; ++h) {
-        for (std::int64_t d = 0; d < av.dim; ++d) {
-          const T a = attn[av.at(b, s, h, d)];
-          const T* row = wm.data() + (h * av.dim + d) * hidden;
-          for (std::int64_t c = 0; c < hidden; ++c) acc[c] += a * row[c];
+  const std::vector<T> w_rows =  // (head * head_dim, hidden)
+      detail::gather_rows(wo, attn_layout.heads, stride_of(w_shape, "head"), attn_layout.dim,
+                          stride_of(w_shape, "head_dim"), hidden, stride_of(w_shape, "hidden"));
+  std::vector<T> sums(static_cast<std::size_t>(hidden));  // (hidden)
+  for (std::int64_t b = 0; b < attn_layout.batch; ++b) {
+    for (std::int64_t s = 0; s < attn_layout.positions; ++s) {
+      std::fill(sums.begin(), sums.end(), T(0));
+      for (std::int64_t h = 0; h < attn_layout.heads; ++h) {
+        for (std::int64_t d = 0; d < attn_layout.dim; ++d) {
+          const T attn_hd = attn[attn_layout.at(b, s, h, d)];
+          const T* w_row = w_rows.data() + (h * attn_layout.dim + d) * hidden;
+          for (std::int64_t c = 0; c < hidden; ++c) sums[c] += attn_hd * w_row[c];
         }
       }
-      for (std::int64_t c = 0; c < hidden; ++c) y[b * yb + s * ysq + c * yc] = acc[c];
+      for (std::int64_t c = 0; c < hidden; ++c) y[y_layout.at(b, s, c)] = sums[c];
     }
   }
 }
@@ -136,39 +165,35 @@ void project_out(const Tensor<T>& attn, const Tensor<T>& wo, Tensor<T>& y) {
 template <typename T>
 void project_out_backward(const Tensor<T>& dy, const Tensor<T>& attn, const Tensor<T>& wo,
                           Tensor<T>& dattn, Tensor<T>& dwo) {
-  const detail::HeadStrides av(attn.shape(), "seq");
-  const Shape& ws = wo.shape();
-  const Shape& ys = dy.shape();
-  const std::int64_t hidden = ws.extent("hidden");
-  const std::int64_t yb = stride_of(ys, "batch"), ysq = stride_of(ys, "seq"),
-                     yc = stride_of(ys, "hidden");
-  const std::int64_t wh = stride_of(ws, "head"), wd = stride_of(ws, "head_dim"),
-                     wc = stride_of(ws, "hidden");
-  SHARDSIM_ASSERT(dwo.shape() == ws, "project_out_backward: dwo must be shaped like wo");
+  const detail::HeadStrides attn_layout(attn.shape(), "seq");
+  const std::int64_t hidden = wo.shape().extent("hidden");
+  const detail::HiddenStrides y_layout(dy.shape());
+  const detail::WeightStrides w_layout(wo.shape());
+  SHARDSIM_ASSERT(dwo.shape() == wo.shape(), "project_out_backward: dwo must be shaped like wo");
   dattn = Tensor<T>(attn.shape());
-  for (std::int64_t b = 0; b < av.batch; ++b) {
-    for (std::int64_t s = 0; s < av.positions; ++s) {
-      for (std::int64_t h = 0; h < av.heads; ++h) {
-        for (std::int64_t d = 0; d < av.dim; ++d) {
-          T acc = T(0);
+  for (std::int64_t b = 0; b < attn_layout.batch; ++b) {
+    for (std::int64_t s = 0; s < attn_layout.positions; ++s) {
+      for (std::int64_t h = 0; h < attn_layout.heads; ++h) {
+        for (std::int64_t d = 0; d < attn_layout.dim; ++d) {
+          T sum = T(0);
           for (std::int64_t c = 0; c < hidden; ++c) {
-            acc += dy[b * yb + s * ysq + c * yc] * wo[h * wh + d * wd + c * wc];
+            sum += dy[y_layout.at(b, s, c)] * wo[w_layout.at(c, h, d)];
           }
-          dattn[av.at(b, s, h, d)] = acc;
+          dattn[attn_layout.at(b, s, h, d)] = sum;
         }
       }
     }
   }
-  for (std::int64_t h = 0; h < av.heads; ++h) {
-    for (std::int64_t d = 0; d < av.dim; ++d) {
+  for (std::int64_t h = 0; h < attn_layout.heads; ++h) {
+    for (std::int64_t d = 0; d < attn_layout.dim; ++d) {
       for (std::int64_t c = 0; c < hidden; ++c) {
-        T acc = T(0);
-        for (std::int64_t b = 0; b < av.batch; ++b) {
-          for (std::int64_t s = 0; s < av.positions; ++s) {
-            acc += attn[av.at(b, s, h, d)] * dy[b * yb + s * ysq + c * yc];
+        T sum = T(0);
+        for (std::int64_t b = 0; b < attn_layout.batch; ++b) {
+          for (std::int64_t s = 0; s < attn_layout.positions; ++s) {
+            sum += attn[attn_layout.at(b, s, h, d)] * dy[y_layout.at(b, s, c)];
           }
         }
-        dwo[h * wh + d * wd + c * wc] += acc;
+        dwo[w_layout.at(c, h, d)] += sum;
       }
     }
   }

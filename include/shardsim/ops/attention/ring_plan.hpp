@@ -2,12 +2,13 @@
 // torch.chunk slice of the queries; the KV shards travel around the ring by send/recv.
 //
 // Hop h = 0 .. k-1: rank r holds the KV block of rank (r - h) mod k (sends to r + 1, receives
-// from r - 1), computes its queries' partial result against that block (ops/attention/attention.hpp:
-// out and lse over the block's keys) and merges it into its running (out, lse) with the
-// log-sum-exp formula of attention_merge. Merge order on rank r: blocks r, r-1, ..., r-k+1
-// (mod k), i.e. arrival order. A block the window masks out entirely has lse = -inf and merges
-// as a no-op (no NaN). The running result starts at (0, -inf), so the first block is taken bit
-// for bit; the merges reorder the dense arithmetic, so the result is compared within tolerance.
+// from r - 1), computes its queries' partial result against that block (attention_forward of
+// attention/attention.hpp: out and lse over the block's keys) and merges it into its running
+// (out, lse) with the log-sum-exp formula of attention_merge. Merge order on rank r: blocks r,
+// r-1, ..., r-k+1 (mod k), i.e. arrival order. A block the window masks out entirely has
+// lse = -inf and merges as a no-op (no NaN). The running result starts at (0, -inf), so the
+// first block is taken bit for bit; the merges reorder the dense arithmetic, so the result is
+// compared within tolerance.
 //
 // Forward boundaries: NAME.q_shard (Replicate -> Shard(seq)), NAME.lse and NAME.attn_shard
 // (Shard(seq)), NAME.attn (all_gather -> Replicate). Every block passes through every rank, so
@@ -30,8 +31,22 @@ inline int ring_owner(int rank, int hop, int ranks) {
   return ((rank - hop) % ranks + ranks) % ranks;
 }
 
+// Copies the cache positions [tail_begin, L + t) of the KV axis that fall in `block` out of the
+// block's keys and values (batch, kv=block, head, head_dim) into this rank's cache tensors
+// (batch, kv=C, head, head_dim), C = L + t - tail_begin.
+template <typename T>
+void ring_copy_cache_tail(const Tensor<T>& k_block, const Tensor<T>& v_block, const Slice& block,
+                          std::int64_t tail_begin, Tensor<T>& cache_k, Tensor<T>& cache_v) {
+  const std::int64_t from = std::max(block.begin, tail_begin);  // first cached position in block
+  if (from >= block.end) return;
+  copy_along(k_block, "kv", from - block.begin, cache_k, from - tail_begin, block.end - from);
+  copy_along(v_block, "kv", from - block.begin, cache_v, from - tail_begin, block.end - from);
+}
+
 }  // namespace detail
 
+// Phase 6 forward in ring mode: returns NAME.attn (batch, seq=t, head, head_dim), Replicate;
+// fills saved.q_part, saved.lse, saved.attn_part; writes the cache back, Replicate.
 template <typename T>
 DistTensor<T> ring_attention_forward(const World<T>& world, const CpAttentionConfig& config,
                                      const ChunkGeometry& geo, CpAttentionSaved<T>& saved,
@@ -39,12 +54,15 @@ DistTensor<T> ring_attention_forward(const World<T>& world, const CpAttentionCon
   const int ranks = world.size();
   const auto count = static_cast<std::size_t>(ranks);
   saved.q_part = world.redistribute(saved.q_rot, Placement::shard("seq"),
-                                    {.tensor = config.tensor("q_shard"),
+                                    {.tensor = config.part(AttentionPart::q_shard),
                                      .dense = saved.q_rot.name,
                                      .exact = true,
                                      .inputs = {saved.q_rot.name}});
-  saved.q_part.name = config.tensor("q_shard");
+  saved.q_part.name = config.part(AttentionPart::q_shard);
   const std::vector<Slice> q_slices = shard_slices(geo.length, ranks, SplitPolicy::chunk);
+  // Per rank: the running merge, out (batch, seq=slice, head, head_dim) and lse (batch,
+  // seq=slice, head); the cache being written back (batch, kv=C, head, head_dim); and the KV
+  // block held at the current hop (batch, kv=block, head, head_dim).
   std::vector<Tensor<T>> out(count), lse(count), cache_k(count), cache_v(count);
   std::vector<Tensor<T>> k_blocks = saved.k_shard.locals;
   std::vector<Tensor<T>> v_blocks = saved.v_shard.locals;
@@ -62,21 +80,16 @@ DistTensor<T> ring_attention_forward(const World<T>& world, const CpAttentionCon
       const auto at = static_cast<std::size_t>(r);
       const Slice& block =
           geo.kv_slices[static_cast<std::size_t>(detail::ring_owner(r, hop, ranks))];
-      const Slice& mine = q_slices[at];
-      Tensor<T> block_out;
+      const Slice& queries = q_slices[at];
+      Tensor<T> block_out;  // (batch, seq=slice, head, head_dim)
       AttentionSaved<T> block_saved;
-      attention_forward(saved.q_part.local(r), position_range(geo.first + mine.begin, mine.valid()),
-                        k_blocks[at], v_blocks[at], kv_positions(geo.first, geo.cached, block),
+      attention_forward(saved.q_part.local(r),
+                        position_range(geo.first + queries.begin, queries.valid()), k_blocks[at],
+                        v_blocks[at], kv_positions(geo.first, geo.cached, block),
                         config.attention(), block_out, block_saved);
       attention_merge(out[at], lse[at], block_out, block_saved.lse);
-      // The cache positions of this block, copied as it passes.
-      const std::int64_t lo = std::max(block.begin, tail_begin);
-      if (lo < block.end) {
-        copy_along(k_blocks[at], "kv", lo - block.begin, cache_k[at], lo - tail_begin,
-                   block.end - lo);
-        copy_along(v_blocks[at], "kv", lo - block.begin, cache_v[at], lo - tail_begin,
-                   block.end - lo);
-      }
+      detail::ring_copy_cache_tail(k_blocks[at], v_blocks[at], block, tail_begin, cache_k[at],
+                                   cache_v[at]);
     });
     if (hop + 1 < ranks) {
       k_blocks = world.ring_send_recv(k_blocks);
@@ -84,35 +97,42 @@ DistTensor<T> ring_attention_forward(const World<T>& world, const CpAttentionCon
     }
   }
   const std::vector<std::string> inputs{saved.q_part.name, saved.k_shard.name, saved.v_shard.name};
-  saved.lse = dist_from_locals(config.tensor("lse"), geo.row_shape(), Placement::shard("seq"), lse);
-  world.compare_boundary({.op = "ring_attention", .tensor = saved.lse.name, .inputs = inputs}, saved.lse);
-  saved.attn_part = dist_from_locals(config.tensor("attn_shard"), geo.chunk_shape(),
+  saved.lse = dist_from_locals(config.part(AttentionPart::lse), geo.row_shape(),
+                               Placement::shard("seq"), lse);
+  world.compare_boundary({.op = "ring_attention", .tensor = saved.lse.name, .inputs = inputs},
+                         saved.lse);
+  saved.attn_part = dist_from_locals(config.part(AttentionPart::attn_shard), geo.chunk_shape(),
                                      Placement::shard("seq"), out);
   world.compare_boundary({.op = "ring_attention",
-                .tensor = saved.attn_part.name,
-                .dense = config.tensor("attn"),
-                .inputs = inputs},
-               saved.attn_part);
-  DistTensor<T> attn = world.all_gather(
-      saved.attn_part,
-      {.tensor = config.tensor("attn"), .exact = true, .inputs = {saved.attn_part.name}});
-  attn.name = config.tensor("attn");
+                          .tensor = saved.attn_part.name,
+                          .dense = config.part(AttentionPart::attn),
+                          .inputs = inputs},
+                         saved.attn_part);
+  DistTensor<T> attn =
+      world.all_gather(saved.attn_part, {.tensor = config.part(AttentionPart::attn),
+                                         .exact = true,
+                                         .inputs = {saved.attn_part.name}});
+  attn.name = config.part(AttentionPart::attn);
   cache.k = dist_from_locals(cache.k.name, geo.cache_shape(), Placement::replicate(), cache_k);
   cache.v = dist_from_locals(cache.v.name, geo.cache_shape(), Placement::replicate(), cache_v);
   return attn;
 }
 
+// Phase 6 backward in ring mode, from grad(NAME.attn) (Replicate).
 template <typename T>
 CoreGrads<T> ring_attention_backward(const World<T>& world, const CpAttentionConfig& config,
                                      const ChunkGeometry& geo, const DistTensor<T>& dattn,
                                      const CpAttentionSaved<T>& saved) {
   const int ranks = world.size();
   const auto count = static_cast<std::size_t>(ranks);
-  const std::string dpart_name = grad_name(saved.attn_part.name);
-  const DistTensor<T> dpart = world.redistribute(
+  const std::string dattn_shard_name = grad_name(saved.attn_part.name);
+  const DistTensor<T> dattn_shard = world.redistribute(
       dattn, Placement::shard("seq"),
-      {.tensor = dpart_name, .dense = dattn.name, .exact = true, .inputs = {dattn.name}});
+      {.tensor = dattn_shard_name, .dense = dattn.name, .exact = true, .inputs = {dattn.name}});
   const std::vector<Slice> q_slices = shard_slices(geo.length, ranks, SplitPolicy::chunk);
+  // Per rank: dq of its queries (batch, seq=slice, head, head_dim), accumulated over the hops;
+  // its contributions to dK and dV over the whole KV axis (batch, kv=L+t, head, head_dim), each
+  // block's part written once; the KV block held at the current hop.
   std::vector<Tensor<T>> dq(count), dk(count), dv(count);
   std::vector<Tensor<T>> k_blocks = saved.k_shard.locals;
   std::vector<Tensor<T>> v_blocks = saved.v_shard.locals;
@@ -127,14 +147,14 @@ CoreGrads<T> ring_attention_backward(const World<T>& world, const CpAttentionCon
       const auto at = static_cast<std::size_t>(r);
       const Slice& block =
           geo.kv_slices[static_cast<std::size_t>(detail::ring_owner(r, hop, ranks))];
-      const Slice& mine = q_slices[at];
-      Tensor<T> dk_block(k_blocks[at].shape());
+      const Slice& queries = q_slices[at];
+      Tensor<T> dk_block(k_blocks[at].shape());  // (batch, kv=block, head, head_dim)
       Tensor<T> dv_block(v_blocks[at].shape());
-      attention_block_backward(dpart.local(r), saved.q_part.local(r),
-                               position_range(geo.first + mine.begin, mine.valid()), k_blocks[at],
-                               v_blocks[at], kv_positions(geo.first, geo.cached, block),
-                               saved.attn_part.local(r), saved.lse.local(r), config.attention(),
-                               dq[at], dk_block, dv_block);
+      attention_block_backward(dattn_shard.local(r), saved.q_part.local(r),
+                               position_range(geo.first + queries.begin, queries.valid()),
+                               k_blocks[at], v_blocks[at],
+                               kv_positions(geo.first, geo.cached, block), saved.attn_part.local(r),
+                               saved.lse.local(r), config.attention(), dq[at], dk_block, dv_block);
       copy_along(dk_block, "kv", 0, dk[at], block.begin, block.valid());
       copy_along(dv_block, "kv", 0, dv[at], block.begin, block.valid());
     });
@@ -143,33 +163,35 @@ CoreGrads<T> ring_attention_backward(const World<T>& world, const CpAttentionCon
       v_blocks = world.ring_send_recv(v_blocks);
     }
   }
-  const std::vector<std::string> inputs{dpart_name,           saved.q_part.name,
+  const std::vector<std::string> inputs{dattn_shard_name,     saved.q_part.name,
                                         saved.k_shard.name,   saved.v_shard.name,
                                         saved.attn_part.name, saved.lse.name};
   const std::string dq_name = grad_name(saved.q_part.name);
   const DistTensor<T> dq_part =
       dist_from_locals(dq_name, geo.chunk_shape(), Placement::shard("seq"), dq);
   world.compare_boundary({.op = "ring_attention_backward",
-                .tensor = dq_name,
-                .dense = grad_name(config.tensor("q_rot")),
-                .inputs = inputs},
-               dq_part);
+                          .tensor = dq_name,
+                          .dense = config.part_grad(AttentionPart::q_rot),
+                          .inputs = inputs},
+                         dq_part);
   CoreGrads<T> grads;
   grads.q_rot = world.all_gather(
       dq_part,
-      {.tensor = grad_name(config.tensor("q_rot")), .exact = true, .inputs = {dq_name}});
-  grads.q_rot.name = grad_name(config.tensor("q_rot"));
+      {.tensor = config.part_grad(AttentionPart::q_rot), .exact = true, .inputs = {dq_name}});
+  grads.q_rot.name = config.part_grad(AttentionPart::q_rot);
   // Each rank's contributions to every block, summed at the block owners.
-  const DistTensor<T> dk_partial = dist_from_locals(grad_name(config.tensor("k_shard")),
+  const DistTensor<T> dk_partial = dist_from_locals(config.part_grad(AttentionPart::k_shard),
                                                     geo.kv_shape(), Placement::partial(), dk);
-  const DistTensor<T> dv_partial = dist_from_locals(grad_name(config.tensor("v_shard")),
+  const DistTensor<T> dv_partial = dist_from_locals(config.part_grad(AttentionPart::v_shard),
                                                     geo.kv_shape(), Placement::partial(), dv);
-  grads.k = world.reduce_scatter(
-      dk_partial, Placement::shard("kv"),
-      {.tensor = dk_partial.name, .dense = grad_name(config.tensor("k_all")), .inputs = inputs});
-  grads.v = world.reduce_scatter(
-      dv_partial, Placement::shard("kv"),
-      {.tensor = dv_partial.name, .dense = grad_name(config.tensor("v_all")), .inputs = inputs});
+  grads.k = world.reduce_scatter(dk_partial, Placement::shard("kv"),
+                                 {.tensor = dk_partial.name,
+                                  .dense = config.part_grad(AttentionPart::k_all),
+                                  .inputs = inputs});
+  grads.v = world.reduce_scatter(dv_partial, Placement::shard("kv"),
+                                 {.tensor = dv_partial.name,
+                                  .dense = config.part_grad(AttentionPart::v_all),
+                                  .inputs = inputs});
   return grads;
 }
 

@@ -1,6 +1,6 @@
 // The dense oracle of one streamed chunk of sliding-window attention with a carried KV cache:
 // projections, RoPE, the cache, masked attention and the output projection, forward and backward.
-// Plain global tensors; never derived from a sharded plan (invariant 3, README "Invariants").
+// Plain global tensors; never derived from a sharded plan, so that it can judge one.
 //
 // A chunk of t tokens sits at absolute positions P .. P+t-1, where P counts the tokens already
 // streamed in this training step. With the cache holding L keys at positions P-L .. P-1:
@@ -10,7 +10,7 @@
 //                                                    as a plan shards it (cache RoPE'd, chunk raw)
 //   k_all     = cache_k ++ rope(k, P ..)             every key after RoPE
 //   v_all     = cache_v ++ v
-//   attn, lse = attention(q_rot at P .., k_all and v_all at P-L ..)      (ops/attention/attention.hpp)
+//   attn, lse = attention(q_rot at P .., k_all and v_all at P-L ..) (ops/attention/attention.hpp)
 //   y         = attn wo                              (batch, seq=t, hidden)
 //   cache    <- the last C positions of k_all and v_all (K stored AFTER RoPE), P += t.
 // Cache length C = min(window - 1, L + t); causal (no window): C = L + t, everything. A later
@@ -53,7 +53,7 @@ struct KvCache {
   void reset() { *this = KvCache<T>(); }
 };
 
-// Everything forward computes, by the names the sharded plans record (see attention/plan.hpp).
+// Everything forward computes, by the names the sharded plans record (attention/parts.hpp).
 template <typename T>
 struct StreamAttentionActivations {
   std::int64_t first_position = 0;  // P
