@@ -79,7 +79,8 @@ struct TraceEntry {
   Shape global;
   Placement placement;
   std::vector<RankExtent> ranks;
-  std::vector<std::string> notes;  // BoundaryLabel::notes
+  std::vector<std::string> notes;   // BoundaryLabel::notes
+  std::vector<std::string> inputs;  // BoundaryLabel::inputs
 };
 
 // Builds the per-rank extents of a DistTensor from its metadata.

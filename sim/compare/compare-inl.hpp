@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <type_traits>
 
 #include "shardsim/compare/compare.hpp"
@@ -115,7 +116,22 @@ class Comparator final : public BoundarySink<T> {
       if (std::isfinite(d)) scale = std::max(scale, d);
     }
     result.scale = scale;
-    const double allowed = rtol_ * scale;
+    // The noise scale: a value computed from a sum of Partial addends carries the rounding of
+    // the addends' magnitudes, not of the (possibly cancelled) result's, so the tolerance is
+    // relative to the larger of max |d| and the largest sum of absolute addends of any Partial
+    // input (addend_scale). Without it a correct reduction of cancelling gradients (training
+    // near convergence) fails a tolerance relative to its tiny result.
+    double noise_scale = scale;
+    for (const std::string& input : result.entry.inputs) {
+      auto found = addend_scale_.find(input);
+      if (found != addend_scale_.end()) noise_scale = std::max(noise_scale, found->second);
+    }
+    if (sharded.placement.is_partial()) {
+      const double own = partial_addend_scale(sharded);
+      noise_scale = std::max(noise_scale, own);
+      addend_scale_[result.entry.tensor] = own;
+    }
+    const double allowed = rtol_ * noise_scale;
     bool all_identical = true;
     bool all_within = true;
     std::optional<Divergence> first_not_identical;
@@ -187,6 +203,20 @@ class Comparator final : public BoundarySink<T> {
     }
   }
 
+  // max over elements of sum_r |x_r,e|, the magnitude a Partial tensor's sum is rounded at.
+  static double partial_addend_scale(const DistTensor<T>& sharded) {
+    double out = 0;
+    const std::int64_t n = sharded.ranks() > 0 ? sharded.local(0).numel() : 0;
+    for (std::int64_t e = 0; e < n; ++e) {
+      double sum = 0;
+      for (int r = 0; r < sharded.ranks(); ++r) {
+        sum += std::fabs(Traits::to_double(sharded.local(r)[e]));
+      }
+      if (std::isfinite(sum)) out = std::max(out, sum);
+    }
+    return out;
+  }
+
   static T magnitude(const T& v) {
     using std::abs;
     return abs(v);
@@ -194,6 +224,7 @@ class Comparator final : public BoundarySink<T> {
 
   double rtol_;
   bool capture_;
+  std::map<std::string, double> addend_scale_;  // Partial tensor -> partial_addend_scale
   std::vector<BoundaryResult> results_;
   ActivationMemory activation_;
 };

@@ -81,6 +81,7 @@ class ScenarioRun {
     entry.placement = tensor.placement;
     entry.ranks = rank_extents(tensor.global, tensor.placement, tensor.ranks());
     entry.notes = label.notes;
+    entry.inputs = label.inputs;
     if (!oracle) oracle = find_oracle(label, entry, env_.dense);
     const bool same = sink_.on_boundary(entry, oracle, tensor);
     if (same) {

@@ -7,8 +7,12 @@
 //   max_rel  max |s - d| / |d|   (|d| = 0 with s != d counts as +inf)
 //   max_ulp  max ULP distance in the run's own scalar type
 //   status   exact   every element bitwise equal
-//            within  every element has |s - d| <= rtol * max|d|  (normwise; rtol from the
-//                    scenario's [tolerance] or 2^(16 - bits), see default_rtol)
+//            within  every element has |s - d| <= rtol * scale (normwise; rtol from the
+//                    scenario's [tolerance] or 2^(16 - bits), see default_rtol), where scale
+//                    is the larger of max|d| and, for a value summed from Partial addends
+//                    (a Partial boundary, or one naming a Partial tensor among its inputs),
+//                    max_e sum_r |addend_r,e|: rounding in a reduction happens at the addends'
+//                    magnitude, however much they cancel
 //            fail    otherwise, or not bitwise equal where the boundary claims exactness.
 // NaN never matches anything; an infinity matches only the same infinity.
 #pragma once
