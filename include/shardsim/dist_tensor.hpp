@@ -1,12 +1,14 @@
-// DistTensor: a global tensor as the ranks hold it. A name, a global shape, a placement on the
-// 1-D mesh, and one local Tensor per rank.
+// DistTensor: a global tensor as the ranks of a device mesh hold it. A name, a global shape, a
+// layout (one placement per mesh dim, placement.hpp), the mesh, and one local Tensor per rank.
 //
 // Invariants:
-//   locals.size() == ranks;
-//   locals[r].shape() == local_shape(global, placement, ranks, r);
-//   padded positions (Shard with the padded split) hold T(0).
+//   locals.size() == mesh->size();
+//   layout.ndim() == mesh->ndim();
+//   locals[r].shape() == local_shape(global, layout, *mesh, r);
+//   padded positions (a Shard with the padded split) hold T(0).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,43 +21,164 @@ template <typename T>
 struct DistTensor {
   std::string name;
   Shape global;
-  Placement placement;
+  Layout layout;
+  std::shared_ptr<const Mesh> mesh;
   std::vector<Tensor<T>> locals;
 
   int ranks() const { return static_cast<int>(locals.size()); }
   Tensor<T>& local(int rank) { return locals[static_cast<std::size_t>(rank)]; }
   const Tensor<T>& local(int rank) const { return locals[static_cast<std::size_t>(rank)]; }
-  // One Slice per rank along the sharded axis. REQUIRES: placement.is_shard().
-  std::vector<Slice> slices() const {
-    return shard_slices(global.extent(placement.axis), ranks(), placement.split);
+  // `rank`'s share of `axis`: global [begin, end) and its local extent (placement.hpp).
+  Slice slice(int rank, std::string_view axis) const {
+    return axis_slice(global, layout, *mesh, rank, axis);
   }
 };
 
 // An empty DistTensor with correctly shaped zero locals.
 template <typename T>
-DistTensor<T> make_dist(std::string name, const Shape& global, const Placement& placement,
-                        int ranks) {
-  DistTensor<T> out{std::move(name), global, placement, {}};
-  out.locals.reserve(static_cast<std::size_t>(ranks));
-  for (int r = 0; r < ranks; ++r) out.locals.emplace_back(local_shape(global, placement, ranks, r));
+DistTensor<T> make_dist(std::string name, const Shape& global, const Layout& layout,
+                        std::shared_ptr<const Mesh> mesh) {
+  DistTensor<T> out{std::move(name), global, layout, std::move(mesh), {}};
+  out.locals.reserve(static_cast<std::size_t>(out.mesh->size()));
+  for (int r = 0; r < out.mesh->size(); ++r) {
+    out.locals.emplace_back(local_shape(global, layout, *out.mesh, r));
+  }
   return out;
 }
 
-// Lays a global tensor out over the ranks: data loading, before any rank program runs.
-// Partial puts the whole value on rank 0 and zeros elsewhere (their sum is the value).
+// Copies every element whose global position lies in both boxes. A box gives, per axis of the
+// tensors, the global slice a local tensor holds (its valid positions are local [0, valid)).
+// REQUIRES: both tensors and boxes name the same axes in the same order.
 template <typename T>
-DistTensor<T> distribute(std::string name, const Tensor<T>& global, const Placement& placement,
-                         int ranks) {
-  DistTensor<T> out = make_dist<T>(std::move(name), global.shape(), placement, ranks);
-  for (int r = 0; r < ranks; ++r) {
-    if (placement.is_replicate() || (placement.is_partial() && r == 0)) {
-      out.local(r) = global;
-    } else if (placement.is_shard()) {
-      const Slice slice = rank_slice(global.shape(), placement, ranks, r);
-      copy_along(global, placement.axis, slice.begin, out.local(r), 0, slice.valid());
+void copy_overlap(const Tensor<T>& src, const std::vector<Slice>& src_box, Tensor<T>& dst,
+                  const std::vector<Slice>& dst_box);
+
+// The box of `rank`'s local tensor of `x`: axis_slice for every axis.
+template <typename T>
+std::vector<Slice> local_box(const DistTensor<T>& x, int rank) {
+  std::vector<Slice> box;
+  for (const Axis& axis : x.global.axes()) box.push_back(x.slice(rank, axis.name));
+  return box;
+}
+
+// Calls f(local_flat, global_flat) for every valid (non-pad) position of a local tensor of
+// shape `local` holding `box` of a tensor of shape `global`, in row-major local order.
+template <typename F>
+void for_each_valid(const Shape& local, const std::vector<Slice>& box, const Shape& global, F f) {
+  const std::size_t axes = box.size();
+  for (const Slice& s : box) {
+    if (s.valid() <= 0) return;
+  }
+  if (axes == 0) {
+    f(std::int64_t{0}, std::int64_t{0});
+    return;
+  }
+  std::vector<std::int64_t> index(axes, 0);
+  while (true) {
+    std::int64_t local_flat = 0;
+    std::int64_t global_flat = 0;
+    for (std::size_t a = 0; a < axes; ++a) {
+      local_flat = local_flat * local[a].extent + index[a];
+      global_flat = global_flat * global[a].extent + box[a].begin + index[a];
+    }
+    f(local_flat, global_flat);
+    std::size_t a = axes;
+    while (a > 0) {
+      --a;
+      if (++index[a] < box[a].valid()) break;
+      index[a] = 0;
+      if (a == 0) return;
     }
   }
+}
+
+// The ranks that stand for the value of `x` on a mesh with Partial dims: those at coordinate 0
+// on every Partial dim. members(r) lists, in rank order, the ranks whose addends sum to what r
+// stands for (r itself when no dim is Partial).
+template <typename T>
+bool represents_value(const DistTensor<T>& x, int rank) {
+  for (int d = 0; d < x.layout.ndim(); ++d) {
+    if (x.layout.on(d).is_partial() && x.mesh->coord(rank, d) != 0) return false;
+  }
+  return true;
+}
+template <typename T>
+std::vector<int> partial_members(const DistTensor<T>& x, int rank) {
+  std::vector<int> members;
+  for (int r = 0; r < x.ranks(); ++r) {
+    bool same = true;
+    for (int d = 0; d < x.layout.ndim() && same; ++d) {
+      if (!x.layout.on(d).is_partial()) same = x.mesh->coord(r, d) == x.mesh->coord(rank, d);
+    }
+    if (same) members.push_back(r);
+  }
+  return members;
+}
+
+// Lays a global tensor out over the ranks: data loading, before any rank program runs. On a
+// Partial dim the value sits on the coordinate-0 member and the others hold zeros (their sum is
+// the value).
+template <typename T>
+DistTensor<T> distribute(std::string name, const Tensor<T>& global, const Layout& layout,
+                         std::shared_ptr<const Mesh> mesh) {
+  DistTensor<T> out = make_dist<T>(std::move(name), global.shape(), layout, std::move(mesh));
+  std::vector<Slice> whole;
+  for (const Axis& axis : global.shape().axes()) whole.push_back({0, axis.extent, axis.extent});
+  for (int r = 0; r < out.ranks(); ++r) {
+    bool holds_value = true;
+    for (int d = 0; d < layout.ndim(); ++d) {
+      if (layout.on(d).is_partial() && out.mesh->coord(r, d) != 0) holds_value = false;
+    }
+    if (holds_value) copy_overlap(global, whole, out.local(r), local_box(out, r));
+  }
   return out;
+}
+
+template <typename T>
+void copy_overlap(const Tensor<T>& src, const std::vector<Slice>& src_box, Tensor<T>& dst,
+                  const std::vector<Slice>& dst_box) {
+  const std::size_t axes = src_box.size();
+  SHARDSIM_ASSERT(dst_box.size() == axes && src.shape().rank() == axes &&
+                      dst.shape().rank() == axes,
+                  "copy_overlap: boxes and tensors name the same axes");
+  // Per axis: the overlapping global range [lo, hi) and where it starts in each local tensor.
+  std::vector<std::int64_t> count(axes), src_at(axes), dst_at(axes);
+  for (std::size_t a = 0; a < axes; ++a) {
+    const std::int64_t lo = std::max(src_box[a].begin, dst_box[a].begin);
+    const std::int64_t hi = std::min(src_box[a].end, dst_box[a].end);
+    if (hi <= lo) return;
+    count[a] = hi - lo;
+    src_at[a] = lo - src_box[a].begin;
+    dst_at[a] = lo - dst_box[a].begin;
+  }
+  if (axes == 0) {
+    dst[0] = src[0];
+    return;
+  }
+  // Row-major strides; the innermost axis is copied as one contiguous run.
+  std::vector<std::int64_t> src_stride(axes, 1), dst_stride(axes, 1);
+  for (std::size_t a = axes - 1; a > 0; --a) {
+    src_stride[a - 1] = src_stride[a] * src.shape()[a].extent;
+    dst_stride[a - 1] = dst_stride[a] * dst.shape()[a].extent;
+  }
+  std::vector<std::int64_t> index(axes, 0);  // over the outer axes; the last is the run
+  while (true) {
+    std::int64_t s = src_at[axes - 1];
+    std::int64_t d = dst_at[axes - 1];
+    for (std::size_t a = 0; a + 1 < axes; ++a) {
+      s += (src_at[a] + index[a]) * src_stride[a];
+      d += (dst_at[a] + index[a]) * dst_stride[a];
+    }
+    for (std::int64_t i = 0; i < count[axes - 1]; ++i) dst[d + i] = src[s + i];
+    std::size_t a = axes - 1;
+    while (a > 0) {
+      --a;
+      if (++index[a] < count[a]) break;
+      index[a] = 0;
+      if (a == 0) return;
+    }
+    if (axes == 1) return;
+  }
 }
 
 }  // namespace shardsim

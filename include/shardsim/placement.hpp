@@ -63,6 +63,9 @@ struct Placement {
   friend bool operator==(const Placement&, const Placement&) = default;
 };
 
+// An axis or mesh dim name: non-empty, letters, digits and _ only.
+bool is_axis_name(std::string_view name);
+
 // Parses the str() forms. Throws InputError (without location; the caller adds it).
 Placement parse_placement(std::string_view text);
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -62,9 +63,12 @@ struct BoundaryLabel {
 
 struct RankExtent {
   int rank = 0;
+  std::vector<int> coords;  // one per mesh dim
   Shape local_shape;
   std::map<std::string, std::int64_t> offset;  // global offset per sharded axis
-  std::string slice;                           // "seq[12:13)", "seq[12:13)+3pad" or "full"
+  // "seq[12:13)", "seq[12:13)+3pad", "batch[0:2) seq[4:8)" or "full"; " (addend)" or
+  // "full (addend)" where a dim is Partial
+  std::string slice;
 };
 
 struct TraceEntry {
@@ -77,14 +81,15 @@ struct TraceEntry {
   std::string dense;
   bool exact = false;
   Shape global;
-  Placement placement;
+  Layout layout;
+  std::shared_ptr<const Mesh> mesh;
   std::vector<RankExtent> ranks;
   std::vector<std::string> notes;   // BoundaryLabel::notes
   std::vector<std::string> inputs;  // BoundaryLabel::inputs
 };
 
 // Builds the per-rank extents of a DistTensor from its metadata.
-std::vector<RankExtent> rank_extents(const Shape& global, const Placement& placement, int ranks);
+std::vector<RankExtent> rank_extents(const Shape& global, const Layout& layout, const Mesh& mesh);
 
 // One line per boundary plus one indented line per rank.
 std::string format_entry(const TraceEntry& entry);

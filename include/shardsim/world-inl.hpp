@@ -1,23 +1,40 @@
-// Template bodies of world.hpp. Included by world.cpp (float, double) and world_mp.cpp (Mp).
+// Template bodies of world.hpp: construction, the scheduler, the rendezvous check and the reduce
+// orders. The collectives are in world_collectives-inl.hpp. Included by world.cpp (float,
+// double) and world_mp.cpp (Mp).
 #pragma once
 
 #include <algorithm>
 #include <sstream>
 
+#include "shardsim/error.hpp"
 #include "shardsim/scalar.hpp"
 #include "shardsim/world.hpp"
 
 namespace shardsim {
 
 template <typename T>
+World<T>::World(Mesh mesh, ReduceOrder order, Schedule schedule)
+    : shared_(std::make_shared<Shared>()) {
+  shared_->visit_order = schedule_order(schedule, mesh.size());
+  shared_->mesh = std::make_shared<const Mesh>(std::move(mesh));
+  shared_->order = order;
+}
+
+template <typename T>
 World<T>::World(int ranks, ReduceOrder order, Schedule schedule)
-    : ranks_(ranks), order_(order), visit_order_(schedule_order(schedule, ranks)) {
-  SHARDSIM_ASSERT(ranks >= 1, "a world needs at least one rank");
+    : World(Mesh(ranks), order, schedule) {}
+
+template <typename T>
+World<T> World<T>::on(int dim) const {
+  SHARDSIM_ASSERT(dim >= 0 && dim < mesh().ndim(), "World::on: a dim of the mesh");
+  World out = *this;
+  out.dim_ = dim;
+  return out;
 }
 
 template <typename T>
 void World<T>::for_each_rank(const std::function<void(int rank)>& body) const {
-  for (int rank : visit_order_) body(rank);
+  for (int rank : shared_->visit_order) body(rank);
 }
 
 template <typename T>
@@ -27,48 +44,51 @@ void World<T>::report(BoundaryLabel label, std::string_view default_op, const Di
   if (label.tensor.empty()) label.tensor = out.name;
   if (label.inputs.empty()) label.inputs = {in.name};
   if (label.kind == BoundaryKind::op) label.kind = BoundaryKind::collective;
-  if (hook_) hook_(label, out);
+  if (shared_->hook) shared_->hook(label, out);
 }
 
 template <typename T>
 bool World<T>::compare_boundary(const BoundaryLabel& label, const DistTensor<T>& tensor) const {
-  return hook_ ? hook_(label, tensor) : false;
+  return shared_->hook ? shared_->hook(label, tensor) : false;
 }
 
 template <typename T>
-std::vector<CallDesc> World<T>::describe_calls(std::string_view collective,
-                                               const DistTensor<T>& in,
-                                               const Placement& to) const {
+void World<T>::check_group(std::string_view collective, const std::vector<int>& group,
+                           const DistTensor<T>& in, const Layout& to) const {
   std::vector<CallDesc> calls;
-  for (int r = 0; r < ranks_; ++r) {
-    calls.push_back({r, std::string(collective), ScalarTraits<T>::name, in.global, in.placement, to,
+  for (int r : group) {
+    calls.push_back({r, std::string(collective), ScalarTraits<T>::name, in.global, in.layout, to,
                      in.local(r).shape()});
   }
-  return calls;
+  rendezvous(group, calls);
 }
 
 template <typename T>
-void World<T>::rendezvous(const std::vector<CallDesc>& calls) const {
-  // Every rank must arrive exactly once: a duplicate would hide a missing rank.
-  std::vector<int> arrivals(static_cast<std::size_t>(ranks_), 0);
+void World<T>::rendezvous(const std::vector<int>& group,
+                          const std::vector<CallDesc>& calls) const {
+  // Every member must arrive exactly once: a duplicate would hide a missing rank.
+  const int members = static_cast<int>(group.size());
+  std::vector<int> arrivals(group.size(), 0);
   std::string strangers;
   for (const CallDesc& call : calls) {
-    if (call.rank >= 0 && call.rank < ranks_) {
-      ++arrivals[static_cast<std::size_t>(call.rank)];
+    const auto at = std::find(group.begin(), group.end(), call.rank);
+    if (at != group.end()) {
+      ++arrivals[static_cast<std::size_t>(at - group.begin())];
     } else {
       strangers += " " + std::to_string(call.rank);
     }
   }
   std::string missing;
   std::string repeated;
-  for (int r = 0; r < ranks_; ++r) {
-    if (arrivals[static_cast<std::size_t>(r)] == 0) missing += " " + std::to_string(r);
-    if (arrivals[static_cast<std::size_t>(r)] > 1) repeated += " " + std::to_string(r);
+  for (int c = 0; c < members; ++c) {
+    const std::string rank = " " + std::to_string(group[static_cast<std::size_t>(c)]);
+    if (arrivals[static_cast<std::size_t>(c)] == 0) missing += rank;
+    if (arrivals[static_cast<std::size_t>(c)] > 1) repeated += rank;
   }
-  if (static_cast<int>(calls.size()) != ranks_ || !missing.empty() || !repeated.empty() ||
+  if (static_cast<int>(calls.size()) != members || !missing.empty() || !repeated.empty() ||
       !strangers.empty()) {
     std::ostringstream msg;
-    msg << "rendezvous: " << calls.size() << " calls for " << ranks_ << " ranks;";
+    msg << "rendezvous: " << calls.size() << " calls for " << members << " ranks;";
     if (!missing.empty()) msg << " missing ranks:" << missing << ";";
     if (!repeated.empty()) msg << " ranks arriving more than once:" << repeated << ";";
     if (!strangers.empty()) msg << " ranks outside the group:" << strangers << ";";
@@ -115,7 +135,7 @@ void World<T>::rendezvous(const std::vector<CallDesc>& calls) const {
                           describe(odd));
   }
   for (const CallDesc& call : calls) {
-    const Shape expected = local_shape(call.global, call.from, ranks_, call.rank);
+    const Shape expected = local_shape(call.global, call.from, mesh(), call.rank);
     if (!(call.local == expected)) {
       throw RendezvousError("rendezvous mismatch in " + describe(call) + ": rank " +
                             std::to_string(call.rank) + " contributes local " + call.local.str() +
@@ -127,9 +147,9 @@ void World<T>::rendezvous(const std::vector<CallDesc>& calls) const {
 template <typename T>
 std::vector<T> World<T>::reduce_sum(const std::vector<const T*>& addends, std::int64_t n) const {
   const int k = static_cast<int>(addends.size());
-  SHARDSIM_ASSERT(k == ranks_, "reduce_sum needs one addend per rank");
+  SHARDSIM_ASSERT(k == group_size(), "reduce_sum needs one addend per group member");
   std::vector<T> out(static_cast<std::size_t>(n), T(0));
-  switch (order_) {
+  switch (shared_->order) {
     case ReduceOrder::rank:
       for (std::int64_t e = 0; e < n; ++e) {
         T sum = addends[0][e];
@@ -164,163 +184,6 @@ std::vector<T> World<T>::reduce_sum(const std::vector<const T*>& addends, std::i
   return out;
 }
 
-template <typename T>
-DistTensor<T> World<T>::all_gather(const DistTensor<T>& in, const BoundaryLabel& label) const {
-  SHARDSIM_ASSERT(in.placement.is_shard(), "all_gather needs a Shard input");
-  rendezvous(describe_calls("all_gather", in, Placement::replicate()));
-  Tensor<T> gathered(in.global);
-  const std::vector<Slice> slices = in.slices();
-  for (int r = 0; r < ranks_; ++r) {
-    copy_along(in.local(r), in.placement.axis, 0, gathered, slices[r].begin, slices[r].valid());
-  }
-  DistTensor<T> out = make_dist<T>(in.name, in.global, Placement::replicate(), 0);
-  out.locals.assign(static_cast<std::size_t>(ranks_), gathered);
-  report(label, "all_gather", in, out);
-  return out;
-}
-
-template <typename T>
-DistTensor<T> World<T>::all_reduce(const DistTensor<T>& in, const BoundaryLabel& label) const {
-  SHARDSIM_ASSERT(in.placement.is_partial(), "all_reduce needs a Partial input");
-  rendezvous(describe_calls("all_reduce", in, Placement::replicate()));
-  std::vector<const T*> addends;
-  for (int r = 0; r < ranks_; ++r) addends.push_back(in.local(r).data());
-  Tensor<T> reduced(in.global, reduce_sum(addends, in.global.numel()));
-  DistTensor<T> out = make_dist<T>(in.name, in.global, Placement::replicate(), 0);
-  out.locals.assign(static_cast<std::size_t>(ranks_), reduced);
-  report(label, "all_reduce", in, out);
-  return out;
-}
-
-template <typename T>
-DistTensor<T> World<T>::reduce_scatter(const DistTensor<T>& in, const Placement& target,
-                                       const BoundaryLabel& label) const {
-  SHARDSIM_ASSERT(in.placement.is_partial() && target.is_shard(),
-                  "reduce_scatter goes Partial -> Shard");
-  rendezvous(describe_calls("reduce_scatter", in, target));
-  std::vector<const T*> addends;
-  for (int r = 0; r < ranks_; ++r) addends.push_back(in.local(r).data());
-  const Tensor<T> reduced(in.global, reduce_sum(addends, in.global.numel()));
-  DistTensor<T> out = make_dist<T>(in.name, in.global, target, ranks_);
-  const std::vector<Slice> slices = out.slices();
-  for (int r = 0; r < ranks_; ++r) {
-    copy_along(reduced, target.axis, slices[r].begin, out.local(r), 0, slices[r].valid());
-  }
-  report(label, "reduce_scatter", in, out);
-  return out;
-}
-
-template <typename T>
-DistTensor<T> World<T>::all_to_all(const DistTensor<T>& in, const Placement& target,
-                                   const BoundaryLabel& label) const {
-  SHARDSIM_ASSERT(in.placement.is_shard() && target.is_shard() &&
-                      in.placement.axis != target.axis,
-                  "all_to_all goes Shard(a) -> Shard(b), a != b");
-  rendezvous(describe_calls("all_to_all", in, target));
-  const std::string& from_axis = in.placement.axis;
-  const std::string& to_axis = target.axis;
-  const std::vector<Slice> from = in.slices();
-  DistTensor<T> out = make_dist<T>(in.name, in.global, target, ranks_);
-  const std::vector<Slice> to = out.slices();
-  // Rank q receives from each rank r the block (from_axis: r's slice, to_axis: q's slice).
-  for (int q = 0; q < ranks_; ++q) {
-    for (int r = 0; r < ranks_; ++r) {
-      const Tensor<T>& src = in.local(r);
-      Tensor<T> block(src.shape().with_extent(to_axis, to[q].local_extent));
-      copy_along(src, to_axis, to[q].begin, block, 0, to[q].valid());
-      Tensor<T>& dst = out.local(q);
-      copy_along(block, from_axis, 0, dst, from[r].begin, from[r].valid());
-    }
-  }
-  report(label, "all_to_all", in, out);
-  return out;
-}
-
-template <typename T>
-DistTensor<T> World<T>::broadcast(const DistTensor<T>& in, int root,
-                                  const BoundaryLabel& label) const {
-  SHARDSIM_ASSERT(in.placement.is_replicate() && root >= 0 && root < ranks_,
-                  "broadcast needs a Replicate input and a valid root");
-  rendezvous(describe_calls("broadcast", in, Placement::replicate()));
-  DistTensor<T> out = make_dist<T>(in.name, in.global, Placement::replicate(), 0);
-  out.locals.assign(static_cast<std::size_t>(ranks_), in.local(root));
-  report(label, "broadcast", in, out);
-  return out;
-}
-
-template <typename T>
-std::vector<Tensor<T>> World<T>::ring_send_recv(const std::vector<Tensor<T>>& blocks) const {
-  if (static_cast<int>(blocks.size()) != ranks_) {
-    throw RendezvousError("ring_send_recv: " + std::to_string(blocks.size()) + " blocks for " +
-                          std::to_string(ranks_) + " ranks");
-  }
-  std::string differ;
-  for (int r = 1; r < ranks_; ++r) {
-    const Shape& mine = blocks[static_cast<std::size_t>(r)].shape();
-    const Shape& first = blocks.front().shape();
-    bool same = mine.rank() == first.rank();
-    for (std::size_t a = 0; same && a < mine.rank(); ++a) same = mine[a].name == first[a].name;
-    if (!same) differ += (differ.empty() ? "" : ",") + std::to_string(r);
-  }
-  if (!differ.empty()) {
-    throw RendezvousError("rendezvous mismatch in ring_send_recv<" +
-                          std::string(ScalarTraits<T>::name) + ">: rank 0 sends " +
-                          blocks.front().shape().str() + " but ranks " + differ +
-                          " send blocks with other axes");
-  }
-  std::vector<Tensor<T>> received(static_cast<std::size_t>(ranks_));
-  for (int r = 0; r < ranks_; ++r) {
-    received[static_cast<std::size_t>((r + 1) % ranks_)] = blocks[static_cast<std::size_t>(r)];
-  }
-  return received;
-}
-
-template <typename T>
-DistTensor<T> World<T>::redistribute(const DistTensor<T>& in, const Placement& target,
-                                     const BoundaryLabel& label) const {
-  const Placement& from = in.placement;
-  if (from == target) return in;
-  if (from.is_shard() && target.is_replicate()) return all_gather(in, label);
-  if (from.is_partial() && target.is_replicate()) return all_reduce(in, label);
-  if (from.is_partial() && target.is_shard()) return reduce_scatter(in, target, label);
-  if (from.is_shard() && target.is_shard()) {
-    if (from.axis != target.axis) return all_to_all(in, target, label);
-    // Same axis, different split: gather then slice locally.
-    return redistribute(all_gather(in, label), target, label);
-  }
-  if (from.is_shard() && target.is_partial()) {
-    // Gather, then rank 0 keeps the value as its addend (Replicate -> Partial below).
-    return redistribute(all_gather(in, label), target, label);
-  }
-  DistTensor<T> out = make_dist<T>(in.name, in.global, target, ranks_);
-  if (from.is_replicate() && target.is_shard()) {
-    // Local slice: every rank already holds the whole tensor.
-    for_each_rank([&](int r) {
-      const Slice slice = rank_slice(in.global, target, ranks_, r);
-      copy_along(in.local(r), target.axis, slice.begin, out.local(r), 0, slice.valid());
-    });
-  } else {
-    SHARDSIM_ASSERT(from.is_replicate() && target.is_partial(), "unhandled redistribute");
-    // Replicate -> Partial: rank 0 keeps the value, the others hold zero addends.
-    out.local(0) = in.local(0);
-  }
-  report(label, "redistribute", in, out);
-  return out;
-}
-
-template <typename T>
-void zero_padding(DistTensor<T>& tensor) {
-  if (!tensor.placement.is_shard() || tensor.placement.split != SplitPolicy::padded) return;
-  const std::vector<Slice> slices = tensor.slices();
-  for (int r = 0; r < tensor.ranks(); ++r) {
-    Tensor<T>& local = tensor.local(r);
-    const AxisView view = AxisView::of(local.shape(), tensor.placement.axis);
-    for (std::int64_t o = 0; o < view.outer; ++o) {
-      for (std::int64_t i = slices[r].valid(); i < view.extent; ++i) {
-        for (std::int64_t j = 0; j < view.inner; ++j) local[view.flat(o, i, j)] = T(0);
-      }
-    }
-  }
-}
-
 }  // namespace shardsim
+
+#include "shardsim/world_collectives-inl.hpp"

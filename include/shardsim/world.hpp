@@ -1,18 +1,23 @@
-// The emulated world: N ranks in one process, a scheduler, and the collectives.
+// The emulated world: the ranks of a device mesh in one process, a scheduler, and the collectives.
 //
 // A sharded plan alternates between two things:
-//   - local phases, run by for_each_rank(): the body gets one rank id and must touch only that
-//     rank's local tensors (invariant 1, README "Invariants"). The scheduler runs the ranks in rank order,
-//     reverse order or a seeded shuffle; results must not depend on it.
-//   - collectives, run by the world: every member's call is checked at a rendezvous (same
-//     collective, dtype, global shape and placements; a local shape that matches the placement),
-//     then executed, then reported to the boundary hook so that the trace records it.
-// Sums follow the world's reduce order (rank, ring or tree; mesh.hpp gives each order exactly),
-// computed once and copied, so every rank receives bitwise the same result.
+//   - local phases, run by for_each_rank(): the body gets one global rank and must touch only
+//     that rank's local tensors (invariant 1, README "Invariants"). The scheduler visits every
+//     rank of the mesh in rank order, reverse order or a seeded shuffle; results must not depend
+//     on it.
+//   - collectives, run by the world on one mesh dim, the world's `dim()`: each runs in every
+//     group of that dim (the ranks that share all other coordinates, mesh.hpp), with its own
+//     rendezvous check (same collective, dtype, global shape and layouts; local shapes that match
+//     the layout), then reports its result to the boundary hook so that the trace records it.
+// A plan sees the world bound to its step's mesh dim (World::on); on a 1-D mesh that is the only
+// dim. Sums follow the world's reduce order (rank, ring or tree; mesh.hpp gives each exactly)
+// over a group's members in coordinate order, computed once per group and copied, so every
+// member receives bitwise the same result.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,8 +34,8 @@ struct CallDesc {
   std::string collective;
   std::string dtype;
   Shape global;
-  Placement from;
-  Placement to;
+  Layout from;
+  Layout to;
   Shape local;  // the shape of the buffer this rank contributes
 };
 
@@ -41,13 +46,33 @@ class World {
   // whether it matched the oracle bitwise.
   using Hook = std::function<bool(const BoundaryLabel&, const DistTensor<T>&)>;
 
-  // REQUIRES: ranks >= 1.
+  // Collectives run on dim 0 until on() picks another.
+  World(Mesh mesh, ReduceOrder order, Schedule schedule);
+  // The 1-D mesh of `ranks` ranks. REQUIRES: ranks >= 1.
   World(int ranks, ReduceOrder order, Schedule schedule);
 
-  int size() const { return ranks_; }
-  ReduceOrder reduce_order() const { return order_; }
-  const std::vector<int>& order() const { return visit_order_; }
-  void set_hook(Hook hook) { hook_ = std::move(hook); }
+  const Mesh& mesh() const { return *shared_->mesh; }
+  const std::shared_ptr<const Mesh>& mesh_ptr() const { return shared_->mesh; }
+  int size() const { return mesh().size(); }  // every rank of the mesh: one local each
+  ReduceOrder reduce_order() const { return shared_->order; }
+  const std::vector<int>& order() const { return shared_->visit_order; }
+  void set_hook(Hook hook) { shared_->hook = std::move(hook); }
+
+  // This world bound to mesh dim `dim`: the same ranks, hook and orders; its collectives run in
+  // the groups of `dim`. REQUIRES: 0 <= dim < mesh().ndim().
+  World on(int dim) const;
+  int dim() const { return dim_; }
+  int group_size() const { return mesh().dim(dim_).size; }
+  // `rank`'s coordinate on dim(), and the member of its group at coordinate `coord`.
+  int coord(int rank) const { return mesh().coord(rank, dim_); }
+  int peer(int rank, int coord) const { return mesh().with_coord(rank, dim_, coord); }
+
+  // The tensor's placement on dim().
+  const Placement& placement(const DistTensor<T>& x) const { return x.layout.on(dim_); }
+  // A zero tensor laid out as `layout` on this world's mesh.
+  DistTensor<T> make(std::string name, const Shape& global, const Layout& layout) const {
+    return make_dist<T>(std::move(name), global, layout, mesh_ptr());
+  }
 
   // Runs body(rank) for every rank in schedule order.
   void for_each_rank(const std::function<void(int rank)>& body) const;
@@ -56,7 +81,8 @@ class World {
   // Returns whether every element matched the oracle bitwise. Collectives call it themselves.
   bool compare_boundary(const BoundaryLabel& label, const DistTensor<T>& tensor) const;
 
-  // Shard(a) -> Replicate.
+  // The collectives, on dim(); each changes only the placement on dim().
+  // Shard(a) -> Replicate. REQUIRES: no later dim shards a (its pieces would not be contiguous).
   DistTensor<T> all_gather(const DistTensor<T>& in, const BoundaryLabel& label) const;
   // Partial -> Replicate.
   DistTensor<T> all_reduce(const DistTensor<T>& in, const BoundaryLabel& label) const;
@@ -66,44 +92,56 @@ class World {
   // Shard(a) -> Shard(b), a != b.
   DistTensor<T> all_to_all(const DistTensor<T>& in, const Placement& target,
                            const BoundaryLabel& label) const;
-  // Replicate (as held by `root`) -> Replicate on every rank.
+  // Replicate (as held by the group member at coordinate `root`) -> Replicate on every member.
   DistTensor<T> broadcast(const DistTensor<T>& in, int root, const BoundaryLabel& label) const;
-  // Ring send/recv, one hop: rank r sends blocks[r] to rank (r + 1) mod k and receives rank
-  // (r - 1) mod k's block, as NCCL send/recv pairs around the ring (ring attention). Blocks travel
-  // unchanged and may differ in shape (uneven shards); every rank must send a block with rank 0's
-  // axis names, or a RendezvousError names the ranks that differ. A hop computes nothing, so it
-  // is not a boundary: the plan records the blocks at their owners and what it computes.
+  // Ring send/recv, one hop in every group: the member at coordinate c sends blocks[rank] to the
+  // member at (c + 1) mod k and receives the block of (c - 1) mod k, as NCCL send/recv pairs
+  // around the ring (ring attention). `blocks` has one entry per rank of the mesh. Blocks travel
+  // unchanged and may differ in shape (uneven shards); every member must send a block with the
+  // axis names of the group's first member, or a RendezvousError names the ranks that differ. A
+  // hop computes nothing, so it is not a boundary: the plan records the blocks at their owners
+  // and what it computes.
   std::vector<Tensor<T>> ring_send_recv(const std::vector<Tensor<T>>& blocks) const;
-  // Composes the collectives as DTensor does: S->R all-gather, P->R all-reduce,
-  // P->S reduce-scatter, R->S local slice, S(i)->S(j) all-to-all, R->P keep rank 0's copy,
-  // S->P all-gather then keep rank 0's copy.
+  // Composes the collectives on dim() as DTensor does: S->R all-gather, P->R all-reduce,
+  // P->S reduce-scatter, R->S local slice, S(i)->S(j) all-to-all, R->P keep the coordinate-0
+  // member's copy, S->P all-gather then keep coordinate 0's copy.
   DistTensor<T> redistribute(const DistTensor<T>& in, const Placement& target,
                              const BoundaryLabel& label) const;
+  // Every dim whose placement differs from `target`'s, in mesh-dim order, through the above.
+  DistTensor<T> redistribute(const DistTensor<T>& in, const Layout& target,
+                             const BoundaryLabel& label) const;
 
-  // Checks that all members made the same call; throws RendezvousError naming the ranks.
-  void rendezvous(const std::vector<CallDesc>& calls) const;
+  // Checks that the members of one group (listed by coordinate) made the same call; throws
+  // RendezvousError naming the ranks otherwise.
+  void rendezvous(const std::vector<int>& group, const std::vector<CallDesc>& calls) const;
 
-  // Elementwise sum of `addends` (one buffer of n elements per rank, in rank order) in this
-  // world's reduce order.
+  // Elementwise sum of `addends` (one buffer of n elements per group member, in coordinate
+  // order) in this world's reduce order.
   std::vector<T> reduce_sum(const std::vector<const T*>& addends, std::int64_t n) const;
 
  private:
-  std::vector<CallDesc> describe_calls(std::string_view collective, const DistTensor<T>& in,
-                                       const Placement& to) const;
+  struct Shared {
+    std::shared_ptr<const Mesh> mesh;
+    ReduceOrder order;
+    std::vector<int> visit_order;
+    Hook hook;
+  };
+
+  // Checks one group's calls of `collective` from `in`'s layout to `to`.
+  void check_group(std::string_view collective, const std::vector<int>& group,
+                   const DistTensor<T>& in, const Layout& to) const;
   void report(BoundaryLabel label, std::string_view default_op, const DistTensor<T>& in,
               const DistTensor<T>& out) const;
 
-  int ranks_;
-  ReduceOrder order_;
-  std::vector<int> visit_order_;
-  Hook hook_;
+  std::shared_ptr<Shared> shared_;
+  int dim_ = 0;
 };
 
 extern template class World<float>;
 extern template class World<double>;
 
-// Padding positions (Shard with the padded split) are reset to zero after each local phase so
-// that a kernel's value on a pad row never flows into a collective.
+// Padding positions (Shard with the padded split, on any dim) are reset to zero after each local
+// phase so that a kernel's value on a pad position never flows into a collective.
 template <typename T>
 void zero_padding(DistTensor<T>& tensor);
 

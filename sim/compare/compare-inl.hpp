@@ -74,37 +74,29 @@ class Comparator final : public BoundarySink<T> {
     const T* sharded;
   };
 
-  // Visits every compared element: (rank, global flat index, sharded value).
+  // Visits every compared element: (rank, global flat index, sharded value). Padding is
+  // skipped; a Replicate dim's copies are each visited; the addends of Partial dims are summed
+  // in rank order first, and the sum is visited at the rank that stands for it
+  // (represents_value).
   template <typename Visit>
   static void for_each_element(const DistTensor<T>& sharded, Tensor<T>& partial_sum,
                                Visit visit) {
-    const Placement& placement = sharded.placement;
-    if (placement.is_partial()) {
-      partial_sum = sharded.local(0);
-      for (int r = 1; r < sharded.ranks(); ++r) {
-        for (std::int64_t e = 0; e < partial_sum.numel(); ++e) {
-          partial_sum[e] += sharded.local(r)[e];
-        }
-      }
-      for (std::int64_t e = 0; e < partial_sum.numel(); ++e) visit(0, e, partial_sum[e]);
-      return;
-    }
     for (int r = 0; r < sharded.ranks(); ++r) {
-      const Tensor<T>& local = sharded.local(r);
-      if (placement.is_replicate()) {
-        for (std::int64_t e = 0; e < local.numel(); ++e) visit(r, e, local[e]);
-        continue;
-      }
-      const Slice slice = rank_slice(sharded.global, placement, sharded.ranks(), r);
-      const AxisView lv = AxisView::of(local.shape(), placement.axis);
-      const AxisView gv = AxisView::of(sharded.global, placement.axis);
-      for (std::int64_t o = 0; o < lv.outer; ++o) {
-        for (std::int64_t i = 0; i < slice.valid(); ++i) {
-          for (std::int64_t j = 0; j < lv.inner; ++j) {
-            visit(r, gv.flat(o, to_global(slice, i), j), local[lv.flat(o, i, j)]);
-          }
+      if (!represents_value(sharded, r)) continue;
+      const Tensor<T>* local = &sharded.local(r);
+      if (sharded.layout.has_partial()) {
+        const std::vector<int> members = partial_members(sharded, r);
+        partial_sum = sharded.local(members.front());
+        for (std::size_t m = 1; m < members.size(); ++m) {
+          const Tensor<T>& addend = sharded.local(members[m]);
+          for (std::int64_t e = 0; e < partial_sum.numel(); ++e) partial_sum[e] += addend[e];
         }
+        local = &partial_sum;
       }
+      for_each_valid(local->shape(), local_box(sharded, r), sharded.global,
+                     [&](std::int64_t local_flat, std::int64_t global_flat) {
+                       visit(r, global_flat, (*local)[local_flat]);
+                     });
     }
   }
 
@@ -126,7 +118,7 @@ class Comparator final : public BoundarySink<T> {
       auto found = addend_scale_.find(input);
       if (found != addend_scale_.end()) noise_scale = std::max(noise_scale, found->second);
     }
-    if (sharded.placement.is_partial()) {
+    if (sharded.layout.has_partial()) {
       const double own = partial_addend_scale(sharded);
       noise_scale = std::max(noise_scale, own);
       addend_scale_[result.entry.tensor] = own;
@@ -203,16 +195,18 @@ class Comparator final : public BoundarySink<T> {
     }
   }
 
-  // max over elements of sum_r |x_r,e|, the magnitude a Partial tensor's sum is rounded at.
+  // max over elements of sum_r |x_r,e| over the addends of each value, the magnitude a
+  // Partial tensor's sum is rounded at.
   static double partial_addend_scale(const DistTensor<T>& sharded) {
     double out = 0;
-    const std::int64_t n = sharded.ranks() > 0 ? sharded.local(0).numel() : 0;
-    for (std::int64_t e = 0; e < n; ++e) {
-      double sum = 0;
-      for (int r = 0; r < sharded.ranks(); ++r) {
-        sum += std::fabs(Traits::to_double(sharded.local(r)[e]));
+    for (int r = 0; r < sharded.ranks(); ++r) {
+      if (!represents_value(sharded, r)) continue;
+      const std::vector<int> members = partial_members(sharded, r);
+      for (std::int64_t e = 0; e < sharded.local(r).numel(); ++e) {
+        double sum = 0;
+        for (int m : members) sum += std::fabs(Traits::to_double(sharded.local(m)[e]));
+        if (std::isfinite(sum)) out = std::max(out, sum);
       }
-      if (std::isfinite(sum)) out = std::max(out, sum);
     }
     return out;
   }

@@ -58,7 +58,9 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-bool is_identifier(std::string_view s) {
+}  // namespace
+
+bool is_axis_name(std::string_view s) {
   if (s.empty()) return false;
   for (char c : s) {
     if (!(c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')))
@@ -66,8 +68,6 @@ bool is_identifier(std::string_view s) {
   }
   return true;
 }
-
-}  // namespace
 
 Placement parse_placement(std::string_view text) {
   const std::string_view s = trim(text);
@@ -94,7 +94,7 @@ Placement parse_placement(std::string_view text) {
       }
     }
     axis = trim(axis);
-    if (is_identifier(axis)) return Placement::shard(std::string(axis), split);
+    if (is_axis_name(axis)) return Placement::shard(std::string(axis), split);
   }
   throw InputError("invalid placement '" + std::string(s) + "': " + usage);
 }

@@ -32,17 +32,18 @@ bool derived_from(std::string_view key, std::string_view name) {
   return key.size() == name.size() || key[name.size()] == '.' || key[name.size()] == '@';
 }
 
-std::vector<RankExtent> rank_extents(const Shape& global, const Placement& placement, int ranks) {
+std::vector<RankExtent> rank_extents(const Shape& global, const Layout& layout, const Mesh& mesh) {
   std::vector<RankExtent> out;
-  for (int r = 0; r < ranks; ++r) {
-    RankExtent extent{r, local_shape(global, placement, ranks, r), {}, "full"};
-    if (placement.is_shard()) {
-      const Slice slice = rank_slice(global, placement, ranks, r);
-      extent.offset[placement.axis] = slice.begin;
-      extent.slice = slice_str(placement.axis, slice);
-    } else if (placement.is_partial()) {
-      extent.slice = "full (addend)";
+  for (int r = 0; r < mesh.size(); ++r) {
+    RankExtent extent{r, mesh.coords(r), local_shape(global, layout, mesh, r), {}, ""};
+    for (const Axis& axis : global.axes()) {
+      if (!layout.shards(axis.name)) continue;
+      const Slice slice = axis_slice(global, layout, mesh, r, axis.name);
+      extent.offset[axis.name] = slice.begin;
+      extent.slice += (extent.slice.empty() ? "" : " ") + slice_str(axis.name, slice);
     }
+    if (layout.has_partial()) extent.slice += extent.slice.empty() ? "full (addend)" : " (addend)";
+    if (extent.slice.empty()) extent.slice = "full";
     out.push_back(std::move(extent));
   }
   return out;
@@ -52,12 +53,13 @@ std::string format_entry(const TraceEntry& entry) {
   std::ostringstream out;
   out << "#" << entry.id << " step " << entry.step << " chunk " << entry.chunk << "  "
       << entry.op << " -> " << entry.tensor << " " << entry.global.str() << " "
-      << entry.placement.str();
+      << entry.layout.str();
   if (entry.exact) out << "  (exact)";
   out << "\n";
   for (const RankExtent& rank : entry.ranks) {
-    out << "    rank " << rank.rank << ": local " << rank.local_shape.str() << " " << rank.slice
-        << "\n";
+    out << "    rank " << rank.rank;
+    if (entry.mesh && entry.mesh->ndim() > 1) out << " (" << entry.mesh->coords_str(rank.rank) << ")";
+    out << ": local " << rank.local_shape.str() << " " << rank.slice << "\n";
   }
   for (const std::string& note : entry.notes) out << "    note: " << note << "\n";
   return out.str();

@@ -38,15 +38,32 @@ Json shape_json(const Shape& shape) {
   return out;
 }
 
-// "seq=12:13", "seq=12:13+3pad", "replicate", "partial".
+// "seq=12:13", "seq=12:13+3pad", "replicate", "partial"; on an N-D mesh every sharded axis
+// ("batch=0:2,seq=4:8"), then ",partial" when a dim holds addends.
 std::string slice_label(const TraceEntry& entry, int rank) {
-  if (entry.placement.is_replicate()) return "replicate";
-  if (entry.placement.is_partial()) return "partial";
-  const Slice slice = rank_slice(entry.global, entry.placement, static_cast<int>(entry.ranks.size()), rank);
-  std::string out = entry.placement.axis + "=" + std::to_string(slice.begin) + ":" +
-                    std::to_string(slice.end);
-  if (slice.pad() > 0) out += "+" + std::to_string(slice.pad()) + "pad";
-  return out;
+  std::string out;
+  for (const Axis& axis : entry.global.axes()) {
+    if (!entry.layout.shards(axis.name)) continue;
+    const Slice slice = axis_slice(entry.global, entry.layout, *entry.mesh, rank, axis.name);
+    out += (out.empty() ? "" : ",") + axis.name + "=" + std::to_string(slice.begin) + ":" +
+           std::to_string(slice.end);
+    if (slice.pad() > 0) out += "+" + std::to_string(slice.pad()) + "pad";
+  }
+  if (entry.layout.has_partial()) return out.empty() ? "partial" : out + ",partial";
+  return out.empty() ? "replicate" : out;
+}
+
+// A shard's name: NAME@rankR[SLICE]; on an N-D mesh NAME@rankR(dp=1,tp=0)[SLICE].
+std::string shard_name(const std::string& name, const TraceEntry& entry, int rank) {
+  std::string coords;
+  if (entry.mesh->ndim() > 1) {
+    for (int d = 0; d < entry.mesh->ndim(); ++d) {
+      coords += std::string(d ? "," : "(") + entry.mesh->dim(d).name + "=" +
+                std::to_string(entry.mesh->coord(rank, d));
+    }
+    coords += ")";
+  }
+  return name + "@rank" + std::to_string(rank) + coords + "[" + slice_label(entry, rank) + "]";
 }
 
 // A dropout mask: the name says so and every value is 0 or 1.
@@ -131,8 +148,8 @@ GoldenSet build_goldens(const Scenario& scenario, const RunReport& reference,
       for (std::size_t r = 0; r < captured.ranks.size(); ++r) {
         const int rank = static_cast<int>(r);
         const std::string slice = slice_label(b.entry, rank);
-        set.entries.push_back({raw(name + "@rank" + std::to_string(r) + "[" + slice + "]",
-                                   b.entry.ranks[r].local_shape, captured.ranks[r]),
+        set.entries.push_back({raw(shard_name(name, b.entry, rank), b.entry.ranks[r].local_shape,
+                                   captured.ranks[r]),
                                "", kept[k], rank, slice});
       }
     }
@@ -175,7 +192,7 @@ GoldenSet build_goldens(const Scenario& scenario, const RunReport& reference,
                             {"kind", boundary_kind_name(e.kind)},     {"op", e.op},       {"tensor", e.tensor},
                             {"dense", e.dense},   {"exact_claimed", e.exact}};
     item["global_shape"] = shape_json(e.global);
-    item["placement"] = e.placement.str();
+    item["placement"] = e.layout.str();
     Json ranks = Json::array();
     for (const RankExtent& r : e.ranks) ranks.push_back(rank_json(r));
     item["ranks"] = ranks;
@@ -196,7 +213,7 @@ GoldenSet build_goldens(const Scenario& scenario, const RunReport& reference,
       {"significand_bits", reference.significand_bits},
       {"reduce_order", reduce_order_name(reference.reduce_order)},
       {"schedule", reference.schedule.str()},
-      {"ranks", scenario.mesh.ranks},
+      {"ranks", scenario.mesh.ranks()},
       {"faults", scenario.fault_names()},
       {"verdict", reference.pass ? "pass" : "fail"},
       {"storage", options.format == GoldenFormat::safetensors ? "safetensors" : "npy"},

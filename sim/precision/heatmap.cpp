@@ -2,6 +2,7 @@
 // one level, laid out as (row, column) with the rank-shard edges.
 #include <cmath>
 #include <limits>
+#include <map>
 #include <set>
 
 #include "shardsim/error.hpp"
@@ -80,7 +81,7 @@ Heatmap make_heatmap(const PrecisionDiff& diff, std::size_t level, std::size_t b
   map.boundary = entry.id;
   map.tensor = entry.tensor;
   map.level = diff.levels[level].name();
-  map.placement = entry.placement.str();
+  map.placement = entry.layout.str();
   std::size_t column = global.rank() == 0 ? 0 : global.rank() - 1;
   if (auto hidden = global.find("hidden")) column = *hidden;
   map.column_axis = global.rank() == 0 ? "(scalar)" : global[column].name;
@@ -92,24 +93,24 @@ Heatmap make_heatmap(const PrecisionDiff& diff, std::size_t level, std::size_t b
   }
   if (map.row_axes.empty()) map.row_axes = "(none)";
 
-  // Which (rank, local flat) positions hold each global element.
+  // Which (rank, local flat) positions hold each global element. With a Partial dim, only the
+  // members at coordinate 0 of every Replicate dim: each addend once.
   std::vector<std::vector<std::pair<int, std::int64_t>>> from(static_cast<std::size_t>(global.numel()));
+  const Mesh& mesh = *entry.mesh;
   for (int r = 0; r < ranks; ++r) {
-    const Shape& local = entry.ranks[static_cast<std::size_t>(r)].local_shape;
-    if (!entry.placement.is_shard()) {
-      for (std::int64_t e = 0; e < local.numel(); ++e) from[static_cast<std::size_t>(e)].emplace_back(r, e);
-      continue;
+    bool counted = true;
+    for (int d = 0; d < entry.layout.ndim() && entry.layout.has_partial(); ++d) {
+      if (entry.layout.on(d).is_replicate() && mesh.coord(r, d) != 0) counted = false;
     }
-    const Slice slice = rank_slice(global, entry.placement, ranks, r);
-    const AxisView lv = AxisView::of(local, entry.placement.axis);
-    const AxisView gv = AxisView::of(global, entry.placement.axis);
-    for (std::int64_t o = 0; o < lv.outer; ++o) {
-      for (std::int64_t i = 0; i < slice.valid(); ++i) {
-        for (std::int64_t j = 0; j < lv.inner; ++j) {
-          from[static_cast<std::size_t>(gv.flat(o, to_global(slice, i), j))].emplace_back(r, lv.flat(o, i, j));
-        }
-      }
+    if (!counted) continue;
+    std::vector<Slice> box;
+    for (const Axis& axis : global.axes()) {
+      box.push_back(axis_slice(global, entry.layout, mesh, r, axis.name));
     }
+    for_each_valid(entry.ranks[static_cast<std::size_t>(r)].local_shape, box, global,
+                   [&](std::int64_t local_flat, std::int64_t global_flat) {
+                     from[static_cast<std::size_t>(global_flat)].emplace_back(r, local_flat);
+                   });
   }
 
   // The element at (row, col) is the global element whose index on the column axis is col and
@@ -125,22 +126,22 @@ Heatmap make_heatmap(const PrecisionDiff& diff, std::size_t level, std::size_t b
     if (!captured.has_dense || from[static_cast<std::size_t>(g)].empty()) continue;
     map.values[static_cast<std::size_t>(row * map.columns + col)] =
         element_gap(diff.levels[level], diff.significand_bits[level], captured,
-                    entry.placement.is_partial(), from[static_cast<std::size_t>(g)], g);
+                    entry.layout.has_partial(), from[static_cast<std::size_t>(g)], g);
   }
 
-  // Shard edges and row labels.
-  std::set<std::int64_t> begins;
-  if (entry.placement.is_shard()) {
-    for (int r = 1; r < ranks; ++r) {
-      const Slice s = rank_slice(global, entry.placement, ranks, r);
-      if (s.begin > 0 && s.begin < global.extent(entry.placement.axis)) begins.insert(s.begin);
+  // Shard edges (where a rank's piece of a sharded axis starts) and row labels.
+  std::map<std::string, std::set<std::int64_t>> begins;
+  for (const Axis& axis : global.axes()) {
+    if (!entry.layout.shards(axis.name)) continue;
+    for (int r = 0; r < ranks; ++r) {
+      const Slice s = axis_slice(global, entry.layout, mesh, r, axis.name);
+      if (s.begin > 0 && s.begin < axis.extent) begins[axis.name].insert(s.begin);
     }
   }
-  if (entry.placement.is_shard() && global.rank() > 0 && global[column].name == entry.placement.axis) {
-    map.column_edges.assign(begins.begin(), begins.end());
+  if (global.rank() > 0 && begins.count(global[column].name)) {
+    const std::set<std::int64_t>& edges = begins.at(global[column].name);
+    map.column_edges.assign(edges.begin(), edges.end());
   }
-  const std::optional<std::size_t> shard_axis =
-      entry.placement.is_shard() ? global.find(entry.placement.axis) : std::nullopt;
   for (std::int64_t row = 0; row < map.rows; ++row) {
     std::int64_t rest = row;
     std::vector<std::pair<std::string, std::int64_t>> index;
@@ -150,12 +151,12 @@ Heatmap make_heatmap(const PrecisionDiff& diff, std::size_t level, std::size_t b
       rest /= global[a].extent;
     }
     std::string label;
+    bool edge = false;
     for (const auto& [name, i] : index) {
       label += (label.empty() ? "" : " ") + name + "=" + std::to_string(i);
-      if (shard_axis && name == entry.placement.axis && *shard_axis != column && begins.count(i)) {
-        map.row_edges.push_back(row);
-      }
+      if (begins.count(name) && begins.at(name).count(i)) edge = true;
     }
+    if (edge) map.row_edges.push_back(row);
     map.row_labels.push_back(label);
   }
   return map;

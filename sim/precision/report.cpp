@@ -58,7 +58,7 @@ std::string format_precision_diff(const PrecisionDiff& diff) {
     const TraceEntry& e = b.entry;
     ++counts[b.verdict];
     out << "\n#" << e.id << " step " << e.step << " chunk " << e.chunk << "  " << e.op << " -> "
-        << e.tensor << "\n   " << e.global.str() << " " << e.placement.str()
+        << e.tensor << "\n   " << e.global.str() << " " << e.layout.str()
         << (e.exact ? ", exact claimed" : "") << "\n";
     std::snprintf(line, sizeof line, "   %-7s %10s %10s %10s | %-9s %10s %10s %10s\n", "level",
                   "err_abs", "err_rel", "err_ulp", "gap", "gap_abs", "normwise", "gap_ulp");
@@ -130,7 +130,7 @@ std::string precision_diff_json(const PrecisionDiff& diff) {
                               {"op", e.op},
                               {"tensor", e.tensor},
                               {"global_shape", shape_json(e.global)},
-                              {"placement", e.placement.str()},
+                              {"placement", e.layout.str()},
                               {"exact_claimed", e.exact},
                               {"verdict", b.verdict},
                               {"why", b.why},

@@ -54,7 +54,7 @@ Json boundary_json(const BoundaryResult& b) {
               {"dense", e.dense},
               {"exact_claimed", e.exact},
               {"global_shape", shape_json(e.global)},
-              {"placement", e.placement.str()},
+              {"placement", e.layout.str()},
               {"ranks", ranks},
               {"max_abs", json_metric(b.max_abs)},
               {"max_rel", json_metric(b.max_rel)},
@@ -130,7 +130,7 @@ std::string report_json(const Scenario& scenario, const std::vector<RunReport>& 
   Json root{{"scenario", scenario.name},
             {"file", scenario.file},
             {"shardsim_version", kShardsimVersion},
-            {"ranks", scenario.mesh.ranks},
+            {"ranks", scenario.mesh.ranks()},
             {"faults", scenario.fault_names()},
             {"verdict", outcome.pass ? "pass" : "fail"},
             {"first_divergence", first},
@@ -153,7 +153,7 @@ std::string format_run_table(const RunReport& r) {
   for (const BoundaryResult& b : r.boundaries) {
     const TraceEntry& e = b.entry;
     std::snprintf(line, sizeof line, "%4d %4d %5d  %-20s %-20s %-20s %-7s %9s %9s %9s\n", e.id,
-                  e.step, e.chunk, e.op.c_str(), e.tensor.c_str(), e.placement.str().c_str(),
+                  e.step, e.chunk, e.op.c_str(), e.tensor.c_str(), e.layout.str().c_str(),
                   std::string(status_name(b.status)).c_str(), short_scientific(b.max_abs).c_str(),
                   short_scientific(b.max_rel).c_str(), short_scientific(b.max_ulp).c_str());
     out << line;

@@ -35,7 +35,7 @@ class ScenarioRun {
   ScenarioRun(const Scenario& scenario, const RunOptions& options, BoundarySink<T>& sink)
       : scenario_(scenario),
         sink_(sink),
-        world_(scenario.mesh.ranks, effective_reduce_order(scenario, options),
+        world_(scenario.mesh.devices, effective_reduce_order(scenario, options),
                effective_schedule(scenario, options)),
         env_{scenario, world_, {}, {}} {
     world_.set_hook([this](const BoundaryLabel& label, const DistTensor<T>& tensor) {
@@ -78,8 +78,9 @@ class ScenarioRun {
       if (!identical_.count(input)) entry.exact = false;
     }
     entry.global = tensor.global;
-    entry.placement = tensor.placement;
-    entry.ranks = rank_extents(tensor.global, tensor.placement, tensor.ranks());
+    entry.layout = tensor.layout;
+    entry.mesh = tensor.mesh;
+    entry.ranks = rank_extents(tensor.global, tensor.layout, *tensor.mesh);
     entry.notes = label.notes;
     entry.inputs = label.inputs;
     if (!oracle) oracle = find_oracle(label, entry, env_.dense);
@@ -101,7 +102,7 @@ class ScenarioRun {
       for (std::int64_t i = 0; i < global.numel(); ++i) {
         global[i] = T(init_value(spec.init, spec.init_seed, static_cast<std::uint64_t>(i)));
       }
-      env_.sharded[spec.name] = distribute(spec.name, global, spec.placement, world_.size());
+      env_.sharded[spec.name] = distribute(spec.name, global, spec.layout, world_.mesh_ptr());
       env_.dense[spec.name] = std::move(global);
       world_.compare_boundary(
           {.op = "input", .tensor = spec.name, .exact = true, .kind = BoundaryKind::input},
@@ -137,7 +138,7 @@ class ScenarioRun {
       Tensor<T> part(full.shape().with_extent(axis, length));
       copy_along(full, axis, begin, part, 0, length);
       env_.sharded[name] =
-          distribute(name, part, scenario_.find_tensor(name)->placement, world_.size());
+          distribute(name, part, scenario_.find_tensor(name)->layout, world_.mesh_ptr());
       env_.dense[name] = std::move(part);
       world_.compare_boundary(
           {.op = "input", .tensor = name, .exact = true, .kind = BoundaryKind::input},
@@ -148,14 +149,21 @@ class ScenarioRun {
   }
 
   void forward() {
-    for (auto& op : ops_) op->forward(env_);
+    for (std::size_t i = 0; i < ops_.size(); ++i) {
+      bind_world(i);
+      ops_[i]->forward(env_);
+    }
   }
+
+  // The world a step's plans see: bound to the step's mesh dim.
+  void bind_world(std::size_t step) { env_.world = world_.on(scenario_.steps[step].mesh_dim); }
 
   // After the first forward pass: the bytes each rank keeps for backward, per step.
   void report_activation_memory() {
     ActivationMemory memory;
     memory.per_rank.assign(static_cast<std::size_t>(world_.size()), 0);
     for (std::size_t i = 0; i < ops_.size(); ++i) {
+      bind_world(i);
       std::vector<std::int64_t> bytes = ops_[i]->saved_bytes(env_);
       if (bytes.empty()) continue;
       for (std::size_t r = 0; r < bytes.size(); ++r) memory.per_rank[r] += bytes[r];
@@ -171,6 +179,7 @@ class ScenarioRun {
   // releasing changes no result.
   void backward() {
     for (std::size_t i = ops_.size(); i-- > 0;) {
+      bind_world(i);
       ops_[i]->backward(env_);
       std::vector<bool> reads_output;
       for (std::size_t j = 0; j < i; ++j) reads_output.push_back(ops_[j]->backward_reads_output());
@@ -180,6 +189,9 @@ class ScenarioRun {
     }
   }
 
+  // Per parameter: its gradient moved to the parameter's layout (a Partial dim all-reduced or
+  // reduce-scattered, in mesh-dim order), SGD on the oracle and on every rank's local, a
+  // replica check where a dim replicates it, and the comparison with the oracle.
   void update_parameters() {
     for (const TensorSpec& spec : scenario_.tensors) {
       if (spec.role != TensorRole::parameter || !env_.has_grad(spec.name)) continue;
@@ -187,15 +199,15 @@ class ScenarioRun {
       DistTensor<T> grad = env_.sharded.at(key);
       DistTensor<T>& param = env_.sharded.at(spec.name);
       if (skips_gradient_reduce(scenario_, grad, param)) {
-        grad.placement = Placement::replicate();
-      } else if (!(grad.placement == param.placement)) {
-        grad = world_.redistribute(grad, param.placement, {.tensor = key, .inputs = {key}});
+        grad.layout = param.layout;
+      } else if (!(grad.layout == param.layout)) {
+        grad = world_.redistribute(grad, param.layout, {.tensor = key, .inputs = {key}});
       }
       sgd_update(env_.dense.at(spec.name), env_.dense.at(key), scenario_.learning_rate);
       world_.for_each_rank(
           [&](int r) { sgd_update(param.local(r), grad.local(r), scenario_.learning_rate); });
-      if (param.placement.is_replicate()) {
-        const Tensor<T> reference = param.local(0);
+      if (has_replicate_dim(param.layout)) {
+        const Tensor<T> reference = first_replicas(param);
         emit({.op = "replica_check",
               .tensor = moved_name(spec.name, "replicas"),
               .exact = true,
@@ -208,6 +220,29 @@ class ScenarioRun {
                                .inputs = {spec.name, key}},
                               param);
     }
+  }
+
+  static bool has_replicate_dim(const Layout& layout) {
+    for (const Placement& p : layout.dims) {
+      if (p.is_replicate()) return true;
+    }
+    return false;
+  }
+
+  // The global tensor as the ranks at coordinate 0 of every Replicate dim hold it: the
+  // reference every replica must equal bitwise.
+  static Tensor<T> first_replicas(const DistTensor<T>& x) {
+    Tensor<T> global(x.global);
+    std::vector<Slice> whole;
+    for (const Axis& axis : x.global.axes()) whole.push_back({0, axis.extent, axis.extent});
+    for (int r = 0; r < x.ranks(); ++r) {
+      bool first = true;
+      for (int d = 0; d < x.layout.ndim(); ++d) {
+        if (x.layout.on(d).is_replicate() && x.mesh->coord(r, d) != 0) first = false;
+      }
+      if (first) copy_overlap(x.local(r), local_box(x, r), global, whole);
+    }
+    return global;
   }
 
   const Scenario& scenario_;

@@ -22,11 +22,16 @@ std::uint64_t estimate_memory_bytes(const Scenario& scenario, const Precision& p
   if (precision.kind == ScalarKind::f32) per_element = 4;
   if (precision.kind == ScalarKind::mp) per_element = 32 + 8 * ((precision.bits + 64) / 64) + 16;
   long double elements = 0;
-  const int ranks = scenario.mesh.ranks;
-  for (const auto& [name, layout] : scenario.layouts) {
+  const int ranks = scenario.mesh.ranks();
+  for (const auto& [name, layout] : scenario.tensor_layouts) {
     const long double numel = static_cast<long double>(layout.shape.numel());
-    long double copies = 2;  // the oracle's, and the ranks' shards (about one more copy)
-    if (layout.placement.is_replicate() || layout.placement.is_partial()) copies = 1 + ranks;
+    // The oracle's copy, plus one copy per rank divided by the dims that shard it (a Replicate
+    // or Partial dim holds a copy or addend on each of its members).
+    long double copies = ranks;
+    for (int d = 0; d < layout.layout.ndim(); ++d) {
+      if (layout.layout.on(d).is_shard()) copies /= scenario.mesh.devices.dim(d).size;
+    }
+    copies += 1;
     elements += numel * copies;
   }
   if (scenario.train_steps > 0) elements *= 2;

@@ -49,12 +49,15 @@ void apply_ones_init_assumed(const Scenario& scenario, const TensorSpec& spec,
 }
 
 // unreduced_param_grads: whether the update of `param` must skip the all-reduce of its Partial
-// gradient (each replica then steps with its own rank's addend).
+// gradient on every dim (each replica then steps with its own rank's addend).
 template <typename T>
 bool skips_gradient_reduce(const Scenario& scenario, const DistTensor<T>& grad,
                            const DistTensor<T>& param) {
-  return scenario.has_fault(Fault::unreduced_param_grads) && grad.placement.is_partial() &&
-         param.placement.is_replicate();
+  if (!scenario.has_fault(Fault::unreduced_param_grads)) return false;
+  for (int d = 0; d < grad.layout.ndim(); ++d) {
+    if (grad.layout.on(d).is_partial() && param.layout.on(d).is_replicate()) return true;
+  }
+  return false;
 }
 
 }  // namespace shardsim

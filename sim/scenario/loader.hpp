@@ -19,12 +19,17 @@ class Loader : public TomlReader {
   void training(const toml::table& root, Scenario& s) const;
 
   MeshSpec mesh(const toml::table& t) const;
+  Mesh mesh_dims(const toml::node& node) const;
+  Layout layout(const toml::node& node, const std::string& path, const Mesh& mesh,
+                const Shape& shape) const;
 
   InitSpec init(const toml::node& node, const std::string& path, std::uint64_t& seed) const;
 
-  TensorSpec tensor(const toml::node& node, const std::string& path, std::uint64_t scenario_seed);
+  TensorSpec tensor(const toml::node& node, const std::string& path, std::uint64_t scenario_seed,
+                    const Mesh& mesh);
 
-  StepSpec step(const toml::node& node, int index) const;
+  StepSpec step(const toml::node& node, int index, const Mesh& mesh) const;
+  int step_mesh_dim(const toml::table& t, const std::string& path, const Mesh& mesh) const;
 
   // One step parameter's raw value, checked against its schema row: type, choices, bounds, and
   // for a placement its syntax.

@@ -3,6 +3,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "shardsim/scenario/scenario.hpp"
 
@@ -10,7 +11,15 @@ namespace shardsim {
 
 struct TensorState {
   Shape shape;
-  Placement placement;
+  Layout layout;
+
+  // The placement on the mesh dim `step` runs on.
+  const Placement& placement(const StepSpec& step) const { return layout.on(step.mesh_dim); }
+  // This tensor's layout with `placement` on the step's dim: a step's output keeps its input's
+  // placements on every other dim.
+  Layout with(const StepSpec& step, Placement placement) const {
+    return layout.with(step.mesh_dim, std::move(placement));
+  }
 };
 
 // Tracks defined tensors while the steps are validated in order, and formats located errors.
@@ -24,6 +33,18 @@ class StepContext {
   // Defines the tensor named by step parameter `key`. Fails on a duplicate name.
   void define(const StepSpec& step, const std::string& key, TensorState state);
   [[noreturn]] void fail(const StepSpec& step, const std::string& key, const std::string& message);
+
+  // On every mesh dim but the step's (the passive dims, where the step's local kernels run on
+  // each member's rows unchanged): the tensor named by `key` is not Partial (unless
+  // `allow_partial`) and shards none of `whole_axes` (the axes the op reduces over or needs
+  // whole).
+  void require_passive(const StepSpec& step, const std::string& key, const TensorState& state,
+                       const std::vector<std::string>& whole_axes, bool allow_partial = false);
+  // On every passive dim the tensor named by `key` is Replicate (a weight).
+  void require_replicate_elsewhere(const StepSpec& step, const std::string& key,
+                                   const TensorState& state);
+
+  const Mesh* mesh = nullptr;  // the scenario's mesh, for the dim names in messages
 
  private:
   const std::string& file_;

@@ -6,7 +6,7 @@
 
 namespace shardsim {
 
-StepSpec Loader::step(const toml::node& node, int index) const {
+StepSpec Loader::step(const toml::node& node, int index, const Mesh& mesh) const {
   const std::string path = "steps[" + std::to_string(index) + "]";
   const toml::table& t = table(node, path);
   StepSpec spec;
@@ -24,9 +24,10 @@ StepSpec Loader::step(const toml::node& node, int index) const {
   }
   spec.kind = *kind;
   const OpEntry& entry = find_op_entry(spec.kind);
-  std::vector<std::string> allowed{"op"};
+  std::vector<std::string> allowed{"op", "mesh_dim"};
   for (const ParamSchema& p : entry.schema.params) allowed.push_back(p.key);
   check_keys(t, path, allowed);
+  spec.mesh_dim = step_mesh_dim(t, path, mesh);
   for (const ParamSchema& p : entry.schema.params) {
     const toml::node* value = t.get(p.key);
     if (!value) {
@@ -37,6 +38,28 @@ StepSpec Loader::step(const toml::node& node, int index) const {
   }
   spec.args = entry.parse(spec);
   return spec;
+}
+
+// The mesh dim a step's collectives run on: `mesh_dim = "tp"`. Required on a mesh of two or
+// more dims; on a 1-D mesh it may be omitted (or name that dim).
+int Loader::step_mesh_dim(const toml::table& t, const std::string& path, const Mesh& mesh) const {
+  const toml::node* value = t.get("mesh_dim");
+  if (!value) {
+    if (mesh.ndim() == 1) return 0;
+    fail(t, path, "on a mesh of " + std::to_string(mesh.ndim()) + " dims (" + mesh.str() +
+                      ") a step names the dim it runs on: mesh_dim = \"" + mesh.dim(mesh.ndim() - 1).name +
+                      "\" or another");
+  }
+  const std::string name = string(*value, path + ".mesh_dim");
+  const int dim = mesh.find_dim(name);
+  if (dim < 0) {
+    std::vector<std::string> names;
+    for (const MeshDim& d : mesh.dims()) names.push_back(d.name);
+    const std::string hint = nearest(name, names);
+    fail(*value, path + ".mesh_dim", "unknown mesh dim '" + name + "' (the mesh is " + mesh.str() +
+                                         ")" + (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
+  }
+  return dim;
 }
 
 // One step parameter's raw value, checked against its schema row: type, choices, bounds, and

@@ -16,26 +16,31 @@
 namespace shardsim {
 
 // Where the gradient dy must be held so that an elementwise backward can pair it with the
-// locals of a forward input placed as `x`: Shard -> the same Shard; Replicate -> Replicate, or
-// Partial kept as Partial (an elementwise backward is linear in dy); Partial -> Replicate.
+// locals of a forward input placed as `x`, dim by dim: Shard -> the same Shard; Replicate ->
+// Replicate, or Partial kept as Partial (an elementwise backward is linear in dy); Partial ->
+// Replicate.
 inline Placement elementwise_grad_target(const Placement& x, const Placement& dy) {
   if (x.is_partial()) return Placement::replicate();
   if (x.is_replicate()) return dy.is_partial() ? Placement::partial() : Placement::replicate();
   return x;
 }
+inline Layout elementwise_grad_target(const Layout& x, const Layout& dy) {
+  Layout target = x;
+  for (int d = 0; d < x.ndim(); ++d) target.dims[d] = elementwise_grad_target(x.on(d), dy.on(d));
+  return target;
+}
 
-// Moves a gradient to `target` through the world's collectives, recording the boundary
-// "NAME@TARGET" (compared with the oracle's NAME: moving data does not change values). Returns
-// `dy` itself when it is already held that way.
+// Moves a gradient to `target` through the world's collectives (every dim that differs, in
+// mesh-dim order), recording the boundary "NAME@TARGET" (compared with the oracle's NAME: moving
+// data does not change values). Returns `dy` itself when it is already held that way.
 template <typename T>
-DistTensor<T> align_grad(const World<T>& world, const DistTensor<T>& dy, const Placement& target) {
-  if (dy.placement == target) return dy;
-  const std::string moved_name = dy.name + "@" + target.str();
-  DistTensor<T> moved =
-      world.redistribute(dy, target,
-                         {.tensor = moved_name, .dense = dy.name,
-                          .exact = !dy.placement.is_partial(), .inputs = {dy.name}});
-  moved.name = moved_name;
+DistTensor<T> align_grad(const World<T>& world, const DistTensor<T>& dy, const Layout& target) {
+  if (dy.layout == target) return dy;
+  const std::string name = moved_name(dy.name, target.str());
+  DistTensor<T> moved = world.redistribute(
+      dy, target,
+      {.tensor = name, .dense = dy.name, .exact = !dy.layout.has_partial(), .inputs = {dy.name}});
+  moved.name = name;
   return moved;
 }
 
@@ -44,14 +49,14 @@ DistTensor<T> align_grad(const World<T>& world, const DistTensor<T>& dy, const P
 template <typename T>
 DistTensor<T> add_sharded(const World<T>& world, const DistTensor<T>& a, const DistTensor<T>& b,
                           const std::string& output) {
-  SHARDSIM_ASSERT(a.global == b.global && a.placement == b.placement,
+  SHARDSIM_ASSERT(a.global == b.global && a.layout == b.layout,
                   "add: inputs differ in shape or placement");
-  DistTensor<T> y = make_dist<T>(output, a.global, a.placement, world.size());
+  DistTensor<T> y = world.make(output, a.global, a.layout);
   world.for_each_rank([&](int r) { add_forward(a.local(r), b.local(r), y.local(r)); });
   zero_padding(y);
-  world.compare_boundary({.op = "add", .tensor = output, .exact = !a.placement.is_partial(),
-                .inputs = {a.name, b.name}},
-               y);
+  world.compare_boundary(
+      {.op = "add", .tensor = output, .exact = !a.layout.has_partial(), .inputs = {a.name, b.name}},
+      y);
   return y;
 }
 

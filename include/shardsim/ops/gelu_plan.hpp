@@ -15,8 +15,8 @@ namespace shardsim {
 template <typename T>
 DistTensor<T> gelu_sharded(const World<T>& world, const DistTensor<T>& x, const GeluParams& params,
                            const std::string& output) {
-  SHARDSIM_ASSERT(!x.placement.is_partial(), "gelu needs a Shard or Replicate input");
-  DistTensor<T> y = make_dist<T>(output, x.global, x.placement, world.size());
+  SHARDSIM_ASSERT(!x.layout.has_partial(), "gelu needs a Shard or Replicate input");
+  DistTensor<T> y = world.make(output, x.global, x.layout);
   world.for_each_rank([&](int r) { gelu_forward(x.local(r), params, y.local(r)); });
   zero_padding(y);
   world.compare_boundary({.op = "gelu", .tensor = output, .exact = true, .inputs = {x.name}}, y);
@@ -29,7 +29,7 @@ template <typename T>
 DistTensor<T> gelu_backward_sharded(const World<T>& world, const DistTensor<T>& dy,
                                     const DistTensor<T>& x, const GeluParams& params,
                                     const std::string& name) {
-  DistTensor<T> dx = make_dist<T>(name, x.global, dy.placement, world.size());
+  DistTensor<T> dx = world.make(name, x.global, dy.layout);
   world.for_each_rank([&](int r) { gelu_backward(dy.local(r), x.local(r), params, dx.local(r)); });
   zero_padding(dx);
   return dx;

@@ -20,6 +20,11 @@
 //           dy are both Replicate, else Partial (each rank sums over its own rows).
 // A sharded weight's gradient keeps the weight's placement, so SGD steps each shard locally; a
 // Partial gradient of a Replicate parameter is all-reduced by the runner before SGD.
+//
+// On an N-D mesh the form is the weight's placement on the world's dim (tp). On every other dim
+// the weight is Replicate and x holds whole `in` rows (Shard of another axis, or Replicate): y,
+// dy and dx keep x's placement there, and dW, db are Partial on a dim where the rows are
+// sharded (each member sums over its own rows), Replicate where they are not.
 #pragma once
 
 #include <string>
@@ -54,26 +59,26 @@ template <typename T>
 DistTensor<T> linear_sharded(const World<T>& world, const DistTensor<T>& x,
                              const DistTensor<T>& weight, const DistTensor<T>* bias,
                              const LinearParams& params, const std::string& output) {
-  const LinearParallel form = linear_parallel_of(weight.placement, params);
-  const int ranks = world.size();
+  const Placement& w_on = world.placement(weight);
+  const Placement& x_on = world.placement(x);
+  const LinearParallel form = linear_parallel_of(w_on, params);
   const Shape y_shape = linear_output_shape(x.global, params.in_axis, params.out_axis,
                                             weight.global.extent(params.out_axis));
-  Placement y_placement = x.placement;
+  Placement y_placement = x_on;
   if (form == LinearParallel::column) {
-    SHARDSIM_ASSERT(x.placement.is_replicate(), "column-parallel linear needs a Replicate input");
-    y_placement = Placement::shard(params.out_axis, weight.placement.split);
+    SHARDSIM_ASSERT(x_on.is_replicate(), "column-parallel linear needs a Replicate input");
+    y_placement = Placement::shard(params.out_axis, w_on.split);
   } else if (form == LinearParallel::row) {
-    SHARDSIM_ASSERT(x.placement == weight.placement, "row-parallel linear: x and W must be Shard(in)");
+    SHARDSIM_ASSERT(x_on == w_on, "row-parallel linear: x and W must be Shard(in)");
     y_placement = Placement::partial();
   } else {
-    SHARDSIM_ASSERT(!x.placement.is_partial() && !(x.placement.is_shard() &&
-                                                   x.placement.axis == params.in_axis),
+    SHARDSIM_ASSERT(!x_on.is_partial() && !(x_on.is_shard() && x_on.axis == params.in_axis),
                     "linear with a Replicate weight needs whole input rows");
   }
-  DistTensor<T> y = make_dist<T>(output, y_shape, y_placement, ranks);
+  DistTensor<T> y = world.make(output, y_shape, x.layout.with(world.dim(), y_placement));
   world.for_each_rank([&](int r) {
     const Tensor<T>* b = bias ? &bias->local(r) : nullptr;
-    if (form == LinearParallel::row && r != 0) b = nullptr;  // the bias is added once
+    if (form == LinearParallel::row && world.coord(r) != 0) b = nullptr;  // added once
     linear_forward(x.local(r), weight.local(r), b, params, y.local(r));
   });
   zero_padding(y);
@@ -104,49 +109,53 @@ LinearShardedGrads<T> linear_backward_sharded(const World<T>& world, const DistT
                                               const std::string& dx_name,
                                               const std::string& dweight_name,
                                               const std::string& dbias_name) {
-  const LinearParallel form = linear_parallel_of(weight.placement, params);
-  const int ranks = world.size();
-  Placement dy_target;
+  const int dim = world.dim();
+  const Placement& w_on = world.placement(weight);
+  const LinearParallel form = linear_parallel_of(w_on, params);
+  // dy where the form needs it on the world's dim; elementwise with x on the others.
+  Layout dy_target = elementwise_grad_target(x.layout, dy_held.layout);
   if (form == LinearParallel::column) {
-    dy_target = Placement::shard(params.out_axis, weight.placement.split);
+    dy_target = dy_target.with(dim, Placement::shard(params.out_axis, w_on.split));
   } else if (form == LinearParallel::row) {
-    dy_target = Placement::replicate();
-  } else {
-    dy_target = elementwise_grad_target(x.placement, dy_held.placement);
+    dy_target = dy_target.with(dim, Placement::replicate());
   }
   const DistTensor<T> dy = align_grad(world, dy_held, dy_target);
 
   LinearShardedGrads<T> grads;
   grads.dy_name = dy.name;
-  Placement dx_placement = dy.placement;
-  Placement param_grad = (x.placement.is_replicate() && dy.placement.is_replicate())
-                             ? Placement::replicate()
-                             : Placement::partial();
-  Placement bias_grad = param_grad;
-  if (form == LinearParallel::column) {
-    dx_placement = Placement::partial();
-    param_grad = weight.placement;
-    bias_grad = weight.placement;
-  } else if (form == LinearParallel::row) {
-    dx_placement = x.placement;
-    param_grad = weight.placement;
-    bias_grad = Placement::partial();
+  // Every dim as the `none` form: dx with dy's rows, dW and db summed over the rows a member
+  // holds (Partial unless x and dy are whole there). Then the form's own dim.
+  Layout dx_layout = dy.layout;
+  Layout param_grad = weight.layout;
+  for (int d = 0; d < x.layout.ndim(); ++d) {
+    const bool whole_rows = x.layout.on(d).is_replicate() && dy.layout.on(d).is_replicate();
+    param_grad.dims[d] = whole_rows ? Placement::replicate() : Placement::partial();
   }
-  grads.dx = make_dist<T>(dx_name, x.global, dx_placement, ranks);
-  grads.dweight = make_dist<T>(dweight_name, weight.global, param_grad, ranks);
-  if (bias) grads.dbias = make_dist<T>(dbias_name, bias->global, bias_grad, ranks);
+  Layout bias_grad = param_grad;
+  if (form == LinearParallel::column) {
+    dx_layout = dx_layout.with(dim, Placement::partial());
+    param_grad = param_grad.with(dim, w_on);
+    bias_grad = bias_grad.with(dim, w_on);
+  } else if (form == LinearParallel::row) {
+    dx_layout = dx_layout.with(dim, world.placement(x));
+    param_grad = param_grad.with(dim, w_on);
+    bias_grad = bias_grad.with(dim, Placement::partial());
+  }
+  grads.dx = world.make(dx_name, x.global, dx_layout);
+  grads.dweight = world.make(dweight_name, weight.global, param_grad);
+  if (bias) grads.dbias = world.make(dbias_name, bias->global, bias_grad);
   world.for_each_rank([&](int r) {
     Tensor<T>* db = bias ? &grads.dbias.local(r) : nullptr;
-    if (form == LinearParallel::row && r != 0) db = nullptr;  // only rank 0 added the bias
+    if (form == LinearParallel::row && world.coord(r) != 0) db = nullptr;  // coordinate 0 added b
     linear_backward(dy.local(r), x.local(r), weight.local(r), params, grads.dx.local(r),
                     &grads.dweight.local(r), db);
   });
   zero_padding(grads.dx);
   zero_padding(grads.dweight);
   if (bias) zero_padding(grads.dbias);
-  grads.dx_exact = !dx_placement.is_partial();
-  grads.dweight_exact = !param_grad.is_partial();
-  grads.dbias_exact = !bias_grad.is_partial();
+  grads.dx_exact = !dx_layout.has_partial();
+  grads.dweight_exact = !param_grad.has_partial();
+  grads.dbias_exact = !bias_grad.has_partial();
   return grads;
 }
 

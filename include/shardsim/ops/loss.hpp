@@ -34,10 +34,14 @@ struct MaskedMseParams {
 // Where a local tensor sits in the global one along its one sharded axis: local position i of
 // `axis` is global position begin + i, and positions i >= valid are padding. An empty axis means
 // the local tensor is the whole global tensor.
+// Where a rank's local (batch, seq, ...) tensor sits in the global one: its batch positions are
+// global [batch_begin, batch_begin + batch_valid), likewise seq; local positions past a valid
+// count are padding. A valid count of -1 means every local position (the axis is whole).
 struct LocalFrame {
-  std::string axis;
-  std::int64_t begin = 0;
-  std::int64_t valid = 0;
+  std::int64_t batch_begin = 0;
+  std::int64_t batch_valid = -1;
+  std::int64_t seq_begin = 0;
+  std::int64_t seq_valid = -1;
 };
 
 // This rank's share: the sum over its valid tokens, and how many valid tokens it holds.

@@ -11,6 +11,13 @@
 
 namespace shardsim {
 
+// The loss's named intermediates (boundaries and oracle tensors "OUTPUT.sum",
+// "OUTPUT.valid_tokens").
+namespace loss_parts {
+inline constexpr std::string_view sum = "sum";
+inline constexpr std::string_view valid_tokens = "valid_tokens";
+}  // namespace loss_parts
+
 // Seeded bugs, switched on by scenario faults. They change the sharded plan only.
 struct LossFaults {
   bool averaged_twice = false;         // also divides by the world size
@@ -54,33 +61,57 @@ inline MaskedMseParams faulty_params(MaskedMseParams params, const LossFaults& f
   return params;
 }
 
+// The number of distinct token shards: the product of the sizes of the dims that shard y.
+template <typename T>
+int token_holders(const DistTensor<T>& y) {
+  int holders = 1;
+  for (int d = 0; d < y.layout.ndim(); ++d) {
+    if (y.layout.on(d).is_shard()) holders *= y.mesh->dim(d).size;
+  }
+  return holders;
+}
+
 template <typename T>
 struct LossShardedSaved {
   // What backward divides by on each rank (V, or the faulty substitute).
   std::vector<T> divisor;
 };
 
-inline LocalFrame frame_of(const Shape& global, const Placement& placement, int ranks, int rank) {
-  if (!placement.is_shard()) return {};
-  const Slice slice = rank_slice(global, placement, ranks, rank);
-  return {placement.axis, slice.begin, slice.valid()};
+// Rank `rank`'s frame of y: its share of the batch and seq axes (every dim that shards them).
+template <typename T>
+LocalFrame frame_of(const DistTensor<T>& y, const MaskedMseParams& params, int rank) {
+  LocalFrame frame;
+  if (y.layout.shards(params.batch_axis)) {
+    const Slice slice = y.slice(rank, params.batch_axis);
+    frame.batch_begin = slice.begin;
+    frame.batch_valid = slice.valid();
+  }
+  if (y.layout.shards(params.seq_axis)) {
+    const Slice slice = y.slice(rank, params.seq_axis);
+    frame.seq_begin = slice.begin;
+    frame.seq_valid = slice.valid();
+  }
+  return frame;
 }
 
-// y, target: same global shape and placement (Replicate, or Shard on the batch or seq axis).
-// Returns the loss, shape [] Replicate.
+// y, target: same global shape and layout (on every dim Replicate, or Shard on the batch or seq
+// axis). Returns the loss, shape [] Replicate. The sums and counts are Partial on every dim that
+// shards the tokens and are all-reduced over those dims in mesh-dim order; `ranks` below is
+// the number of members that hold distinct tokens (the product of those dims' sizes), which
+// the faults divide by.
 template <typename T>
 DistTensor<T> masked_mse_sharded(const World<T>& world, const DistTensor<T>& y,
                                  const DistTensor<T>& target, MaskedMseParams params,
                                  const LossFaults& faults, const std::string& output,
                                  LossShardedSaved<T>& saved) {
-  const int ranks = world.size();
   params = faulty_params(std::move(params), faults, y.global);
   const Shape scalar;
   const std::vector<std::string> inputs{y.name, target.name};
-  saved.divisor.assign(static_cast<std::size_t>(ranks), T(0));
-  DistTensor<T> loss = make_dist<T>(output, scalar, Placement::replicate(), ranks);
+  const Layout replicate = Layout::uniform(y.layout.ndim(), Placement::replicate());
+  saved.divisor.assign(static_cast<std::size_t>(world.size()), T(0));
+  DistTensor<T> loss = world.make(output, scalar, replicate);
 
-  if (y.placement.is_replicate()) {
+  if (y.layout.is_replicate()) {
     // Every rank holds every token: each computes the whole loss, no collective needed.
     world.for_each_rank([&](int r) {
       T sum;
@@ -89,27 +120,39 @@ DistTensor<T> masked_mse_sharded(const World<T>& world, const DistTensor<T>& y,
       saved.divisor[static_cast<std::size_t>(r)] = T(count);
       loss.local(r)[0] = sum / T(count);
     });
-    world.compare_boundary({.op = "mse_loss", .tensor = output, .exact = true, .inputs = inputs}, loss);
+    world.compare_boundary({.op = "mse_loss", .tensor = output, .exact = true, .inputs = inputs},
+                           loss);
     return loss;
   }
 
-  DistTensor<T> sums = make_dist<T>(output + ".sum", scalar, Placement::partial(), ranks);
-  DistTensor<T> counts =
-      make_dist<T>(output + ".valid_tokens", scalar, Placement::partial(), ranks);
+  Layout partial = replicate;
+  for (int d = 0; d < y.layout.ndim(); ++d) {
+    if (y.layout.on(d).is_shard()) partial.dims[d] = Placement::partial();
+  }
+  const int ranks = token_holders(y);
+  DistTensor<T> sums = world.make(part_name(output, loss_parts::sum), scalar, partial);
+  DistTensor<T> counts = world.make(part_name(output, loss_parts::valid_tokens), scalar, partial);
   world.for_each_rank([&](int r) {
     std::int64_t count = 0;
-    masked_mse_partial(y.local(r), target.local(r), params,
-                       frame_of(y.global, y.placement, ranks, r), sums.local(r)[0], count);
+    masked_mse_partial(y.local(r), target.local(r), params, frame_of(y, params, r),
+                       sums.local(r)[0], count);
     counts.local(r)[0] = T(count);
     if (faults.average_of_rank_means) {
       // The bug: each rank divides by its own count, then the ranks' means are averaged.
       sums.local(r)[0] = count > 0 ? T(sums.local(r)[0] / T(count)) : T(0);
     }
   });
-  const DistTensor<T> total =
-      world.all_reduce(sums, {.op = "all_reduce", .tensor = sums.name, .inputs = inputs});
-  const DistTensor<T> valid = world.all_reduce(
-      counts, {.op = "all_reduce", .tensor = counts.name, .exact = true, .inputs = inputs});
+  // On a Replicate dim every member holds the same addend (a copy); the Partial dims are summed
+  // one after another, each in its own groups.
+  DistTensor<T> total = sums;
+  DistTensor<T> valid = counts;
+  for (int d = 0; d < y.layout.ndim(); ++d) {
+    if (!partial.on(d).is_partial()) continue;
+    total = world.on(d).all_reduce(total, {.op = "all_reduce", .tensor = sums.name,
+                                           .inputs = inputs});
+    valid = world.on(d).all_reduce(valid, {.op = "all_reduce", .tensor = counts.name,
+                                           .exact = true, .inputs = inputs});
+  }
   world.for_each_rank([&](int r) {
     T divisor = valid.local(r)[0];
     if (faults.average_of_rank_means) divisor = T(ranks);
@@ -117,7 +160,8 @@ DistTensor<T> masked_mse_sharded(const World<T>& world, const DistTensor<T>& y,
     saved.divisor[static_cast<std::size_t>(r)] = divisor;
     loss.local(r)[0] = total.local(r)[0] / divisor;
   });
-  world.compare_boundary({.op = "mse_loss", .tensor = output, .inputs = {total.name, valid.name}}, loss);
+  world.compare_boundary(
+      {.op = "mse_loss", .tensor = output, .inputs = {total.name, valid.name}}, loss);
   return loss;
 }
 
@@ -128,21 +172,21 @@ DistTensor<T> masked_mse_backward_sharded(const World<T>& world, const DistTenso
                                           const LossFaults& faults,
                                           const LossShardedSaved<T>& saved,
                                           const std::string& output) {
-  const int ranks = world.size();
+  const int ranks = token_holders(y);
   params = faulty_params(std::move(params), faults, y.global);
-  DistTensor<T> dy = make_dist<T>(output, y.global, y.placement, ranks);
+  DistTensor<T> dy = world.make(output, y.global, y.layout);
   world.for_each_rank([&](int r) {
     T divisor = saved.divisor[static_cast<std::size_t>(r)];
     if (faults.average_of_rank_means) {
       // d/dy of mean_r(S_r / V_r) is 2 (y - t) / (V_r * k).
       std::int64_t local_count = 0;
       T unused;
-      masked_mse_partial(y.local(r), target.local(r), params,
-                         frame_of(y.global, y.placement, ranks, r), unused, local_count);
+      masked_mse_partial(y.local(r), target.local(r), params, frame_of(y, params, r), unused,
+                         local_count);
       divisor = T(local_count) * T(ranks);
     }
-    masked_mse_backward(y.local(r), target.local(r), params,
-                        frame_of(y.global, y.placement, ranks, r), divisor, dy.local(r));
+    masked_mse_backward(y.local(r), target.local(r), params, frame_of(y, params, r), divisor,
+                        dy.local(r));
   });
   return dy;
 }

@@ -39,7 +39,7 @@ struct TensorSpec {
   TensorRole role = TensorRole::input;
   InitSpec init;
   std::uint64_t init_seed = 0;  // from init.seed, else scenario seed ^ fnv1a64(name)
-  Placement placement;          // how the sharded program holds it at the start
+  Layout layout;                // how the sharded program holds it at the start
   SourceLoc loc;
 };
 
@@ -54,6 +54,7 @@ struct StepValue {
 struct StepSpec {
   int index = 0;
   OpKind kind = OpKind::layer_norm;
+  int mesh_dim = 0;  // the mesh dim the step's collectives run on (`mesh_dim`; 0 on a 1-D mesh)
   OpArgs args;
   std::map<std::string, StepValue> params;
   SourceLoc loc;
@@ -80,9 +81,11 @@ struct Expectation {
 };
 
 struct MeshSpec {
-  int ranks = 1;
+  Mesh devices;  // `ranks = N` (one dim, "world") or `dims = { dp = 2, tp = 2 }`
   ReduceOrder reduce_order = ReduceOrder::rank;
   Schedule schedule;
+
+  int ranks() const { return devices.size(); }
 };
 
 // Streaming ([stream]): every input and target that has `axis` arrives in consecutive chunks of
@@ -116,11 +119,11 @@ struct Scenario {
   // The global shape and starting placement of every tensor the program defines (inputs and
   // step outputs), as inferred by the loader. Used to estimate memory before anything is
   // allocated.
-  struct Layout {
+  struct TensorLayout {
     Shape shape;
-    Placement placement;
+    Layout layout;
   };
-  std::map<std::string, Layout> layouts;
+  std::map<std::string, TensorLayout> tensor_layouts;
 
   const TensorSpec* find_tensor(std::string_view name) const;
   bool has_fault(Fault fault) const;

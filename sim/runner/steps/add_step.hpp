@@ -30,8 +30,8 @@ class AddStep final : public StepOp<T> {
     // Copies: add_grad below may grow grad(input) in place, which can be grad(output)'s source.
     const Tensor<T> dy = env.dense_at(grad_name(output));
     const DistTensor<T> sdy =
-        align_grad(env.world, held, elementwise_grad_target(x.placement, held.placement));
-    const bool exact = !sdy.placement.is_partial();
+        align_grad(env.world, held, elementwise_grad_target(x.layout, held.layout));
+    const bool exact = !sdy.layout.has_partial();
     for (const std::string* addend : {&args_.input, &args_.residual}) {
       env.add_grad(*addend, dy, sdy,
                    {.op = backward_label(OpKind::add), .exact = exact, .inputs = {sdy.name}});

@@ -56,12 +56,12 @@ class DropoutStep final : public StepOp<T> {
     const DistTensor<T>& x = env.sharded_at(input);
     const DistTensor<T>& held = env.sharded_at(grad_name(output));
     const DistTensor<T> dy =
-        align_grad(env.world, held, elementwise_grad_target(x.placement, held.placement));
+        align_grad(env.world, held, elementwise_grad_target(x.layout, held.layout));
     DistTensor<T> sdx =
         dropout_backward_sharded(env.world, dy, saved_, params_.p, grad_name(input));
     env.add_grad(input, std::move(dx), std::move(sdx),
                  {.op = backward_label(OpKind::dropout),
-                  .exact = !dy.placement.is_partial(),
+                  .exact = !dy.layout.has_partial(),
                   .inputs = {dy.name, output + ".mask"}});
   }
 

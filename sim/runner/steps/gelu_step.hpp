@@ -34,11 +34,11 @@ class GeluStep final : public StepOp<T> {
     const DistTensor<T>& x = env.sharded_at(input);
     const DistTensor<T>& held = env.sharded_at(grad_name(output));
     const DistTensor<T> dy =
-        align_grad(env.world, held, elementwise_grad_target(x.placement, held.placement));
+        align_grad(env.world, held, elementwise_grad_target(x.layout, held.layout));
     DistTensor<T> sdx = gelu_backward_sharded(env.world, dy, x, params_, grad_name(input));
     env.add_grad(input, std::move(dx), std::move(sdx),
                  {.op = backward_label(OpKind::gelu),
-                  .exact = !dy.placement.is_partial(),
+                  .exact = !dy.layout.has_partial(),
                   .inputs = {input, dy.name}});
   }
 

@@ -30,8 +30,8 @@ class MseLossStep final : public StepOp<T> {
     std::int64_t count = 0;
     masked_mse_partial(y, target, params_, LocalFrame{}, sum, count);
     dense_count_ = T(count);
-    env.dense[output + ".sum"] = Tensor<T>(Shape(), {sum});
-    env.dense[output + ".valid_tokens"] = Tensor<T>(Shape(), {dense_count_});
+    env.dense[part_name(output, loss_parts::sum)] = Tensor<T>(Shape(), {sum});
+    env.dense[part_name(output, loss_parts::valid_tokens)] = Tensor<T>(Shape(), {dense_count_});
     env.dense[output] = Tensor<T>(Shape(), {T(sum / dense_count_)});
 
     env.sharded[output] =

@@ -30,9 +30,9 @@ class RedistributeStep final : public StepOp<T> {
     // Moving data is exact; summing Partial addends reorders arithmetic and is not.
     DistTensor<T> moved = env.world.redistribute(
         input, to,
-        {.tensor = output, .exact = !input.placement.is_partial(), .inputs = {input.name}});
+        {.tensor = output, .exact = !env.world.placement(input).is_partial(), .inputs = {input.name}});
     moved.name = output;
-    if (input.placement == to) {
+    if (env.world.placement(input) == to) {
       env.world.compare_boundary(
           {.op = "identity", .tensor = output, .exact = true, .inputs = {input.name}}, moved);
     }
@@ -44,17 +44,21 @@ class RedistributeStep final : public StepOp<T> {
     const std::string& output = args_.output;
     if (!env.has_grad(output)) return;
     const DistTensor<T>& grad = env.sharded_at(grad_name(output));
-    const Placement& held = env.sharded_at(input).placement;
-    const Placement back_to = held.is_partial() ? Placement::replicate() : held;
-    const std::string moved_name = grad_name(input) + "@" + output;
-    DistTensor<T> moved = env.world.redistribute(grad, back_to,
-                                                 {.tensor = moved_name,
-                                                  .dense = grad_name(output),
-                                                  .exact = !grad.placement.is_partial(),
-                                                  .inputs = {grad.name}});
+    // Back to the input's layout on every dim; a Partial input's gradient is the whole
+    // gradient on every member (the gradient of a sum is the same for each addend).
+    Layout back_to = env.sharded_at(input).layout;
+    for (Placement& p : back_to.dims) {
+      if (p.is_partial()) p = Placement::replicate();
+    }
+    const std::string moved = moved_name(grad_name(input), output);
+    DistTensor<T> moved_grad = env.world.redistribute(grad, back_to,
+                                                      {.tensor = moved,
+                                                       .dense = grad_name(output),
+                                                       .exact = !grad.layout.has_partial(),
+                                                       .inputs = {grad.name}});
     // The claim rests on the moved value when a collective ran, else on the gradient itself.
-    const std::string source = grad.placement == back_to ? grad.name : moved_name;
-    env.add_grad(input, env.dense_at(grad_name(output)), std::move(moved),
+    const std::string source = grad.layout == back_to ? grad.name : moved;
+    env.add_grad(input, env.dense_at(grad_name(output)), std::move(moved_grad),
                  {.op = backward_label(OpKind::redistribute), .exact = true, .inputs = {source}});
   }
 

@@ -20,7 +20,7 @@ namespace shardsim {
 template <typename T>
 struct StepEnv {
   const Scenario& scenario;
-  World<T>& world;
+  World<T> world;  // bound to the running step's mesh dim (ScenarioRun::bind_world)
   std::map<std::string, Tensor<T>> dense;        // the oracle's global tensors
   std::map<std::string, DistTensor<T>> sharded;  // the ranks' tensors
 
@@ -54,10 +54,10 @@ struct StepEnv {
     Tensor<T>& dense_sum = found->second;
     for (std::int64_t i = 0; i < dense_sum.numel(); ++i) dense_sum[i] += dense_grad[i];
     DistTensor<T>& sharded_sum = sharded.at(key);
-    if (!(sharded_grad.placement == sharded_sum.placement)) {
+    if (!(sharded_grad.layout == sharded_sum.layout)) {
       sharded_grad = world.redistribute(
-          sharded_grad, sharded_sum.placement,
-          {.tensor = key, .exact = !sharded_grad.placement.is_partial(), .inputs = {key}});
+          sharded_grad, sharded_sum.layout,
+          {.tensor = key, .exact = !sharded_grad.layout.has_partial(), .inputs = {key}});
     }
     world.for_each_rank([&](int r) {
       Tensor<T>& local = sharded_sum.local(r);

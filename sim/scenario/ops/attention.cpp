@@ -20,12 +20,13 @@ void attention_rules(const SlidingWindowAttentionArgs& args, const StepSpec& ste
              std::string(step.op()) + " needs input axes [batch, seq, hidden]; '" + x_name +
                  "' is " + input.shape.str());
   }
-  if (!input.placement.is_replicate()) {
+  if (!input.placement(step).is_replicate()) {
     ctx.fail(step, "input",
              "'" + x_name +
                  "' must be Replicate over the cp group (queries are not sharded), not " +
-                 input.placement.str());
+                 input.placement(step).str());
   }
+  ctx.require_passive(step, "input", input, {"seq", "hidden"});
   if (args.head_dim % 2 != 0) {
     ctx.fail(step, "head_dim",
              "RoPE rotates pairs: head_dim must be even, got " + std::to_string(args.head_dim));
@@ -42,11 +43,12 @@ void attention_rules(const SlidingWindowAttentionArgs& args, const StepSpec& ste
                    "' " + input.shape.str() + " with n_head = " + std::to_string(args.n_head) +
                    ", head_dim = " + std::to_string(args.head_dim) + " needs " + want.str());
     }
-    if (!w.placement.is_replicate()) {
-      ctx.fail(step, key, "'" + step.str(key) + "' must be Replicate, not " + w.placement.str());
+    ctx.require_replicate_elsewhere(step, key, w);
+    if (!w.placement(step).is_replicate()) {
+      ctx.fail(step, key, "'" + step.str(key) + "' must be Replicate, not " + w.placement(step).str());
     }
   }
-  ctx.define(step, "output", {input.shape, Placement::replicate()});
+  ctx.define(step, "output", {input.shape, input.layout});
 }
 
 // Needs the mesh and the faults: a fault that only one mode can express, and a warning for a
@@ -64,7 +66,7 @@ void attention_plan_check(const SlidingWindowAttentionArgs& args, const StepSpec
                                  args.cp_mode + "\""));
   }
   // About one key of a query's window per shard, or fewer.
-  const std::int64_t cp_size = scenario.mesh.ranks;
+  const std::int64_t cp_size = scenario.mesh.devices.dim(step.mesh_dim).size;
   if (cp_size > 1 && args.window && *args.window <= cp_size) {
     const std::int64_t window = *args.window;
     std::fprintf(stderr, "%s\n",

@@ -15,10 +15,10 @@ void mse_loss_rules(const MseLossArgs& args, const StepSpec& step, StepContext& 
              "shape mismatch: '" + step.str("target") + "' is " + target.shape.str() + " but '" +
                  step.str("input") + "' is " + input.shape.str());
   }
-  if (!(target.placement == input.placement)) {
+  if (!(target.layout == input.layout)) {
     ctx.fail(step, "target",
-             "placement mismatch: '" + step.str("target") + "' is " + target.placement.str() +
-                 " but '" + step.str("input") + "' is " + input.placement.str());
+             "placement mismatch: '" + step.str("target") + "' is " + target.layout.str() +
+                 " but '" + step.str("input") + "' is " + input.layout.str());
   }
   const std::string& batch = args.batch_axis;
   const std::string& seq = args.seq_axis;
@@ -31,12 +31,12 @@ void mse_loss_rules(const MseLossArgs& args, const StepSpec& step, StepContext& 
           "axis '" + axis + "' is not an axis of '" + step.str("input") + "' " + input.shape.str());
     }
   }
-  if (input.placement.is_partial() ||
-      (input.placement.is_shard() && input.placement.axis != batch &&
-       input.placement.axis != seq)) {
+  if (input.placement(step).is_partial() ||
+      (input.placement(step).is_shard() && input.placement(step).axis != batch &&
+       input.placement(step).axis != seq)) {
     ctx.fail(step, "input",
              std::string(step.op()) + " needs whole tokens: Replicate or Shard(" + batch +
-                 ") or Shard(" + seq + "), not " + input.placement.str());
+                 ") or Shard(" + seq + "), not " + input.placement(step).str());
   }
   if (args.valid_lengths) {
     const std::vector<std::int64_t>& lengths = *args.valid_lengths;
@@ -56,7 +56,7 @@ void mse_loss_rules(const MseLossArgs& args, const StepSpec& step, StepContext& 
     }
     if (total == 0) ctx.fail(step, "valid_lengths", "at least one token must be valid");
   }
-  ctx.define(step, "output", {Shape(), Placement::replicate()});
+  ctx.define(step, "output", {Shape(), Layout::uniform(input.layout.ndim(), Placement::replicate())});
 }
 
 }  // namespace

@@ -37,10 +37,12 @@ void linear_rules(const LinearArgs& args, const StepSpec& step, StepContext& ctx
                  std::to_string(weight.shape.extent(in)) + " but '" + x_name + "' is " +
                  input.shape.str());
   }
+  ctx.require_passive(step, "input", input, {in});
+  ctx.require_replicate_elsewhere(step, "weight", weight);
   std::string form = "none";
   Placement bias_placement = Placement::replicate();
-  Placement output_placement = input.placement;
-  const Placement& wp = weight.placement;
+  Placement output_placement = input.placement(step);
+  const Placement& wp = weight.placement(step);
   if (wp.is_partial()) {
     ctx.fail(step, "weight",
              "'" + w_name + "' must be Replicate, Shard(" + out + ") or Shard(" + in +
@@ -49,29 +51,29 @@ void linear_rules(const LinearArgs& args, const StepSpec& step, StepContext& ctx
     form = "column";
     bias_placement = wp;
     output_placement = Placement::shard(out, wp.split);
-    if (!input.placement.is_replicate()) {
+    if (!input.placement(step).is_replicate()) {
       ctx.fail(step, "input",
                "column-parallel linear ('" + w_name + "' is " + wp.str() + ") needs its input '" +
-                   x_name + "' Replicate over the group, but it is " + input.placement.str() +
+                   x_name + "' Replicate over the group, but it is " + input.placement(step).str() +
                    "; all-gather it first (a redistribute to \"Replicate\")");
     }
   } else if (wp.is_shard() && wp.axis == in) {
     form = "row";
     output_placement = Placement::partial();
-    if (!(input.placement == wp)) {
+    if (!(input.placement(step) == wp)) {
       ctx.fail(step, "input",
                "row-parallel linear ('" + w_name + "' is " + wp.str() + ") needs its input '" +
-                   x_name + "' " + wp.str() + ", but it is " + input.placement.str());
+                   x_name + "' " + wp.str() + ", but it is " + input.placement(step).str());
     }
   } else if (wp.is_shard()) {
     ctx.fail(step, "weight",
              "'" + w_name + "' " + weight.shape.str() + " is " + wp.str() +
                  "; a weight is sharded on its out axis '" + out +
                  "' (column-parallel) or its in axis '" + in + "' (row-parallel)");
-  } else if (input.placement.is_partial() ||
-             (input.placement.is_shard() && input.placement.axis == in)) {
+  } else if (input.placement(step).is_partial() ||
+             (input.placement(step).is_shard() && input.placement(step).axis == in)) {
     ctx.fail(step, "input",
-             "'" + x_name + "' is " + input.placement.str() + " but '" + w_name +
+             "'" + x_name + "' is " + input.placement(step).str() + " but '" + w_name +
                  "' is Replicate: a Replicate weight needs whole input rows "
                  "(shard the weight on '" +
                  in + "' for a row-parallel layer)");
@@ -84,33 +86,35 @@ void linear_rules(const LinearArgs& args, const StepSpec& step, StepContext& ctx
   }
   if (step.has("bias")) {
     const TensorState& bias = ctx.tensor(step, "bias");
+    ctx.require_replicate_elsewhere(step, "bias", bias);
     const Shape bias_shape(std::vector<Axis>{{out, weight.shape.extent(out)}});
     if (!(bias.shape == bias_shape)) {
       ctx.fail(step, "bias",
                "shape mismatch: '" + step.str("bias") + "' is " + bias.shape.str() + " but '" +
                    w_name + "' " + weight.shape.str() + " needs " + bias_shape.str());
     }
-    if (!(bias.placement == bias_placement)) {
+    if (!(bias.placement(step) == bias_placement)) {
       ctx.fail(step, "bias",
                "'" + step.str("bias") + "' must be " + bias_placement.str() + " for a " + form +
-                   "-parallel layer, not " + bias.placement.str());
+                   "-parallel layer, not " + bias.placement(step).str());
     }
   }
   std::vector<Axis> axes = input.shape.axes();
   axes[input.shape.position(in)] = {out, weight.shape.extent(out)};
-  ctx.define(step, "output", {Shape(std::move(axes)), output_placement});
+  ctx.define(step, "output", {Shape(std::move(axes)), input.with(step, output_placement)});
 }
 
 // gelu, dropout: elementwise, the output keeps the input's shape and placement.
 void elementwise_rules(const StepSpec& step, StepContext& ctx) {
   const TensorState& input = ctx.tensor(step, "input");
-  if (input.placement.is_partial()) {
+  ctx.require_passive(step, "input", input, {});
+  if (input.placement(step).is_partial()) {
     ctx.fail(step, "input",
              std::string(step.op()) +
                  " needs a Shard or Replicate input, not Partial(sum): reduce it "
                  "first (a redistribute)");
   }
-  ctx.define(step, "output", {input.shape, input.placement});
+  ctx.define(step, "output", {input.shape, input.layout});
 }
 
 void gelu_rules(const GeluArgs&, const StepSpec& step, StepContext& ctx) {
@@ -130,12 +134,12 @@ void add_rules(const AddArgs&, const StepSpec& step, StepContext& ctx) {
              "shape mismatch: '" + step.str("residual") + "' is " + residual.shape.str() +
                  " but '" + step.str("input") + "' is " + input.shape.str());
   }
-  if (!(residual.placement == input.placement)) {
+  if (!(residual.layout == input.layout)) {
     ctx.fail(step, "residual",
-             "placement mismatch: '" + step.str("residual") + "' is " + residual.placement.str() +
-                 " but '" + step.str("input") + "' is " + input.placement.str());
+             "placement mismatch: '" + step.str("residual") + "' is " + residual.layout.str() +
+                 " but '" + step.str("input") + "' is " + input.layout.str());
   }
-  ctx.define(step, "output", {input.shape, input.placement});
+  ctx.define(step, "output", {input.shape, input.layout});
 }
 
 }  // namespace

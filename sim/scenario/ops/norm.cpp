@@ -18,18 +18,18 @@ void norm_rules(const StepSpec& step, StepContext& ctx, const std::string& axis,
     ctx.fail(step, "axis",
              "axis '" + axis + "' is not an axis of '" + x_name + "' " + input.shape.str());
   }
-  if (input.placement.is_partial()) {
+  if (input.placement(step).is_partial()) {
     ctx.fail(step, "input",
              std::string(step.op()) + " needs a Shard or Replicate input, not Partial(sum)");
   }
   // A Shard(axis) input has no whole row on any rank: distributed statistics, and parameters
   // sharded like the input's features.
-  const bool hidden = input.placement.is_shard() && input.placement.axis == axis;
+  const bool hidden = input.placement(step).is_shard() && input.placement(step).axis == axis;
   if (layer_norm) {
     const std::optional<std::string>& stats = layer_norm->stats;
     if (hidden && !stats) {
       ctx.fail(step, "input",
-               "'" + x_name + "' is " + input.placement.str() +
+               "'" + x_name + "' is " + input.placement(step).str() +
                    ", sharded on the normalized axis '" + axis +
                    "': choose the distributed statistics with stats = \"sum_sumsq\", "
                    "\"welford\" or \"redistribute\"");
@@ -37,7 +37,7 @@ void norm_rules(const StepSpec& step, StepContext& ctx, const std::string& axis,
     if (!hidden && stats) {
       ctx.fail(step, "stats",
                "stats applies only to an input sharded on the normalized axis '" + axis + "'; '" +
-                   x_name + "' is " + input.placement.str());
+                   x_name + "' is " + input.placement(step).str());
     }
     if (step.has("token_axis") && stats != "redistribute") {
       ctx.fail(step, "token_axis",
@@ -51,7 +51,8 @@ void norm_rules(const StepSpec& step, StepContext& ctx, const std::string& axis,
                    token_axis + "' is not one of " + input.shape.str());
     }
   }
-  const Placement param_placement = hidden ? input.placement : Placement::replicate();
+  ctx.require_passive(step, "input", input, {axis});
+  const Placement param_placement = hidden ? input.placement(step) : Placement::replicate();
   const Shape param_shape(std::vector<Axis>{{axis, input.shape.extent(axis)}});
   for (const char* key : {"weight", "bias"}) {
     if (!step.has(key)) continue;
@@ -61,13 +62,14 @@ void norm_rules(const StepSpec& step, StepContext& ctx, const std::string& axis,
                "shape mismatch: '" + step.str(key) + "' is " + param.shape.str() + " but '" +
                    x_name + "' " + input.shape.str() + " needs " + param_shape.str());
     }
-    if (!(param.placement == param_placement)) {
+    ctx.require_replicate_elsewhere(step, key, param);
+    if (!(param.placement(step) == param_placement)) {
       ctx.fail(step, key,
                "'" + step.str(key) + "' must be " + param_placement.str() + " (the input '" +
-                   x_name + "' is " + input.placement.str() + "), not " + param.placement.str());
+                   x_name + "' is " + input.placement(step).str() + "), not " + param.placement(step).str());
     }
   }
-  ctx.define(step, "output", {input.shape, input.placement});
+  ctx.define(step, "output", {input.shape, input.layout});
 }
 
 void layer_norm_rules(const LayerNormArgs& args, const StepSpec& step, StepContext& ctx) {

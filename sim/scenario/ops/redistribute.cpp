@@ -12,7 +12,20 @@ void redistribute_rules(const RedistributeArgs& args, const StepSpec& step, Step
              "unknown axis '" + args.to.axis + "' in placement " + args.to.str() + ": '" +
                  step.str("input") + "' has axes " + input.shape.str());
   }
-  ctx.define(step, "output", {input.shape, args.to});
+  // A gather on this dim must not cut through a later dim's shards of the same axis (their
+  // pieces of it would not be contiguous); DTensor has the same rule without _StridedShard.
+  const Placement& from = input.placement(step);
+  if (from.is_shard() && !(args.to == from)) {
+    for (int d = step.mesh_dim + 1; d < input.layout.ndim(); ++d) {
+      const Placement& later = input.layout.on(d);
+      if (later.is_shard() && later.axis == from.axis) {
+        ctx.fail(step, "to", "'" + step.str("input") + "' is " + input.layout.str() +
+                                 ": its '" + from.axis + "' is sharded again on a later mesh dim, "
+                                 "so it cannot be gathered on this one; move the later dim first");
+      }
+    }
+  }
+  ctx.define(step, "output", {input.shape, input.with(step, args.to)});
 }
 
 }  // namespace

@@ -31,20 +31,19 @@ DistTensor<T> cp_output_projection_backward(const World<T>& world, const DistTen
                                             const DistTensor<T>& wo,
                                             const CpAttentionSaved<T>& saved,
                                             DistTensor<T>& dwo_out) {
+  const ChunkGeometry& geo = saved.geo;
   std::vector<Tensor<T>> dwo(static_cast<std::size_t>(world.size()));
   const DistTensor<T> dattn =
-      replicated_phase(world, grad_name(saved.attn.name), saved.geo.chunk_shape(),
-                       {.op = "sliding_window_attention_backward",
+      replicated_phase(world, grad_name(saved.attn.name), saved.geo.chunk_shape(), geo.on(Placement::replicate()), {.op = "sliding_window_attention_backward",
                         .exact = true,
-                        .inputs = {dy.name, saved.attn.name, wo.name}},
-                       [&](int r) {
+                        .inputs = {dy.name, saved.attn.name, wo.name}}, [&](int r) {
                          Tensor<T> dattn_local;
                          dwo[static_cast<std::size_t>(r)] = Tensor<T>(wo.global);
                          project_out_backward(dy.local(r), saved.attn.local(r), wo.local(r),
                                               dattn_local, dwo[static_cast<std::size_t>(r)]);
                          return dattn_local;
                        });
-  dwo_out = dist_from_locals(grad_name(wo.name), wo.global, Placement::replicate(), std::move(dwo));
+  dwo_out = dist_from_locals(world, grad_name(wo.name), wo.global, geo.param_grad, std::move(dwo));
   return dattn;
 }
 
@@ -73,11 +72,9 @@ DistTensor<T> cp_key_rope_backward(const World<T>& world, const CpAttentionConfi
                                    const ChunkGeometry& geo, const CoreGrads<T>& core,
                                    const CpAttentionSaved<T>& saved) {
   const std::string dk_cat_name = config.part_grad(AttentionPart::k_cat);
-  if (core.k.placement.is_replicate()) {
+  if (world.placement(core.k).is_replicate()) {
     const std::vector<std::int64_t> wrong = position_range(geo.first + geo.cached, geo.length);
-    return replicated_phase(
-        world, dk_cat_name, geo.kv_shape(),
-        {.op = "rope_backward", .exact = true, .inputs = {core.k.name}}, [&](int r) {
+    return replicated_phase(world, dk_cat_name, geo.kv_shape(), geo.on(Placement::replicate()), {.op = "rope_backward", .exact = true, .inputs = {core.k.name}}, [&](int r) {
           Tensor<T> dk_cat_local = core.k.local(r);
           rope_chunk_keys(dk_cat_local, geo.cached, wrong, config.rope("kv"), true);
           return dk_cat_local;
@@ -87,13 +84,12 @@ DistTensor<T> cp_key_rope_backward(const World<T>& world, const CpAttentionConfi
   std::vector<Tensor<T>> shards(static_cast<std::size_t>(world.size()));
   world.for_each_rank([&](int r) {
     Tensor<T> shard = core.k.local(r);
-    rope_chunk_keys(shard, geo.first_chunk_local(r),
+    rope_chunk_keys(shard, geo.first_chunk_local(world.coord(r)),
                     saved.rope_positions[static_cast<std::size_t>(r)], config.rope("kv"), true);
     shards[static_cast<std::size_t>(r)] = std::move(shard);
   });
   const DistTensor<T> dk_shard =
-      dist_from_locals(config.part_grad(AttentionPart::k_cat_shard), geo.kv_shape(),
-                       Placement::shard("kv"), std::move(shards));
+      dist_from_locals(world, config.part_grad(AttentionPart::k_cat_shard), geo.kv_shape(), geo.on(Placement::shard("kv")), std::move(shards));
   world.compare_boundary({.op = "rope_backward",
                           .tensor = dk_shard.name,
                           .dense = dk_cat_name,
@@ -114,7 +110,7 @@ void cp_input_projection_backward(const World<T>& world, const DistTensor<T>& x,
                                   const DistTensor<T>& wq, const DistTensor<T>& wk,
                                   const DistTensor<T>& wv, const DistTensor<T>& dq,
                                   const DistTensor<T>& dk, const DistTensor<T>& dv,
-                                  CpAttentionGrads<T>& grads) {
+                                  const ChunkGeometry& geo, CpAttentionGrads<T>& grads) {
   const auto count = static_cast<std::size_t>(world.size());
   std::vector<Tensor<T>> dx(count), dwq(count), dwk(count), dwv(count);
   world.for_each_rank([&](int r) {
@@ -129,11 +125,10 @@ void cp_input_projection_backward(const World<T>& world, const DistTensor<T>& x,
     project_heads_backward(dv.local(r), x.local(r), wv.local(r), dx_v, dwv[at]);
     for (std::int64_t i = 0; i < dx[at].numel(); ++i) dx[at][i] = (dx[at][i] + dx_k[i]) + dx_v[i];
   });
-  const Placement replicate = Placement::replicate();
-  grads.x = dist_from_locals(grad_name(x.name), x.global, replicate, std::move(dx));
-  grads.wq = dist_from_locals(grad_name(wq.name), wq.global, replicate, std::move(dwq));
-  grads.wk = dist_from_locals(grad_name(wk.name), wk.global, replicate, std::move(dwk));
-  grads.wv = dist_from_locals(grad_name(wv.name), wv.global, replicate, std::move(dwv));
+  grads.x = dist_from_locals(world, grad_name(x.name), x.global, x.layout, std::move(dx));
+  grads.wq = dist_from_locals(world, grad_name(wq.name), wq.global, geo.param_grad, std::move(dwq));
+  grads.wk = dist_from_locals(world, grad_name(wk.name), wk.global, geo.param_grad, std::move(dwk));
+  grads.wv = dist_from_locals(world, grad_name(wv.name), wv.global, geo.param_grad, std::move(dwv));
 }
 
 }  // namespace detail
@@ -156,9 +151,7 @@ CpAttentionGrads<T> cp_attention_backward(const World<T>& world, const DistTenso
 
   // Queries: inverse RoPE on every rank.
   const std::vector<std::int64_t> q_pos = geo.q_pos();
-  const DistTensor<T> dq = replicated_phase(
-      world, config.part_grad(AttentionPart::q), chunk,
-      {.op = "rope_backward", .exact = true, .inputs = {core.q_rot.name}}, [&](int r) {
+  const DistTensor<T> dq = replicated_phase(world, config.part_grad(AttentionPart::q), chunk, geo.on(Placement::replicate()), {.op = "rope_backward", .exact = true, .inputs = {core.q_rot.name}}, [&](int r) {
         Tensor<T> dq_local;
         rope_backward(core.q_rot.local(r), q_pos, config.rope("seq"), dq_local);
         return dq_local;
@@ -173,16 +166,14 @@ CpAttentionGrads<T> cp_attention_backward(const World<T>& world, const DistTenso
 
   // The chunk part of the KV axis (the last t keys), on every rank.
   auto chunk_part = [&](const DistTensor<T>& full, AttentionPart part) {
-    return replicated_phase(
-        world, config.part_grad(part), chunk,
-        {.op = "kv_shard_backward", .exact = true, .inputs = {full.name}}, [&](int r) {
+    return replicated_phase(world, config.part_grad(part), chunk, geo.on(Placement::replicate()), {.op = "kv_shard_backward", .exact = true, .inputs = {full.name}}, [&](int r) {
           return slice_along(full.local(r), "kv", geo.cached, geo.length).reshaped(chunk);
         });
   };
   const DistTensor<T> dk = chunk_part(dk_cat, AttentionPart::k);
   const DistTensor<T> dv = chunk_part(dv_all, AttentionPart::v);
 
-  detail::cp_input_projection_backward(world, x, wq, wk, wv, dq, dk, dv, grads);
+  detail::cp_input_projection_backward(world, x, wq, wk, wv, dq, dk, dv, saved.geo, grads);
   return grads;
 }
 

@@ -89,14 +89,23 @@ struct CpKvCache {
   void reset() { *this = CpKvCache<T>(); }
 };
 
-// The geometry of one chunk, the same on every rank.
+// The geometry of one chunk, the same on every rank. Shapes are global; per-rank vectors are
+// indexed by the rank's coordinate on the cp dim (World::coord).
 struct ChunkGeometry {
   std::int64_t first = 0;                      // P: absolute position of the chunk's first token
   std::int64_t cached = 0;                     // L: keys in the cache read by this chunk
   std::int64_t length = 0;                     // t: tokens in the chunk
   std::int64_t keep = 0;                       // C: keys in the cache written back
   std::int64_t batch = 0, heads = 0, dim = 0;  // extents of batch, head and head_dim
-  std::vector<Slice> kv_slices;  // per rank: its torch.chunk slice of the KV axis (L + t keys)
+  std::vector<Slice> kv_slices;  // per cp coordinate: its torch.chunk slice of the KV axis
+  // Layouts: x's (Replicate on the cp dim `cp_dim`), so that every tensor of the plan keeps x's
+  // placements on the other mesh dims; and the weights' gradients (Partial where x's rows are
+  // sharded on another dim, each member summing its own rows).
+  Layout base;
+  int cp_dim = 0;
+  Layout param_grad;
+
+  Layout on(const Placement& placement) const { return base.with(cp_dim, placement); }
 
   Shape chunk_shape() const { return head_shape(batch, "seq", length, heads, dim); }
   Shape kv_shape() const { return head_shape(batch, "kv", cached + length, heads, dim); }
@@ -106,14 +115,14 @@ struct ChunkGeometry {
   std::vector<std::int64_t> k_pos() const {
     return position_range(first - cached, cached + length);
   }
-  // This rank's chunk keys (the slice's keys at index >= L): the local index of the first, and
-  // how many.
-  std::int64_t first_chunk_local(int rank) const {
-    const Slice& slice = kv_slices[static_cast<std::size_t>(rank)];
+  // The chunk keys of coordinate `coord`'s KV slice (its keys at index >= L): the local index
+  // of the first, and how many.
+  std::int64_t first_chunk_local(int coord) const {
+    const Slice& slice = kv_slices[static_cast<std::size_t>(coord)];
     return std::max(slice.begin, cached) - slice.begin;
   }
-  std::int64_t chunk_keys(int rank) const {
-    const Slice& slice = kv_slices[static_cast<std::size_t>(rank)];
+  std::int64_t chunk_keys(int coord) const {
+    const Slice& slice = kv_slices[static_cast<std::size_t>(coord)];
     return std::max<std::int64_t>(0, slice.end - std::max(slice.begin, cached));
   }
 };
@@ -204,26 +213,27 @@ void rope_chunk_keys(Tensor<T>& slice, std::int64_t first_chunk_local,
 }
 
 // A DistTensor from per-rank locals built in a local phase. REQUIRES (asserted): each local has
-// the shape `placement` gives its rank.
+// the shape `layout` gives its rank.
 template <typename T>
-DistTensor<T> dist_from_locals(std::string name, const Shape& global, const Placement& placement,
-                               std::vector<Tensor<T>> locals) {
-  DistTensor<T> out{std::move(name), global, placement, std::move(locals)};
+DistTensor<T> dist_from_locals(const World<T>& world, std::string name, const Shape& global,
+                               const Layout& layout, std::vector<Tensor<T>> locals) {
+  DistTensor<T> out{std::move(name), global, layout, world.mesh_ptr(), std::move(locals)};
   for (int r = 0; r < out.ranks(); ++r) {
-    SHARDSIM_ASSERT(out.local(r).shape() == local_shape(global, placement, out.ranks(), r),
-                    "a local does not have the shape its placement gives");
+    SHARDSIM_ASSERT(out.local(r).shape() == local_shape(global, layout, world.mesh(), r),
+                    "a local does not have the shape its layout gives");
   }
   return out;
 }
 
 // Runs `kernel(r)` (returning that rank's copy of the result) on every rank and assembles the
-// results into a Replicate tensor named `name`, recorded under `label` with that name.
+// results into a tensor laid out as `layout` (Replicate on the cp dim) named `name`, recorded
+// under `label` with that name.
 template <typename T, typename Kernel>
 DistTensor<T> replicated_phase(const World<T>& world, const std::string& name, const Shape& global,
-                               const BoundaryLabel& label, Kernel kernel) {
+                               const Layout& layout, const BoundaryLabel& label, Kernel kernel) {
   std::vector<Tensor<T>> locals(static_cast<std::size_t>(world.size()));
   world.for_each_rank([&](int r) { locals[static_cast<std::size_t>(r)] = kernel(r); });
-  DistTensor<T> out = dist_from_locals(name, global, Placement::replicate(), std::move(locals));
+  DistTensor<T> out = dist_from_locals(world, name, global, layout, std::move(locals));
   BoundaryLabel named = label;
   named.tensor = name;
   world.compare_boundary(named, out);

@@ -17,23 +17,29 @@ template <typename T>
 ChunkGeometry cp_chunk_geometry(const World<T>& world, const DistTensor<T>& x,
                                 const DistTensor<T>& wq, const CpAttentionConfig& config,
                                 CpKvCache<T>& cache) {
-  const int ranks = world.size();
   ChunkGeometry geo;
+  geo.cp_dim = world.dim();
+  geo.base = x.layout;
+  geo.param_grad = Layout::uniform(x.layout.ndim(), Placement::replicate());
+  for (int d = 0; d < x.layout.ndim(); ++d) {
+    if (x.layout.on(d).is_shard()) geo.param_grad.dims[d] = Placement::partial();
+  }
   geo.batch = x.global.extent("batch");
   geo.length = x.global.extent("seq");
   geo.heads = wq.global.extent("head");
   geo.dim = wq.global.extent("head_dim");
   geo.first = cache.next_position;
   if (cache.k.locals.empty()) {
-    cache.k = make_dist<T>(config.part(AttentionPart::cache_k),
-                           head_shape(geo.batch, "kv", 0, geo.heads, geo.dim),
-                           Placement::replicate(), ranks);
-    cache.v = make_dist<T>(config.part(AttentionPart::cache_v), cache.k.global,
-                           Placement::replicate(), ranks);
+    cache.k = world.make(config.part(AttentionPart::cache_k),
+                         head_shape(geo.batch, "kv", 0, geo.heads, geo.dim),
+                         geo.on(Placement::replicate()));
+    cache.v = world.make(config.part(AttentionPart::cache_v), cache.k.global,
+                         geo.on(Placement::replicate()));
   }
   geo.cached = cache.length();
   geo.keep = kv_cache_length(config.params.attention.window, geo.cached + geo.length);
-  geo.kv_slices = shard_slices(geo.cached + geo.length, ranks, SplitPolicy::chunk);
+  geo.kv_slices =
+      shard_slices(geo.cached + geo.length, world.group_size(), SplitPolicy::chunk);
   return geo;
 }
 
@@ -47,9 +53,7 @@ void cp_project_chunk(const World<T>& world, const CpAttentionConfig& config,
   const Shape chunk = geo.chunk_shape();
   const std::vector<std::int64_t> q_pos = geo.q_pos();
   auto project = [&](AttentionPart part, const DistTensor<T>& w) {
-    return replicated_phase(world, config.part(part), chunk,
-                            {.op = "attention_project", .exact = true, .inputs = {x.name, w.name}},
-                            [&](int r) {
+    return replicated_phase(world, config.part(part), chunk, geo.on(Placement::replicate()), {.op = "attention_project", .exact = true, .inputs = {x.name, w.name}}, [&](int r) {
                               Tensor<T> y;
                               project_heads(x.local(r), w.local(r), y);
                               return y;
@@ -59,8 +63,7 @@ void cp_project_chunk(const World<T>& world, const CpAttentionConfig& config,
   saved.k = project(AttentionPart::k, wk);
   saved.v = project(AttentionPart::v, wv);
   saved.q_rot =
-      replicated_phase(world, config.part(AttentionPart::q_rot), chunk,
-                       {.op = "rope", .exact = true, .inputs = {saved.q.name}}, [&](int r) {
+      replicated_phase(world, config.part(AttentionPart::q_rot), chunk, geo.on(Placement::replicate()), {.op = "rope", .exact = true, .inputs = {saved.q.name}}, [&](int r) {
                          Tensor<T> y;
                          rope_forward(saved.q.local(r), q_pos, config.rope("seq"), y);
                          return y;
@@ -92,7 +95,7 @@ CpKvSources cp_read_cache(const World<T>& world, const CpAttentionConfig& config
                               .tensor = config.part(AttentionPart::cache_v),
                               .exact = true,
                               .inputs = {config.part(v_source)}};
-  if (cache.k.placement.is_shard()) {
+  if (world.placement(cache.k).is_shard()) {
     cache.k = world.all_gather(cache.k, k_label);
     cache.v = world.all_gather(cache.v, v_label);
   } else {
@@ -116,17 +119,18 @@ DistTensor<T> cp_split_kv_axis(const World<T>& world, const CpAttentionConfig& c
   std::vector<Tensor<T>> v_shard(count);  // per rank: (batch, kv=slice, head, head_dim)
   world.for_each_rank([&](int r) {
     const auto at = static_cast<std::size_t>(r);
-    k_cat[at] = kv_slice(carried.k.local(r), saved.k.local(r), geo.kv_slices[at]);
-    v_shard[at] = kv_slice(carried.v.local(r), saved.v.local(r), geo.kv_slices[at]);
+    const Slice& slice = geo.kv_slices[static_cast<std::size_t>(world.coord(r))];
+    k_cat[at] = kv_slice(carried.k.local(r), saved.k.local(r), slice);
+    v_shard[at] = kv_slice(carried.v.local(r), saved.v.local(r), slice);
   });
   const Placement kv = Placement::shard("kv");
   DistTensor<T> k_cat_dist =
-      dist_from_locals(config.part(AttentionPart::k_cat), geo.kv_shape(), kv, std::move(k_cat));
+      dist_from_locals(world, config.part(AttentionPart::k_cat), geo.kv_shape(), geo.on(kv), std::move(k_cat));
   world.compare_boundary(
       {.op = "kv_shard", .tensor = k_cat_dist.name, .exact = true, .inputs = sources.k},
       k_cat_dist);
   saved.v_shard =
-      dist_from_locals(config.part(AttentionPart::v_shard), geo.kv_shape(), kv, std::move(v_shard));
+      dist_from_locals(world, config.part(AttentionPart::v_shard), geo.kv_shape(), geo.on(kv), std::move(v_shard));
   world.compare_boundary({.op = "kv_shard",
                           .tensor = saved.v_shard.name,
                           .dense = config.part(AttentionPart::v_all),
@@ -148,19 +152,20 @@ void cp_rope_shard_keys(const World<T>& world, const CpAttentionConfig& config,
   if (config.faults.rope_after_gather_wrong_offset) return;
   std::vector<Tensor<T>> k_shard = k_cat.locals;  // per rank: (batch, kv=slice, head, head_dim)
   world.for_each_rank([&](int r) {
-    const Slice& slice = geo.kv_slices[static_cast<std::size_t>(r)];
-    const std::int64_t first_local = geo.first_chunk_local(r);
+    const int coord = world.coord(r);
+    const Slice& slice = geo.kv_slices[static_cast<std::size_t>(coord)];
+    const std::int64_t first_local = geo.first_chunk_local(coord);
     // Absolute positions; the rope_local_positions fault uses the index within the shard.
     std::vector<std::int64_t> positions =
         config.faults.rope_local_positions
-            ? position_range(first_local, geo.chunk_keys(r))
-            : position_range(geo.first - geo.cached + slice.begin + first_local, geo.chunk_keys(r));
+            ? position_range(first_local, geo.chunk_keys(coord))
+            : position_range(geo.first - geo.cached + slice.begin + first_local,
+                             geo.chunk_keys(coord));
     rope_chunk_keys(k_shard[static_cast<std::size_t>(r)], first_local, positions, config.rope("kv"),
                     false);
     saved.rope_positions[static_cast<std::size_t>(r)] = std::move(positions);
   });
-  saved.k_shard = dist_from_locals(config.part(AttentionPart::k_shard), geo.kv_shape(),
-                                   Placement::shard("kv"), std::move(k_shard));
+  saved.k_shard = dist_from_locals(world, config.part(AttentionPart::k_shard), geo.kv_shape(), geo.on(Placement::shard("kv")), std::move(k_shard));
   world.compare_boundary({.op = "rope",
                           .tensor = saved.k_shard.name,
                           .dense = config.part(AttentionPart::k_all),
@@ -195,12 +200,13 @@ template <typename T>
 void cp_write_raw_k_cache(const World<T>& world, const ChunkGeometry& geo,
                           const CpKvCache<T>& carried, const CpAttentionSaved<T>& saved,
                           CpKvCache<T>& cache) {
-  const std::vector<Slice> head_slices = shard_slices(geo.heads, world.size(), SplitPolicy::chunk);
+  const std::vector<Slice> head_slices =
+      shard_slices(geo.heads, world.group_size(), SplitPolicy::chunk);
   world.for_each_rank([&](int r) {
     // (batch, kv=C, head, head_dim)
     Tensor<T> raw = kv_tail(carried.k.local(r), saved.k.local(r), geo.keep);
-    if (cache.k.placement.is_shard()) {
-      const Slice& mine = head_slices[static_cast<std::size_t>(r)];
+    if (world.placement(cache.k).is_shard()) {
+      const Slice& mine = head_slices[static_cast<std::size_t>(world.coord(r))];
       raw = slice_along(raw, "head", mine.begin, mine.valid());
     }
     cache.k.local(r) = std::move(raw);
@@ -230,10 +236,7 @@ DistTensor<T> cp_attention_forward(const World<T>& world, const DistTensor<T>& x
   cache.next_position = geo.first + geo.length;
 
   // Phase 7: NAME = attn wo, on every rank.
-  return replicated_phase(
-      world, config.name, x.global,
-      {.op = "sliding_window_attention", .exact = true, .inputs = {saved.attn.name, wo.name}},
-      [&](int r) {
+  return replicated_phase(world, config.name, x.global, geo.on(Placement::replicate()), {.op = "sliding_window_attention", .exact = true, .inputs = {saved.attn.name, wo.name}}, [&](int r) {
         Tensor<T> y;
         project_out(saved.attn.local(r), wo.local(r), y);
         return y;

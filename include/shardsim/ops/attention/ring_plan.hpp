@@ -26,10 +26,8 @@ namespace shardsim {
 
 namespace detail {
 
-// The block rank r holds at hop h.
-inline int ring_owner(int rank, int hop, int ranks) {
-  return ((rank - hop) % ranks + ranks) % ranks;
-}
+// The coordinate whose block the member at coordinate c holds at hop h, in a group of k.
+inline int ring_owner(int coord, int hop, int k) { return ((coord - hop) % k + k) % k; }
 
 // Copies the cache positions [tail_begin, L + t) of the KV axis that fall in `block` out of the
 // block's keys and values (batch, kv=block, head, head_dim) into this rank's cache tensors
@@ -51,15 +49,15 @@ template <typename T>
 DistTensor<T> ring_attention_forward(const World<T>& world, const CpAttentionConfig& config,
                                      const ChunkGeometry& geo, CpAttentionSaved<T>& saved,
                                      CpKvCache<T>& cache) {
-  const int ranks = world.size();
-  const auto count = static_cast<std::size_t>(ranks);
+  const int k = world.group_size();
+  const auto count = static_cast<std::size_t>(world.size());
   saved.q_part = world.redistribute(saved.q_rot, Placement::shard("seq"),
                                     {.tensor = config.part(AttentionPart::q_shard),
                                      .dense = saved.q_rot.name,
                                      .exact = true,
                                      .inputs = {saved.q_rot.name}});
   saved.q_part.name = config.part(AttentionPart::q_shard);
-  const std::vector<Slice> q_slices = shard_slices(geo.length, ranks, SplitPolicy::chunk);
+  const std::vector<Slice> q_slices = shard_slices(geo.length, k, SplitPolicy::chunk);
   // Per rank: the running merge, out (batch, seq=slice, head, head_dim) and lse (batch,
   // seq=slice, head); the cache being written back (batch, kv=C, head, head_dim); and the KV
   // block held at the current hop (batch, kv=block, head, head_dim).
@@ -75,12 +73,13 @@ DistTensor<T> ring_attention_forward(const World<T>& world, const CpAttentionCon
     cache_k[at] = Tensor<T>(geo.cache_shape());
     cache_v[at] = Tensor<T>(geo.cache_shape());
   });
-  for (int hop = 0; hop < ranks; ++hop) {
+  for (int hop = 0; hop < k; ++hop) {
     world.for_each_rank([&](int r) {
       const auto at = static_cast<std::size_t>(r);
+      const int coord = world.coord(r);
       const Slice& block =
-          geo.kv_slices[static_cast<std::size_t>(detail::ring_owner(r, hop, ranks))];
-      const Slice& queries = q_slices[at];
+          geo.kv_slices[static_cast<std::size_t>(detail::ring_owner(coord, hop, k))];
+      const Slice& queries = q_slices[static_cast<std::size_t>(coord)];
       Tensor<T> block_out;  // (batch, seq=slice, head, head_dim)
       AttentionSaved<T> block_saved;
       attention_forward(saved.q_part.local(r),
@@ -91,18 +90,16 @@ DistTensor<T> ring_attention_forward(const World<T>& world, const CpAttentionCon
       detail::ring_copy_cache_tail(k_blocks[at], v_blocks[at], block, tail_begin, cache_k[at],
                                    cache_v[at]);
     });
-    if (hop + 1 < ranks) {
+    if (hop + 1 < k) {
       k_blocks = world.ring_send_recv(k_blocks);
       v_blocks = world.ring_send_recv(v_blocks);
     }
   }
   const std::vector<std::string> inputs{saved.q_part.name, saved.k_shard.name, saved.v_shard.name};
-  saved.lse = dist_from_locals(config.part(AttentionPart::lse), geo.row_shape(),
-                               Placement::shard("seq"), lse);
+  saved.lse = dist_from_locals(world, config.part(AttentionPart::lse), geo.row_shape(), geo.on(Placement::shard("seq")), lse);
   world.compare_boundary({.op = "ring_attention", .tensor = saved.lse.name, .inputs = inputs},
                          saved.lse);
-  saved.attn_part = dist_from_locals(config.part(AttentionPart::attn_shard), geo.chunk_shape(),
-                                     Placement::shard("seq"), out);
+  saved.attn_part = dist_from_locals(world, config.part(AttentionPart::attn_shard), geo.chunk_shape(), geo.on(Placement::shard("seq")), out);
   world.compare_boundary({.op = "ring_attention",
                           .tensor = saved.attn_part.name,
                           .dense = config.part(AttentionPart::attn),
@@ -113,8 +110,8 @@ DistTensor<T> ring_attention_forward(const World<T>& world, const CpAttentionCon
                                          .exact = true,
                                          .inputs = {saved.attn_part.name}});
   attn.name = config.part(AttentionPart::attn);
-  cache.k = dist_from_locals(cache.k.name, geo.cache_shape(), Placement::replicate(), cache_k);
-  cache.v = dist_from_locals(cache.v.name, geo.cache_shape(), Placement::replicate(), cache_v);
+  cache.k = dist_from_locals(world, cache.k.name, geo.cache_shape(), geo.on(Placement::replicate()), cache_k);
+  cache.v = dist_from_locals(world, cache.v.name, geo.cache_shape(), geo.on(Placement::replicate()), cache_v);
   return attn;
 }
 
@@ -123,13 +120,13 @@ template <typename T>
 CoreGrads<T> ring_attention_backward(const World<T>& world, const CpAttentionConfig& config,
                                      const ChunkGeometry& geo, const DistTensor<T>& dattn,
                                      const CpAttentionSaved<T>& saved) {
-  const int ranks = world.size();
-  const auto count = static_cast<std::size_t>(ranks);
+  const int k = world.group_size();
+  const auto count = static_cast<std::size_t>(world.size());
   const std::string dattn_shard_name = grad_name(saved.attn_part.name);
   const DistTensor<T> dattn_shard = world.redistribute(
       dattn, Placement::shard("seq"),
       {.tensor = dattn_shard_name, .dense = dattn.name, .exact = true, .inputs = {dattn.name}});
-  const std::vector<Slice> q_slices = shard_slices(geo.length, ranks, SplitPolicy::chunk);
+  const std::vector<Slice> q_slices = shard_slices(geo.length, k, SplitPolicy::chunk);
   // Per rank: dq of its queries (batch, seq=slice, head, head_dim), accumulated over the hops;
   // its contributions to dK and dV over the whole KV axis (batch, kv=L+t, head, head_dim), each
   // block's part written once; the KV block held at the current hop.
@@ -142,12 +139,13 @@ CoreGrads<T> ring_attention_backward(const World<T>& world, const CpAttentionCon
     dk[at] = Tensor<T>(geo.kv_shape());
     dv[at] = Tensor<T>(geo.kv_shape());
   });
-  for (int hop = 0; hop < ranks; ++hop) {
+  for (int hop = 0; hop < k; ++hop) {
     world.for_each_rank([&](int r) {
       const auto at = static_cast<std::size_t>(r);
+      const int coord = world.coord(r);
       const Slice& block =
-          geo.kv_slices[static_cast<std::size_t>(detail::ring_owner(r, hop, ranks))];
-      const Slice& queries = q_slices[at];
+          geo.kv_slices[static_cast<std::size_t>(detail::ring_owner(coord, hop, k))];
+      const Slice& queries = q_slices[static_cast<std::size_t>(coord)];
       Tensor<T> dk_block(k_blocks[at].shape());  // (batch, kv=block, head, head_dim)
       Tensor<T> dv_block(v_blocks[at].shape());
       attention_block_backward(dattn_shard.local(r), saved.q_part.local(r),
@@ -158,7 +156,7 @@ CoreGrads<T> ring_attention_backward(const World<T>& world, const CpAttentionCon
       copy_along(dk_block, "kv", 0, dk[at], block.begin, block.valid());
       copy_along(dv_block, "kv", 0, dv[at], block.begin, block.valid());
     });
-    if (hop + 1 < ranks) {
+    if (hop + 1 < k) {
       k_blocks = world.ring_send_recv(k_blocks);
       v_blocks = world.ring_send_recv(v_blocks);
     }
@@ -168,7 +166,7 @@ CoreGrads<T> ring_attention_backward(const World<T>& world, const CpAttentionCon
                                         saved.attn_part.name, saved.lse.name};
   const std::string dq_name = grad_name(saved.q_part.name);
   const DistTensor<T> dq_part =
-      dist_from_locals(dq_name, geo.chunk_shape(), Placement::shard("seq"), dq);
+      dist_from_locals(world, dq_name, geo.chunk_shape(), geo.on(Placement::shard("seq")), dq);
   world.compare_boundary({.op = "ring_attention_backward",
                           .tensor = dq_name,
                           .dense = config.part_grad(AttentionPart::q_rot),
@@ -180,10 +178,8 @@ CoreGrads<T> ring_attention_backward(const World<T>& world, const CpAttentionCon
       {.tensor = config.part_grad(AttentionPart::q_rot), .exact = true, .inputs = {dq_name}});
   grads.q_rot.name = config.part_grad(AttentionPart::q_rot);
   // Each rank's contributions to every block, summed at the block owners.
-  const DistTensor<T> dk_partial = dist_from_locals(config.part_grad(AttentionPart::k_shard),
-                                                    geo.kv_shape(), Placement::partial(), dk);
-  const DistTensor<T> dv_partial = dist_from_locals(config.part_grad(AttentionPart::v_shard),
-                                                    geo.kv_shape(), Placement::partial(), dv);
+  const DistTensor<T> dk_partial = dist_from_locals(world, config.part_grad(AttentionPart::k_shard), geo.kv_shape(), geo.on(Placement::partial()), dk);
+  const DistTensor<T> dv_partial = dist_from_locals(world, config.part_grad(AttentionPart::v_shard), geo.kv_shape(), geo.on(Placement::partial()), dv);
   grads.k = world.reduce_scatter(dk_partial, Placement::shard("kv"),
                                  {.tensor = dk_partial.name,
                                   .dense = config.part_grad(AttentionPart::k_all),

@@ -65,11 +65,11 @@ DistTensor<T> ulysses_attention_forward(const World<T>& world, const CpAttention
     cache_v[at] = slice_along(saved.v_heads.local(r), "kv", tail_begin, geo.keep);
   });
   const std::vector<std::string> inputs{saved.q_part.name, saved.k_heads.name, saved.v_heads.name};
-  saved.lse = dist_from_locals(config.part(AttentionPart::lse), geo.row_shape(), heads, lse);
+  saved.lse = dist_from_locals(world, config.part(AttentionPart::lse), geo.row_shape(), geo.on(heads), lse);
   world.compare_boundary(
       {.op = "attention", .tensor = saved.lse.name, .exact = true, .inputs = inputs}, saved.lse);
   saved.attn_part =
-      dist_from_locals(config.part(AttentionPart::attn_heads), geo.chunk_shape(), heads, out);
+      dist_from_locals(world, config.part(AttentionPart::attn_heads), geo.chunk_shape(), geo.on(heads), out);
   world.compare_boundary({.op = "attention",
                           .tensor = saved.attn_part.name,
                           .dense = config.part(AttentionPart::attn),
@@ -86,8 +86,8 @@ DistTensor<T> ulysses_attention_forward(const World<T>& world, const CpAttention
       attn_seq,
       {.tensor = config.part(AttentionPart::attn), .exact = true, .inputs = {attn_seq.name}});
   attn.name = config.part(AttentionPart::attn);
-  cache.k = dist_from_locals(cache.k.name, geo.cache_shape(), heads, cache_k);
-  cache.v = dist_from_locals(cache.v.name, geo.cache_shape(), heads, cache_v);
+  cache.k = dist_from_locals(world, cache.k.name, geo.cache_shape(), geo.on(heads), cache_k);
+  cache.v = dist_from_locals(world, cache.v.name, geo.cache_shape(), geo.on(heads), cache_v);
   return attn;
 }
 
@@ -123,11 +123,11 @@ CoreGrads<T> ulysses_attention_backward(const World<T>& world, const CpAttention
   const std::vector<std::string> inputs{dattn_heads_name, saved.q_part.name, saved.k_heads.name,
                                         saved.v_heads.name};
   const DistTensor<T> dq_heads =
-      dist_from_locals(grad_name(saved.q_part.name), geo.chunk_shape(), heads, dq);
+      dist_from_locals(world, grad_name(saved.q_part.name), geo.chunk_shape(), geo.on(heads), dq);
   const DistTensor<T> dk_heads =
-      dist_from_locals(grad_name(saved.k_heads.name), geo.kv_shape(), heads, dk);
+      dist_from_locals(world, grad_name(saved.k_heads.name), geo.kv_shape(), geo.on(heads), dk);
   const DistTensor<T> dv_heads =
-      dist_from_locals(grad_name(saved.v_heads.name), geo.kv_shape(), heads, dv);
+      dist_from_locals(world, grad_name(saved.v_heads.name), geo.kv_shape(), geo.on(heads), dv);
   // Each head-sharded gradient and the dense gradient it is a Shard(head) of.
   const std::string dense_of[3] = {config.part_grad(AttentionPart::q_rot),
                                    config.part_grad(AttentionPart::k_all),
