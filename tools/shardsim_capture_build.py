@@ -262,10 +262,10 @@ def safetensors_bytes(tensors):
 
 
 def scenario_text(b, name, precisions, train_steps, lr, seed, stream, origin):
-    lines = ["# Captured by tools/shardsim_capture.py (torch " + torch.__version__ + ") from",
-             f"# {origin}; values in inputs.safetensors.",
+    lines = [f"# Captured by tools/shardsim_capture.py (torch {torch.__version__}); every tensor's",
+             "# values are in inputs.safetensors.",
              f"name = {toml_value(name)}",
-             f"description = {toml_value('captured from PyTorch: ' + name)}"]
+             f"description = {toml_value('captured from PyTorch: ' + origin)}"]
     if seed is not None:
         lines.append(f"seed = {int(seed)}")
     lines.append(f"precisions = {toml_value(list(precisions))}")
