@@ -2,6 +2,8 @@
 // rounds F64 values once, to nearest even), BF16/F16/F32/F64 and npy are read exactly, shapes,
 // dtypes and non-finite values are located errors, hostile files are rejected like `compare`
 // rejects them, and the golden manifest names every file by its SHA-256.
+#include <sys/stat.h>
+
 #include <bit>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -266,6 +268,11 @@ TEST_CASE("input files: located errors for shape, dtype, values, names and keys"
   const std::string bin = load_error(dir, R"({ file = "in.bin" })");
   CHECK(bin.find("tensors[0].init.file: '") != std::string::npos);
   CHECK(bin.find("in.bin' is neither a .safetensors nor a .npy file") != std::string::npos);
+  // A FIFO is refused before it is opened (reading it would block forever).
+  REQUIRE(::mkfifo((dir.path() / "fifo.npy").c_str(), 0600) == 0);
+  const std::string fifo = load_error(dir, R"({ file = "fifo.npy" })");
+  CHECK(fifo.find("s.toml:11:17: tensors[0].init.file: '") == 0);
+  CHECK(fifo.find("fifo.npy' is not a regular file") != std::string::npos);
   const std::string missing = load_error(dir, R"({ file = "none.npy" })");
   CHECK(missing.find("s.toml:11:17: tensors[0].init.file: ") == 0);
   CHECK(missing.find("none.npy: cannot open: No such file or directory") != std::string::npos);

@@ -5,6 +5,7 @@
 // so a tensor is never read partially. The values are kept as doubles: F32, BF16 and F16 convert
 // exactly, F64 values are themselves (an f32 run rounds them once, in the runner).
 #include <cmath>
+#include <filesystem>
 
 #include "shardsim/golden/tensor_file.hpp"
 #include "shardsim/io.hpp"
@@ -61,6 +62,13 @@ const Loader::InputFile& Loader::input_file(const toml::node& node, const std::s
   file->npy = resolved.ends_with(".npy");
   if (!file->npy && !resolved.ends_with(".safetensors")) {
     fail(node, path, "'" + resolved + "' is neither a .safetensors nor a .npy file");
+  }
+  // A FIFO or device (/dev/zero behind a .npy symlink) could be read forever: only regular
+  // files (after symlinks) are read. A missing file is left to read_file's message.
+  std::error_code error;
+  const auto status = std::filesystem::status(resolved, error);
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    fail(node, path, "'" + resolved + "' is not a regular file");
   }
   const std::string bytes = wrap(node, path, [&] { return read_file(resolved); });
   wrap(node, path, [&] {
