@@ -15,6 +15,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,7 +31,9 @@ PhiloxCounter philox4x32_10(PhiloxCounter counter, PhiloxKey key);
 // FNV-1a 64-bit of a name: derives per-tensor seeds from the scenario seed.
 std::uint64_t fnv1a64(std::string_view text);
 
-enum class InitDist { uniform, normal, constant };
+// `file`: the values are read from a tensor file (scenario: init = { file, tensor }); they are
+// not drawn, and init_value is not defined for them.
+enum class InitDist { uniform, normal, constant, file };
 
 struct InitSpec {
   InitDist dist = InitDist::uniform;
@@ -39,9 +42,18 @@ struct InitSpec {
   double mean = 0.0;
   double stddev = 1.0;
   double value = 0.0;
+  // dist == file: every element, row-major, exactly as the file holds it (F32, BF16 and F16
+  // values are exact doubles; F64 values are themselves), and where they came from.
+  std::shared_ptr<const std::vector<double>> values;
+  std::string file;         // the path as the scenario writes it
+  std::string file_tensor;  // the tensor's name in a safetensors file ("" for .npy)
+  std::string file_dtype;   // "F64", "F32", "BF16" or "F16"
+  std::string file_sha256;  // SHA-256 of the whole file's bytes
+  std::vector<std::int64_t> file_shape;  // as the file states it (the loader checks it)
 };
 
 // Element `index` of a tensor initialized with `spec` from `seed` (see the header comment).
+// REQUIRES: spec.dist != InitDist::file.
 float init_value(const InitSpec& spec, std::uint64_t seed, std::uint64_t index);
 
 // Stream ids used in the Philox counter's third word.

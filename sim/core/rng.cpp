@@ -50,6 +50,7 @@ std::uint64_t fnv1a64(std::string_view text) {
 }
 
 float init_value(const InitSpec& spec, std::uint64_t seed, std::uint64_t index) {
+  SHARDSIM_ASSERT(spec.dist != InitDist::file, "init_value: file values are read, not drawn");
   if (spec.dist == InitDist::constant) return static_cast<float>(spec.value);
   const PhiloxKey key{static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32)};
   const PhiloxCounter ctr{static_cast<std::uint32_t>(index),

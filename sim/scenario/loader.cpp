@@ -31,6 +31,7 @@ MeshSpec Loader::mesh(const toml::table& t) const {
 
 InitSpec Loader::init(const toml::node& node, const std::string& path, std::uint64_t& seed) const {
   const toml::table& t = table(node, path);
+  if (t.get("file")) return init_file(t, path);
   check_keys(t, path, {"dist", "low", "high", "mean", "std", "value", "seed"});
   InitSpec spec;
   const std::string dist = t.get("dist") ? string(*t.get("dist"), path + ".dist") : "uniform";
@@ -118,6 +119,7 @@ TensorSpec Loader::tensor(const toml::node& node, const std::string& path,
   spec.init_seed = scenario_seed ^ fnv1a64(spec.name);
   if (const toml::node* init_node = t.get("init")) {
     spec.init = init(*init_node, path + ".init", spec.init_seed);
+    if (spec.init.dist == InitDist::file) check_init_file_shape(*init_node, path + ".init", spec);
   }
   if (const toml::node* placement = t.get("placement")) {
     spec.placement = wrap(*placement, path + ".placement",
