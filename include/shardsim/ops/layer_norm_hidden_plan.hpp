@@ -55,20 +55,12 @@ struct LayerNormHiddenSaved {
   // sum_sumsq/welford: Replicate (rows); redistribute: Shard(token_axis) (rows);
   // hidden_shard_local_stats: each rank's own (wrong) statistics, labelled Replicate.
   LayerNormShardedSaved<T> stats;
-  DistTensor<T> x_tokens;  // redistribute: x moved to Shard(token_axis)
+  DistTensor<T> x_tokens;     // redistribute: x moved to Shard(token_axis)
   DistTensor<T> weight_full;  // redistribute: the gathered weight (empty name if none)
   DistTensor<T> bias_full;
 };
 
 namespace detail {
-
-// rstd from a biased variance, with the variance/eps faults applied.
-template <typename T>
-T rstd_from_variance(T var, std::int64_t count, double eps, const LayerNormFaults& faults) {
-  using std::sqrt;
-  if (faults.unbiased_variance) var = var * T(count) / T(count - 1);
-  return faults.eps_mismatch ? T(T(1) / (sqrt(var) + T(eps))) : T(T(1) / sqrt(var + T(eps)));
-}
 
 template <typename T>
 std::vector<std::string> names_of(const DistTensor<T>& x, const DistTensor<T>* weight,
@@ -108,16 +100,16 @@ DistTensor<T> layer_norm_hidden_sharded(const World<T>& world, const DistTensor<
     auto gather = [&](const DistTensor<T>* param, DistTensor<T>& full) {
       if (!param) return;
       const std::string name = param->name + "@gathered";
-      full = world.all_gather(*param, {.tensor = name, .dense = param->name, .exact = true,
-                                       .inputs = {param->name}});
+      full = world.all_gather(
+          *param, {.tensor = name, .dense = param->name, .exact = true, .inputs = {param->name}});
       full.name = name;
     };
     gather(weight, saved.weight_full);
     gather(bias, saved.bias_full);
-    const DistTensor<T> y_tokens = layer_norm_row_sharded(
-        world, saved.x_tokens, weight ? &saved.weight_full : nullptr,
-        bias ? &saved.bias_full : nullptr, params, output + "@" + token_axis, saved.stats, faults,
-        output);
+    const DistTensor<T> y_tokens =
+        layer_norm_row_sharded(world, saved.x_tokens, weight ? &saved.weight_full : nullptr,
+                               bias ? &saved.bias_full : nullptr, params, output + "@" + token_axis,
+                               saved.stats, faults, output);
     DistTensor<T> y = world.all_to_all(
         y_tokens, x.placement, {.tensor = output, .exact = true, .inputs = {y_tokens.name}});
     y.name = output;
@@ -147,8 +139,8 @@ DistTensor<T> layer_norm_hidden_sharded(const World<T>& world, const DistTensor<
     });
     const DistTensor<T> total =
         world.all_reduce(sums, {.op = "all_reduce", .tensor = sums.name, .inputs = {x.name}});
-    const DistTensor<T> total_sq = world.all_reduce(
-        sums_sq, {.op = "all_reduce", .tensor = sums_sq.name, .inputs = {x.name}});
+    const DistTensor<T> total_sq =
+        world.all_reduce(sums_sq, {.op = "all_reduce", .tensor = sums_sq.name, .inputs = {x.name}});
     world.for_each_rank([&](int r) {
       const T n = T(count);
       for (std::int64_t row = 0; row < stats_shape.numel(); ++row) {
@@ -156,7 +148,8 @@ DistTensor<T> layer_norm_hidden_sharded(const World<T>& world, const DistTensor<
         T var = total_sq.local(r)[row] / n - mean * mean;
         if (var < T(0)) var = T(0);  // cancellation can leave a tiny negative
         stats.mean.local(r)[row] = mean;
-        stats.rstd.local(r)[row] = detail::rstd_from_variance(var, count, params.eps, faults);
+        stats.rstd.local(r)[row] =
+            faults.rstd(faults.variance_from_biased(var, count), T(params.eps));
       }
     });
   } else {
@@ -193,20 +186,23 @@ DistTensor<T> layer_norm_hidden_sharded(const World<T>& world, const DistTensor<
         }
         stats.mean.local(r)[row] = mean;
         stats.rstd.local(r)[row] =
-            detail::rstd_from_variance(T(m2 / T(count)), count, params.eps, faults);
+            faults.rstd(faults.variance_from_biased(T(m2 / T(count)), count), T(params.eps));
       }
     });
   }
   if (!faults.hidden_shard_local_stats) {
+    // These plans' faults act on the statistics; the normalization is the formula's.
     world.for_each_rank([&](int r) {
       const LayerNormSaved<T> local{stats.mean.local(r), stats.rstd.local(r)};
       layer_norm_apply(x.local(r), local_of(weight, r), local_of(bias, r), local, params,
-                       slices[r].valid(), y.local(r));
+                       LayerNormFaults{}, slices[r].valid(), y.local(r));
     });
   }
   zero_padding(y);
-  world.compare_boundary({.op = "layer_norm", .tensor = stats.mean.name, .inputs = {x.name}}, stats.mean);
-  world.compare_boundary({.op = "layer_norm", .tensor = stats.rstd.name, .inputs = {x.name}}, stats.rstd);
+  world.compare_boundary({.op = "layer_norm", .tensor = stats.mean.name, .inputs = {x.name}},
+                         stats.mean);
+  world.compare_boundary({.op = "layer_norm", .tensor = stats.rstd.name, .inputs = {x.name}},
+                         stats.rstd);
   world.compare_boundary({.op = "layer_norm", .tensor = output, .inputs = inputs}, y);
   return y;
 }
@@ -221,8 +217,7 @@ LayerNormShardedGrads<T> layer_norm_hidden_sharded_backward(
     const DistTensor<T>* weight, const DistTensor<T>* bias, const LayerNormParams& params,
     HiddenStats mode, const std::string& token_axis, const LayerNormFaults& faults,
     const LayerNormHiddenSaved<T>& saved, const std::string& dx_name,
-    const std::string& dweight_name, const std::string& dbias_name,
-    const std::string& dense_dx) {
+    const std::string& dweight_name, const std::string& dbias_name, const std::string& dense_dx) {
   const int ranks = world.size();
   const std::int64_t count = x.global.extent(params.axis);
   const std::vector<Slice> slices = x.slices();
@@ -231,10 +226,9 @@ LayerNormShardedGrads<T> layer_norm_hidden_sharded_backward(
 
   if (mode == HiddenStats::redistribute && !faults.hidden_shard_local_stats) {
     const std::string dy_tokens_name = dy.name + "@" + token_axis;
-    DistTensor<T> dy_tokens =
-        world.all_to_all(dy, saved.x_tokens.placement,
-                         {.tensor = dy_tokens_name, .dense = dy.name, .exact = true,
-                          .inputs = {dy.name}});
+    DistTensor<T> dy_tokens = world.all_to_all(
+        dy, saved.x_tokens.placement,
+        {.tensor = dy_tokens_name, .dense = dy.name, .exact = true, .inputs = {dy.name}});
     dy_tokens.name = dy_tokens_name;
     LayerNormShardedGrads<T> grads = layer_norm_row_sharded_backward(
         world, dy_tokens, saved.x_tokens, weight ? &saved.weight_full : nullptr,
@@ -275,15 +269,14 @@ LayerNormShardedGrads<T> layer_norm_hidden_sharded_backward(
   });
   std::vector<std::string> inputs{x.name, dy.name};
   if (weight) inputs.push_back(weight->name);
-  const DistTensor<T> total = world.all_reduce(
-      sum_dnorm, {.op = "all_reduce", .tensor = sum_dnorm.name, .inputs = inputs});
+  const DistTensor<T> total =
+      world.all_reduce(sum_dnorm, {.op = "all_reduce", .tensor = sum_dnorm.name, .inputs = inputs});
   const DistTensor<T> total_norm = world.all_reduce(
       sum_dnorm_norm, {.op = "all_reduce", .tensor = sum_dnorm_norm.name, .inputs = inputs});
   world.for_each_rank([&](int r) {
     layer_norm_backward_apply(dy.local(r), x.local(r), local_of(weight, r), stats_of(r),
-                              total.local(r), total_norm.local(r), count, params,
-                              slices[r].valid(), grads.dx.local(r),
-                              weight ? &grads.dweight.local(r) : nullptr,
+                              total.local(r), total_norm.local(r), count, params, slices[r].valid(),
+                              grads.dx.local(r), weight ? &grads.dweight.local(r) : nullptr,
                               bias ? &grads.dbias.local(r) : nullptr);
   });
   zero_padding(grads.dx);
