@@ -12,6 +12,8 @@
 #include "norm_test_support.hpp"
 #include "shardsim/mp.hpp"
 #include "shardsim/ops/layer_norm.hpp"
+#include "shardsim/ops/layer_norm_plan.hpp"
+#include "shardsim/world.hpp"
 
 using norm_test::normal;
 using norm_test::seeded;
@@ -179,4 +181,31 @@ TEMPLATE_TEST_CASE("the policy's variance and rstd pieces: known answers", "[lay
   CHECK(value == T(0.1));
   narrow.round_normalized(value);
   CHECK(value == T(static_cast<float>(0.1)));
+}
+
+TEST_CASE("the row-sharded plan's boundary names, with and without combine_token_means",
+          "[layer_norm][faults]") {
+  // The report prints these names and the step stores the oracle under them: the plan builds
+  // them with part_name from layer_norm_parts. Entries are "tensor <- dense"; the fault's two
+  // all-reduced scalars come first and have no oracle.
+  const Inputs<double> in;
+  shardsim::World<double> world(2, shardsim::ReduceOrder::rank, {});
+  std::vector<std::string> seen;
+  world.set_hook([&](const shardsim::BoundaryLabel& label, const shardsim::DistTensor<double>&) {
+    seen.push_back(label.tensor + " <- " + (label.has_oracle ? label.dense_name() : "none"));
+    return true;
+  });
+  const auto x_dist = shardsim::distribute("x", in.x, shardsim::Placement::shard("seq"), 2);
+  shardsim::LayerNormShardedSaved<double> saved;
+  using Names = std::vector<std::string>;
+  shardsim::layer_norm_row_sharded<double>(world, x_dist, nullptr, nullptr, LayerNormParams{}, "y",
+                                           saved);
+  CHECK(seen == Names{"y.mean <- y.mean", "y.rstd <- y.rstd", "y <- y"});
+  seen.clear();
+  LayerNormFaults faults;
+  faults.combine_token_means = true;
+  shardsim::layer_norm_row_sharded<double>(world, x_dist, nullptr, nullptr, LayerNormParams{}, "y",
+                                           saved, faults);
+  CHECK(seen == Names{"y.token_mean_sum <- none", "y.token_count <- none", "y.mean <- y.mean",
+                      "y.rstd <- y.rstd", "y <- y"});
 }

@@ -31,11 +31,33 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "shardsim/ops/layer_norm_faults.hpp"
 #include "shardsim/tensor.hpp"
 
 namespace shardsim {
+
+// The parts a LayerNorm step records besides its output: a plan names each boundary
+// part_name(output, part) (trace.hpp), and the step stores the oracle tensor under the same
+// name, so both sides spell it from here.
+namespace layer_norm_parts {
+inline constexpr std::string_view mean = "mean";  // (rows) saved statistic
+inline constexpr std::string_view rstd = "rstd";  // (rows) saved statistic
+// Hidden-sharded sum_sumsq: the all-reduced per-row sum and sum of squares.
+inline constexpr std::string_view sum = "sum";       // (rows)
+inline constexpr std::string_view sum_sq = "sumsq";  // (rows)
+// Hidden-sharded welford: every shard's (count, mean, M2), all-gathered; no oracle.
+inline constexpr std::string_view moments = "moments";  // (rows..., shard, moment=3)
+// combine_token_means fault: the all-reduced sum of token means and token count; no oracle.
+inline constexpr std::string_view token_mean_sum = "token_mean_sum";  // scalar
+inline constexpr std::string_view token_count = "token_count";        // scalar
+// Hidden-sharded backward: the all-reduced row reductions, parts of grad(output).
+inline constexpr std::string_view sum_dnorm = "sum_dnorm";            // (rows)
+inline constexpr std::string_view sum_dnorm_norm = "sum_dnorm_norm";  // (rows)
+// A destination for moved_name (trace.hpp): a Shard(axis) parameter all-gathered whole.
+inline constexpr std::string_view gathered = "gathered";
+}  // namespace layer_norm_parts
 
 struct LayerNormParams {
   std::string axis = "hidden";

@@ -23,14 +23,14 @@ LayerNormShardedGrads<T> hidden_backward_redistribute(
     const DistTensor<T>* weight, const DistTensor<T>* bias, const LayerNormParams& params,
     const std::string& token_axis, const LayerNormHiddenSaved<T>& saved, const std::string& dx_name,
     const std::string& dweight_name, const std::string& dbias_name, const std::string& dense_dx) {
-  const std::string dy_tokens_name = dy.name + "@" + token_axis;
+  const std::string dy_tokens_name = moved_name(dy.name, token_axis);
   DistTensor<T> dy_tokens = world.all_to_all(
       dy, saved.x_tokens.placement,
       {.tensor = dy_tokens_name, .dense = dy.name, .exact = true, .inputs = {dy.name}});
   dy_tokens.name = dy_tokens_name;
   LayerNormShardedGrads<T> grads = layer_norm_row_sharded_backward(
       world, dy_tokens, saved.x_tokens, weight ? &saved.weight_full : nullptr,
-      bias ? &saved.bias_full : nullptr, saved.stats, params, dx_name + "@" + token_axis,
+      bias ? &saved.bias_full : nullptr, saved.stats, params, moved_name(dx_name, token_axis),
       dweight_name, dbias_name);
   std::vector<std::string> inputs{dy_tokens_name, saved.x_tokens.name};
   if (weight) inputs.push_back(saved.weight_full.name);
@@ -57,10 +57,10 @@ void hidden_backward_from_row_sums(const World<T>& world, const DistTensor<T>& d
   auto stats_of = [&](int r) {
     return LayerNormSaved<T>{stats.mean.local(r), stats.rstd.local(r)};  // (rows)
   };
-  DistTensor<T> sum_dnorm =
-      make_dist<T>(dy.name + ".sum_dnorm", stats_shape, Placement::partial(), ranks);
-  DistTensor<T> sum_dnorm_norm =
-      make_dist<T>(dy.name + ".sum_dnorm_norm", stats_shape, Placement::partial(), ranks);
+  DistTensor<T> sum_dnorm = make_dist<T>(part_name(dy.name, layer_norm_parts::sum_dnorm),
+                                         stats_shape, Placement::partial(), ranks);
+  DistTensor<T> sum_dnorm_norm = make_dist<T>(part_name(dy.name, layer_norm_parts::sum_dnorm_norm),
+                                              stats_shape, Placement::partial(), ranks);
   world.for_each_rank([&](int r) {
     layer_norm_backward_sums(dy.local(r), x.local(r), local_of(weight, r), stats_of(r), params,
                              slices[r].valid(), sum_dnorm.local(r), sum_dnorm_norm.local(r));

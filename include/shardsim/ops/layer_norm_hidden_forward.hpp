@@ -46,8 +46,10 @@ void hidden_stats_sum_sumsq(const World<T>& world, const DistTensor<T>& x,
   const std::int64_t count = x.global.extent(params.axis);
   const std::vector<Slice> slices = x.slices();
   const Shape stats_shape = x.global.without(params.axis);  // (rows)
-  DistTensor<T> sums = make_dist<T>(output + ".sum", stats_shape, Placement::partial(), ranks);
-  DistTensor<T> sums_sq = make_dist<T>(output + ".sumsq", stats_shape, Placement::partial(), ranks);
+  DistTensor<T> sums = make_dist<T>(part_name(output, layer_norm_parts::sum), stats_shape,
+                                    Placement::partial(), ranks);
+  DistTensor<T> sums_sq = make_dist<T>(part_name(output, layer_norm_parts::sum_sq), stats_shape,
+                                       Placement::partial(), ranks);
   world.for_each_rank([&](int r) {
     layer_norm_partial_sums(x.local(r), params, slices[r].valid(), sums.local(r), sums_sq.local(r));
   });
@@ -82,8 +84,8 @@ void hidden_stats_welford(const World<T>& world, const DistTensor<T>& x,
   std::vector<Axis> axes = stats_shape.axes();
   axes.push_back({"shard", ranks});
   axes.push_back({"moment", 3});  // count, mean, M2
-  DistTensor<T> moments =
-      make_dist<T>(output + ".moments", Shape(axes), Placement::shard("shard"), ranks);
+  DistTensor<T> moments = make_dist<T>(part_name(output, layer_norm_parts::moments), Shape(axes),
+                                       Placement::shard("shard"), ranks);
   world.for_each_rank([&](int r) {
     Tensor<T> mean;  // (rows) of this rank's slice
     Tensor<T> m2;    // (rows)
@@ -125,14 +127,14 @@ DistTensor<T> hidden_forward_redistribute(const World<T>& world, const DistTenso
                                           const std::string& token_axis,
                                           const LayerNormFaults& faults, const std::string& output,
                                           LayerNormHiddenSaved<T>& saved) {
-  const std::string x_tokens = x.name + "@" + token_axis;
+  const std::string x_tokens = moved_name(x.name, token_axis);
   saved.x_tokens =
       world.all_to_all(x, Placement::shard(token_axis),
                        {.tensor = x_tokens, .dense = x.name, .exact = true, .inputs = {x.name}});
   saved.x_tokens.name = x_tokens;
   auto gather = [&](const DistTensor<T>* param, DistTensor<T>& full) {
     if (!param) return;
-    const std::string name = param->name + "@gathered";
+    const std::string name = moved_name(param->name, layer_norm_parts::gathered);
     full = world.all_gather(
         *param, {.tensor = name, .dense = param->name, .exact = true, .inputs = {param->name}});
     full.name = name;
@@ -141,8 +143,8 @@ DistTensor<T> hidden_forward_redistribute(const World<T>& world, const DistTenso
   gather(bias, saved.bias_full);
   const DistTensor<T> y_tokens =
       layer_norm_row_sharded(world, saved.x_tokens, weight ? &saved.weight_full : nullptr,
-                             bias ? &saved.bias_full : nullptr, params, output + "@" + token_axis,
-                             saved.stats, faults, output);
+                             bias ? &saved.bias_full : nullptr, params,
+                             moved_name(output, token_axis), saved.stats, faults, output);
   DistTensor<T> y = world.all_to_all(y_tokens, x.placement,
                                      {.tensor = output, .exact = true, .inputs = {y_tokens.name}});
   y.name = output;
@@ -172,8 +174,10 @@ DistTensor<T> layer_norm_hidden_sharded(const World<T>& world, const DistTensor<
   auto local_of = [](const DistTensor<T>* t, int r) { return t ? &t->local(r) : nullptr; };
   DistTensor<T> y = make_dist<T>(output, x.global, x.placement, ranks);
   LayerNormShardedSaved<T>& stats = saved.stats;
-  stats.mean = make_dist<T>(output + ".mean", stats_shape, Placement::replicate(), ranks);
-  stats.rstd = make_dist<T>(output + ".rstd", stats_shape, Placement::replicate(), ranks);
+  stats.mean = make_dist<T>(part_name(output, layer_norm_parts::mean), stats_shape,
+                            Placement::replicate(), ranks);
+  stats.rstd = make_dist<T>(part_name(output, layer_norm_parts::rstd), stats_shape,
+                            Placement::replicate(), ranks);
   if (faults.hidden_shard_local_stats) {
     // The bug: each rank normalizes its slice of a token with the slice's own statistics.
     world.for_each_rank([&](int r) {

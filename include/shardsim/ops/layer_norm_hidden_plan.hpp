@@ -33,8 +33,9 @@
 // Statistics that are summed across ranks are a reordered arithmetic: nothing of sum_sumsq or
 // welford claims exactness; at mp<bits> they agree with the oracle to about 2^-(bits-16).
 //
-// The forward plan is in layer_norm_hidden_forward.hpp, the backward in
-// layer_norm_hidden_backward.hpp; this header brings in both.
+// Every boundary name above is built by part_name / moved_name (trace.hpp) from the constants
+// in layer_norm_parts (layer_norm.hpp). The forward plan is in layer_norm_hidden_forward.hpp,
+// the backward in layer_norm_hidden_backward.hpp; this header brings in both.
 #pragma once
 
 #include "shardsim/ops/layer_norm_hidden_backward.hpp"

@@ -52,10 +52,10 @@ DistTensor<T> combined_token_mean(const World<T>& world, const DistTensor<T>& x,
                                   const LayerNormParams& params, const std::string& output) {
   const int ranks = world.size();
   const Shape scalar;
-  DistTensor<T> mean_sum =
-      make_dist<T>(output + ".token_mean_sum", scalar, Placement::partial(), ranks);
-  DistTensor<T> token_count =
-      make_dist<T>(output + ".token_count", scalar, Placement::partial(), ranks);
+  DistTensor<T> mean_sum = make_dist<T>(part_name(output, layer_norm_parts::token_mean_sum), scalar,
+                                        Placement::partial(), ranks);
+  DistTensor<T> token_count = make_dist<T>(part_name(output, layer_norm_parts::token_count), scalar,
+                                           Placement::partial(), ranks);
   world.for_each_rank([&](int r) {
     LayerNormSaved<T> local;  // (local rows)
     layer_norm_stats(x.local(r), params, LayerNormFaults{}, local);
@@ -111,8 +111,10 @@ DistTensor<T> layer_norm_row_sharded(const World<T>& world, const DistTensor<T>&
   const int ranks = world.size();
   const Shape stats_shape = x.global.without(params.axis);  // (rows)
   DistTensor<T> y = make_dist<T>(output, x.global, x.placement, ranks);
-  saved.mean = make_dist<T>(output + ".mean", stats_shape, x.placement, ranks);
-  saved.rstd = make_dist<T>(output + ".rstd", stats_shape, x.placement, ranks);
+  saved.mean =
+      make_dist<T>(part_name(output, layer_norm_parts::mean), stats_shape, x.placement, ranks);
+  saved.rstd =
+      make_dist<T>(part_name(output, layer_norm_parts::rstd), stats_shape, x.placement, ranks);
   DistTensor<T> shared_mean;  // scalar, Replicate: combine_token_means only
   if (faults.combine_token_means)
     shared_mean = detail::combined_token_mean(world, x, params, output);
@@ -129,13 +131,13 @@ DistTensor<T> layer_norm_row_sharded(const World<T>& world, const DistTensor<T>&
   zero_padding(saved.rstd);
   world.compare_boundary({.op = "layer_norm",
                           .tensor = saved.mean.name,
-                          .dense = dense + ".mean",
+                          .dense = part_name(dense, layer_norm_parts::mean),
                           .exact = true,
                           .inputs = {x.name}},
                          saved.mean);
   world.compare_boundary({.op = "layer_norm",
                           .tensor = saved.rstd.name,
-                          .dense = dense + ".rstd",
+                          .dense = part_name(dense, layer_norm_parts::rstd),
                           .exact = true,
                           .inputs = {x.name}},
                          saved.rstd);

@@ -21,10 +21,21 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "shardsim/tensor.hpp"
 
 namespace shardsim {
+
+// The parts an RMSNorm step records besides its output, named part_name(output, part)
+// (trace.hpp) by the plan and by the step that stores the oracle tensor.
+namespace rms_norm_parts {
+inline constexpr std::string_view rrms = "rrms";  // (rows) saved statistic
+// Hidden-sharded: the all-reduced per-row sum of squares.
+inline constexpr std::string_view sum_sq = "sumsq";  // (rows)
+// Hidden-sharded backward: the all-reduced row reduction, a part of grad(output).
+inline constexpr std::string_view sum_dnorm_norm = "sum_dnorm_norm";  // (rows)
+}  // namespace rms_norm_parts
 
 struct RmsNormParams {
   std::string axis = "hidden";

@@ -42,7 +42,8 @@ DistTensor<T> rms_norm_row_sharded(const World<T>& world, const DistTensor<T>& x
       "row-sharded RMSNorm needs whole rows on every rank");
   const int ranks = world.size();
   DistTensor<T> y = make_dist<T>(output, x.global, x.placement, ranks);
-  saved.rrms = make_dist<T>(output + ".rrms", x.global.without(params.axis), x.placement, ranks);
+  saved.rrms = make_dist<T>(part_name(output, rms_norm_parts::rrms), x.global.without(params.axis),
+                            x.placement, ranks);
   world.for_each_rank([&](int r) {
     RmsNormSaved<T> local;
     rms_norm_forward(x.local(r), weight ? &weight->local(r) : nullptr, params, y.local(r), local);
@@ -94,13 +95,15 @@ DistTensor<T> rms_norm_hidden_sharded(const World<T>& world, const DistTensor<T>
   const std::int64_t count = x.global.extent(params.axis);
   const std::vector<Slice> slices = x.slices();
   const Shape stats_shape = x.global.without(params.axis);
-  DistTensor<T> sums_sq = make_dist<T>(output + ".sumsq", stats_shape, Placement::partial(), ranks);
+  DistTensor<T> sums_sq = make_dist<T>(part_name(output, rms_norm_parts::sum_sq), stats_shape,
+                                       Placement::partial(), ranks);
   world.for_each_rank([&](int r) {
     rms_norm_partial_sum_sq(x.local(r), params, slices[r].valid(), sums_sq.local(r));
   });
   const DistTensor<T> total =
       world.all_reduce(sums_sq, {.op = "all_reduce", .tensor = sums_sq.name, .inputs = {x.name}});
-  saved.rrms = make_dist<T>(output + ".rrms", stats_shape, Placement::replicate(), ranks);
+  saved.rrms = make_dist<T>(part_name(output, rms_norm_parts::rrms), stats_shape,
+                            Placement::replicate(), ranks);
   DistTensor<T> y = make_dist<T>(output, x.global, x.placement, ranks);
   world.for_each_rank([&](int r) {
     const T row_length = T(count);
@@ -131,8 +134,8 @@ RmsNormShardedGrads<T> rms_norm_hidden_sharded_backward(
   RmsNormShardedGrads<T> grads;
   grads.dx = make_dist<T>(dx_name, x.global, x.placement, ranks);
   if (weight) grads.dweight = make_dist<T>(dweight_name, weight->global, weight->placement, ranks);
-  DistTensor<T> partial = make_dist<T>(dy.name + ".sum_dnorm_norm", x.global.without(params.axis),
-                                       Placement::partial(), ranks);
+  DistTensor<T> partial = make_dist<T>(part_name(dy.name, rms_norm_parts::sum_dnorm_norm),
+                                       x.global.without(params.axis), Placement::partial(), ranks);
   world.for_each_rank([&](int r) {
     rms_norm_backward_sum(dy.local(r), x.local(r), weight ? &weight->local(r) : nullptr,
                           RmsNormSaved<T>{saved.rrms.local(r)}, params, slices[r].valid(),
