@@ -30,9 +30,9 @@ using shardsim::Tensor;
 // Chan: delta = 2.5, mean = 1.5 + 2.5 * (3/5), M2 = 2.5 + 6.25 * (6/5). 3/5 and 6/5 are inexact
 // in binary, each rounding (and the products and sums) adds at most u relative: within 4 ulps.
 TEMPLATE_TEST_CASE("welford_merge known answer", "[layer_norm][hidden]", float, double) {
-  TestType n = 2, mean = 1.5, m2 = 0.5;
-  shardsim::welford_merge(n, mean, m2, TestType(3), TestType(4), TestType(2));
-  CHECK(n == TestType(5));
+  TestType count = 2, mean = 1.5, m2 = 0.5;
+  shardsim::welford_merge(count, mean, m2, TestType(3), TestType(4), TestType(2));
+  CHECK(count == TestType(5));
   CHECK(shardsim::ulp_distance(mean, TestType(3)) <= 4);
   CHECK(shardsim::ulp_distance(m2, TestType(10)) <= 4);
 }
@@ -41,12 +41,12 @@ TEMPLATE_TEST_CASE("welford_merge with an empty side is the identity, bit for bi
                    "[layer_norm][hidden]", float, double, Mp) {
   shardsim::set_mp_precision(256);
   // 0.1 is inexact: a formula evaluated with n_b = 0 could still perturb it; the merge must not.
-  TestType n = 3, mean = TestType(0.1), m2 = TestType(0.7);
-  shardsim::welford_merge(n, mean, m2, TestType(0), TestType(0), TestType(0));
-  CHECK((n == TestType(3) && mean == TestType(0.1) && m2 == TestType(0.7)));
-  TestType empty_n = 0, empty_mean = 0, empty_m2 = 0;
-  shardsim::welford_merge(empty_n, empty_mean, empty_m2, n, mean, m2);
-  CHECK((empty_n == n && empty_mean == mean && empty_m2 == m2));
+  TestType count = 3, mean = TestType(0.1), m2 = TestType(0.7);
+  shardsim::welford_merge(count, mean, m2, TestType(0), TestType(0), TestType(0));
+  CHECK((count == TestType(3) && mean == TestType(0.1) && m2 == TestType(0.7)));
+  TestType empty_count = 0, empty_mean = 0, empty_m2 = 0;
+  shardsim::welford_merge(empty_count, empty_mean, empty_m2, count, mean, m2);
+  CHECK((empty_count == count && empty_mean == mean && empty_m2 == m2));
 }
 
 namespace {

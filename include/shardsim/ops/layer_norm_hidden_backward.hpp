@@ -24,6 +24,7 @@ LayerNormShardedGrads<T> hidden_backward_redistribute(
     const std::string& token_axis, const LayerNormHiddenSaved<T>& saved, const std::string& dx_name,
     const std::string& dweight_name, const std::string& dbias_name, const std::string& dense_dx) {
   const std::string dy_tokens_name = moved_name(dy.name, token_axis);
+  // x.global, Shard(token_axis).
   DistTensor<T> dy_tokens = world.all_to_all(
       dy, saved.x_tokens.placement,
       {.tensor = dy_tokens_name, .dense = dy.name, .exact = true, .inputs = {dy.name}});
@@ -57,6 +58,7 @@ void hidden_backward_from_row_sums(const World<T>& world, const DistTensor<T>& d
   auto stats_of = [&](int r) {
     return LayerNormSaved<T>{stats.mean.local(r), stats.rstd.local(r)};  // (rows)
   };
+  // (rows), Partial: each rank's reductions over its slice of every row.
   DistTensor<T> sum_dnorm = make_dist<T>(part_name(dy.name, layer_norm_parts::sum_dnorm),
                                          stats_shape, Placement::partial(), ranks);
   DistTensor<T> sum_dnorm_norm = make_dist<T>(part_name(dy.name, layer_norm_parts::sum_dnorm_norm),
@@ -67,6 +69,7 @@ void hidden_backward_from_row_sums(const World<T>& world, const DistTensor<T>& d
   });
   std::vector<std::string> inputs{x.name, dy.name};
   if (weight) inputs.push_back(weight->name);
+  // (rows), Replicate: the full-row reductions.
   const DistTensor<T> total =
       world.all_reduce(sum_dnorm, {.op = "all_reduce", .tensor = sum_dnorm.name, .inputs = inputs});
   const DistTensor<T> total_norm = world.all_reduce(

@@ -46,6 +46,7 @@ void hidden_stats_sum_sumsq(const World<T>& world, const DistTensor<T>& x,
   const std::int64_t count = x.global.extent(params.axis);
   const std::vector<Slice> slices = x.slices();
   const Shape stats_shape = x.global.without(params.axis);  // (rows)
+  // (rows), Partial: each rank's sums over its slice of every row.
   DistTensor<T> sums = make_dist<T>(part_name(output, layer_norm_parts::sum), stats_shape,
                                     Placement::partial(), ranks);
   DistTensor<T> sums_sq = make_dist<T>(part_name(output, layer_norm_parts::sum_sq), stats_shape,
@@ -53,15 +54,16 @@ void hidden_stats_sum_sumsq(const World<T>& world, const DistTensor<T>& x,
   world.for_each_rank([&](int r) {
     layer_norm_partial_sums(x.local(r), params, slices[r].valid(), sums.local(r), sums_sq.local(r));
   });
+  // (rows), Replicate: the full-row sums.
   const DistTensor<T> total =
       world.all_reduce(sums, {.op = "all_reduce", .tensor = sums.name, .inputs = {x.name}});
   const DistTensor<T> total_sq =
       world.all_reduce(sums_sq, {.op = "all_reduce", .tensor = sums_sq.name, .inputs = {x.name}});
   world.for_each_rank([&](int r) {
-    const T n = T(count);
+    const T row_length = T(count);
     for (std::int64_t row = 0; row < stats_shape.numel(); ++row) {
-      const T mean = total.local(r)[row] / n;
-      T var = total_sq.local(r)[row] / n - mean * mean;
+      const T mean = total.local(r)[row] / row_length;
+      T var = total_sq.local(r)[row] / row_length - mean * mean;
       if (var < T(0)) var = T(0);  // cancellation can leave a tiny negative
       stats.mean.local(r)[row] = mean;
       stats.rstd.local(r)[row] =
@@ -84,6 +86,7 @@ void hidden_stats_welford(const World<T>& world, const DistTensor<T>& x,
   std::vector<Axis> axes = stats_shape.axes();
   axes.push_back({"shard", ranks});
   axes.push_back({"moment", 3});  // count, mean, M2
+  // (rows..., shard=k, moment=3), Shard(shard): each rank's triple is its shard=1 slice.
   DistTensor<T> moments = make_dist<T>(part_name(output, layer_norm_parts::moments), Shape(axes),
                                        Placement::shard("shard"), ranks);
   world.for_each_rank([&](int r) {
@@ -97,6 +100,7 @@ void hidden_stats_welford(const World<T>& world, const DistTensor<T>& x,
       local[row * 3 + 2] = m2[row];
     }
   });
+  // (rows..., shard=k, moment=3), Replicate.
   const DistTensor<T> gathered = world.all_gather(
       moments,
       {.op = "all_gather", .tensor = moments.name, .inputs = {x.name}, .has_oracle = false});
@@ -104,16 +108,17 @@ void hidden_stats_welford(const World<T>& world, const DistTensor<T>& x,
     const Tensor<T>& all = gathered.local(r);  // (rows..., shard=k, moment=3)
     for (std::int64_t row = 0; row < stats_shape.numel(); ++row) {
       const std::int64_t first = row * ranks * 3;
-      T n = all[first];
-      T mean = all[first + 1];
-      T m2 = all[first + 2];
-      for (int q = 1; q < ranks; ++q) {
-        const std::int64_t at = first + static_cast<std::int64_t>(q) * 3;
-        welford_merge(n, mean, m2, all[at], all[at + 1], all[at + 2]);
+      // The triples of shards 0, 1, ..., k-1 merged in that order into shard 0's.
+      T merged_count = all[first];
+      T merged_mean = all[first + 1];
+      T merged_m2 = all[first + 2];
+      for (int shard = 1; shard < ranks; ++shard) {
+        const std::int64_t at = first + static_cast<std::int64_t>(shard) * 3;
+        welford_merge(merged_count, merged_mean, merged_m2, all[at], all[at + 1], all[at + 2]);
       }
-      stats.mean.local(r)[row] = mean;
+      stats.mean.local(r)[row] = merged_mean;
       stats.rstd.local(r)[row] =
-          faults.rstd(faults.variance_from_biased(T(m2 / T(count)), count), T(params.eps));
+          faults.rstd(faults.variance_from_biased(T(merged_m2 / T(count)), count), T(params.eps));
     }
   });
 }
@@ -141,10 +146,12 @@ DistTensor<T> hidden_forward_redistribute(const World<T>& world, const DistTenso
   };
   gather(weight, saved.weight_full);
   gather(bias, saved.bias_full);
+  // x.global, Shard(token_axis): the row-sharded plan's output.
   const DistTensor<T> y_tokens =
       layer_norm_row_sharded(world, saved.x_tokens, weight ? &saved.weight_full : nullptr,
                              bias ? &saved.bias_full : nullptr, params,
                              moved_name(output, token_axis), saved.stats, faults, output);
+  // x.global, x's placement.
   DistTensor<T> y = world.all_to_all(y_tokens, x.placement,
                                      {.tensor = output, .exact = true, .inputs = {y_tokens.name}});
   y.name = output;
@@ -172,8 +179,8 @@ DistTensor<T> layer_norm_hidden_sharded(const World<T>& world, const DistTensor<
   const std::vector<Slice> slices = x.slices();
   const Shape stats_shape = x.global.without(params.axis);  // (rows)
   auto local_of = [](const DistTensor<T>* t, int r) { return t ? &t->local(r) : nullptr; };
-  DistTensor<T> y = make_dist<T>(output, x.global, x.placement, ranks);
-  LayerNormShardedSaved<T>& stats = saved.stats;
+  DistTensor<T> y = make_dist<T>(output, x.global, x.placement, ranks);  // x's placement
+  LayerNormShardedSaved<T>& stats = saved.stats;                         // (rows), Replicate
   stats.mean = make_dist<T>(part_name(output, layer_norm_parts::mean), stats_shape,
                             Placement::replicate(), ranks);
   stats.rstd = make_dist<T>(part_name(output, layer_norm_parts::rstd), stats_shape,

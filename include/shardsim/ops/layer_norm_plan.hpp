@@ -52,6 +52,7 @@ DistTensor<T> combined_token_mean(const World<T>& world, const DistTensor<T>& x,
                                   const LayerNormParams& params, const std::string& output) {
   const int ranks = world.size();
   const Shape scalar;
+  // scalar, Partial: each rank's sum of its token means and its token count.
   DistTensor<T> mean_sum = make_dist<T>(part_name(output, layer_norm_parts::token_mean_sum), scalar,
                                         Placement::partial(), ranks);
   DistTensor<T> token_count = make_dist<T>(part_name(output, layer_norm_parts::token_count), scalar,
@@ -67,21 +68,25 @@ DistTensor<T> combined_token_mean(const World<T>& world, const DistTensor<T>& x,
       real_tokens = rank_slice(x.global, x.placement, ranks, r).valid();
     }
     T sum = T(0);
-    for (std::int64_t o = 0; o < tokens.outer; ++o) {
-      for (std::int64_t i = 0; i < real_tokens; ++i) {
-        for (std::int64_t j = 0; j < tokens.inner; ++j) sum += local.mean[tokens.flat(o, i, j)];
+    for (std::int64_t outer = 0; outer < tokens.outer; ++outer) {
+      for (std::int64_t token = 0; token < real_tokens; ++token) {
+        for (std::int64_t inner = 0; inner < tokens.inner; ++inner) {
+          sum += local.mean[tokens.flat(outer, token, inner)];
+        }
       }
     }
     mean_sum.local(r)[0] = sum;
     token_count.local(r)[0] = T(tokens.outer * real_tokens * tokens.inner);
   });
+  // scalar, Replicate: the all-reduced sum, which becomes the mean in place below (and is not
+  // recorded again).
   DistTensor<T> shared_mean = world.all_reduce(
       mean_sum,
       {.op = "all_reduce", .tensor = mean_sum.name, .inputs = {x.name}, .has_oracle = false});
+  // scalar, Replicate.
   const DistTensor<T> count = world.all_reduce(
       token_count,
       {.op = "all_reduce", .tensor = token_count.name, .inputs = {x.name}, .has_oracle = false});
-  // The all-reduced sum becomes the mean in place; it is not recorded again.
   world.for_each_rank(
       [&](int r) { shared_mean.local(r)[0] = shared_mean.local(r)[0] / count.local(r)[0]; });
   return shared_mean;
@@ -109,8 +114,9 @@ DistTensor<T> layer_norm_row_sharded(const World<T>& world, const DistTensor<T>&
       "row-sharded LayerNorm needs whole rows on every rank");
   const std::string dense = dense_output.empty() ? output : dense_output;
   const int ranks = world.size();
-  const Shape stats_shape = x.global.without(params.axis);  // (rows)
-  DistTensor<T> y = make_dist<T>(output, x.global, x.placement, ranks);
+  const Shape stats_shape = x.global.without(params.axis);               // (rows)
+  DistTensor<T> y = make_dist<T>(output, x.global, x.placement, ranks);  // x's placement
+  // (rows), x's placement.
   saved.mean =
       make_dist<T>(part_name(output, layer_norm_parts::mean), stats_shape, x.placement, ranks);
   saved.rstd =

@@ -41,7 +41,8 @@ DistTensor<T> rms_norm_row_sharded(const World<T>& world, const DistTensor<T>& x
       !x.placement.is_partial() && !(x.placement.is_shard() && x.placement.axis == params.axis),
       "row-sharded RMSNorm needs whole rows on every rank");
   const int ranks = world.size();
-  DistTensor<T> y = make_dist<T>(output, x.global, x.placement, ranks);
+  DistTensor<T> y = make_dist<T>(output, x.global, x.placement, ranks);  // x's placement
+  // (rows), x's placement.
   saved.rrms = make_dist<T>(part_name(output, rms_norm_parts::rrms), x.global.without(params.axis),
                             x.placement, ranks);
   world.for_each_rank([&](int r) {
@@ -95,16 +96,18 @@ DistTensor<T> rms_norm_hidden_sharded(const World<T>& world, const DistTensor<T>
   const std::int64_t count = x.global.extent(params.axis);
   const std::vector<Slice> slices = x.slices();
   const Shape stats_shape = x.global.without(params.axis);
+  // (rows), Partial: each rank's sum of squares over its slice of every row.
   DistTensor<T> sums_sq = make_dist<T>(part_name(output, rms_norm_parts::sum_sq), stats_shape,
                                        Placement::partial(), ranks);
   world.for_each_rank([&](int r) {
     rms_norm_partial_sum_sq(x.local(r), params, slices[r].valid(), sums_sq.local(r));
   });
+  // (rows), Replicate.
   const DistTensor<T> total =
       world.all_reduce(sums_sq, {.op = "all_reduce", .tensor = sums_sq.name, .inputs = {x.name}});
   saved.rrms = make_dist<T>(part_name(output, rms_norm_parts::rrms), stats_shape,
                             Placement::replicate(), ranks);
-  DistTensor<T> y = make_dist<T>(output, x.global, x.placement, ranks);
+  DistTensor<T> y = make_dist<T>(output, x.global, x.placement, ranks);  // x's placement
   world.for_each_rank([&](int r) {
     const T row_length = T(count);
     const T eps = T(params.eps);
@@ -134,6 +137,7 @@ RmsNormShardedGrads<T> rms_norm_hidden_sharded_backward(
   RmsNormShardedGrads<T> grads;
   grads.dx = make_dist<T>(dx_name, x.global, x.placement, ranks);
   if (weight) grads.dweight = make_dist<T>(dweight_name, weight->global, weight->placement, ranks);
+  // (rows), Partial: each rank's sum(dnorm * norm) over its slice of every row.
   DistTensor<T> partial = make_dist<T>(part_name(dy.name, rms_norm_parts::sum_dnorm_norm),
                                        x.global.without(params.axis), Placement::partial(), ranks);
   world.for_each_rank([&](int r) {
@@ -143,6 +147,7 @@ RmsNormShardedGrads<T> rms_norm_hidden_sharded_backward(
   });
   std::vector<std::string> inputs{x.name, dy.name};
   if (weight) inputs.push_back(weight->name);
+  // (rows), Replicate.
   const DistTensor<T> total =
       world.all_reduce(partial, {.op = "all_reduce", .tensor = partial.name, .inputs = inputs});
   world.for_each_rank([&](int r) {
