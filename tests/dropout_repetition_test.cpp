@@ -57,7 +57,7 @@ std::string slurp(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("identical and shifted word streams are found; independent ones are not",
+TEST_CASE("identical and shifted word streams are found and independent ones are not",
           "[dropout][repetition]") {
   // Rank 0 and 1: the same 128 words. Rank 2: rank 0's stream from its word 5 on (123 words).
   // Rank 3: a stream of another seed. Rank 4: two words, rank 3's first two.
@@ -80,7 +80,7 @@ TEST_CASE("identical and shifted word streams are found; independent ones are no
   CHECK(repeats[1].str().find("REPEATED") != std::string::npos);
 }
 
-TEST_CASE("a single equal word is never evidence; independent streams never repeat",
+TEST_CASE("a single equal word is never evidence and independent streams never repeat",
           "[dropout][repetition]") {
   // One-word streams carry 2^-32 per position: with a 64-word stream to search that is 2^-26,
   // above the 1e-9 (2^-29.9) bar, so it is not flagged even when the word matches.

@@ -1,0 +1,133 @@
+// Signatures of attention positions: rope_rotation (RoPE angles) and window_mask (mask bounds).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <numbers>
+
+#include "shardsim/diagnosis/signatures.hpp"
+#include "sim/diagnosis/format.hpp"
+
+namespace shardsim {
+
+namespace {
+
+using diag::num;
+
+// The sharded value of every global element (its first holder's), NaN where none holds it, and
+// the rank holding it.
+void sharded_global(const Observed& o, std::vector<double>& value, std::vector<int>& rank) {
+  value.assign(o.dense.size(), std::numeric_limits<double>::quiet_NaN());
+  rank.assign(o.dense.size(), -1);
+  for (const Held& h : held_elements(o)) {
+    if (rank[static_cast<std::size_t>(h.global)] >= 0) continue;
+    value[static_cast<std::size_t>(h.global)] = h.sharded;
+    rank[static_cast<std::size_t>(h.global)] = h.rank;
+  }
+}
+
+double wrap(double angle) {
+  return std::remainder(angle, 2 * std::numbers::pi);
+}
+
+}  // namespace
+
+Finding rope_rotation(const Observed& o, const RopeGeometry& rope, double unit) {
+  Finding f{.signature = "rope_rotation", .cause = Cause::position_offset};
+  const Shape& shape = o.entry.global;
+  if (o.dense.empty() || !shape.has(rope.dim_axis) || !shape.has(rope.pos_axis) ||
+      shape.extent(rope.dim_axis) % 2 != 0) {
+    f.evidence = "n/a: no " + rope.pos_axis + " and even " + rope.dim_axis + " axes";
+    return f;
+  }
+  std::vector<double> s;
+  std::vector<int> owner;
+  sharded_global(o, s, owner);
+  const AxisView dim = AxisView::of(shape, rope.dim_axis);
+  const std::int64_t planes = dim.extent / 2;
+  std::vector<double> freq;
+  for (std::int64_t i = 0; i < planes; ++i) {
+    freq.push_back(std::pow(rope.theta, -2.0 * static_cast<double>(i) / static_cast<double>(dim.extent)));
+  }
+  const double norm_tol = kFitUlps * unit;
+  const double angle_tol = 1e-6 + 1024 * unit * static_cast<double>(1 + rope.max_shift);
+  std::map<std::int64_t, int> shifts;         // shift -> tokens
+  int tokens = 0, rotated = 0, fitted = 0, local = 0;  // local: shifted by -(shard offset)
+  for (std::int64_t outer = 0; outer < dim.outer; ++outer) {
+    for (std::int64_t inner = 0; inner < dim.inner; ++inner) {
+      auto at = [&](std::int64_t i) { return static_cast<std::size_t>(dim.flat(outer, i, inner)); };
+      bool differs = false;
+      for (std::int64_t i = 0; i < dim.extent; ++i) differs = differs || s[at(i)] != o.dense[at(i)];
+      if (!differs || std::isnan(s[at(0)])) continue;
+      ++tokens;
+      std::vector<double> phi(static_cast<std::size_t>(planes), 0.0);
+      std::vector<bool> weighs(static_cast<std::size_t>(planes), false);
+      bool rotation = true;
+      for (std::int64_t i = 0; i < planes; ++i) {
+        const std::int64_t a = rope.interleaved ? 2 * i : i;
+        const std::int64_t b = rope.interleaved ? 2 * i + 1 : i + planes;
+        const double da = o.dense[at(a)], db = o.dense[at(b)], sa = s[at(a)], sb = s[at(b)];
+        const double nd = std::hypot(da, db), ns = std::hypot(sa, sb);
+        rotation = rotation && std::fabs(nd - ns) <= norm_tol * std::max(nd, 1e-300) + 1e-300;
+        weighs[static_cast<std::size_t>(i)] = nd > 1e-6;
+        phi[static_cast<std::size_t>(i)] = std::atan2(da * sb - db * sa, da * sa + db * sb);
+      }
+      if (!rotation) continue;
+      ++rotated;
+      std::int64_t best = 0;
+      double best_residual = INFINITY;
+      for (std::int64_t shift = -rope.max_shift; shift <= rope.max_shift; ++shift) {
+        double residual = 0;
+        for (std::int64_t i = 0; i < planes; ++i) {
+          if (!weighs[static_cast<std::size_t>(i)]) continue;
+          residual = std::max(residual, std::fabs(wrap(phi[static_cast<std::size_t>(i)] -
+                                                       static_cast<double>(shift) * freq[static_cast<std::size_t>(i)])));
+        }
+        if (residual < best_residual) {
+          best_residual = residual;
+          best = shift;
+        }
+      }
+      if (best_residual > angle_tol || best == 0) continue;
+      ++fitted;
+      ++shifts[best];
+      const int rank = owner[at(0)];
+      if (o.entry.placement.is_shard() && o.entry.placement.axis == rope.pos_axis) {
+        // Rotated by minus the shard's offset: the shard used positions from its own start.
+        const Slice slice =
+            rank_slice(shape, o.entry.placement, static_cast<int>(o.ranks.size()), rank);
+        local += best == -slice.begin ? 1 : 0;
+      }
+    }
+  }
+  if (tokens == 0 || rotated < tokens) {
+    f.evidence = std::to_string(rotated) + " of " + std::to_string(tokens) +
+                 " differing tokens are rotations of the dense ones (pair norms equal)";
+    return f;
+  }
+  if (fitted < tokens) {
+    f.confidence = 0.5;
+    f.evidence = "every differing token is the dense one rotated plane by plane (pair norms "
+                 "equal), by angles that are no integer position shift";
+    return f;
+  }
+  const std::string head = "all " + std::to_string(tokens) +
+                           " differing tokens are the dense ones rotated (pair norms equal) by ";
+  if (local == tokens) {
+    f.confidence = 0.95;
+    f.evidence = head + "minus their shard's offset along " + rope.pos_axis +
+                 ": positions counted from each shard's start (local instead of global)";
+  } else if (shifts.size() == 1) {
+    f.confidence = 0.9;
+    f.evidence = head + "one position shift " + (shifts.begin()->first > 0 ? "+" : "") +
+                 std::to_string(shifts.begin()->first) + " along " + rope.pos_axis;
+  } else {
+    f.confidence = 0.6;
+    f.evidence = head + std::to_string(shifts.size()) + " different position shifts (" +
+                 std::to_string(shifts.begin()->first) + " .. " +
+                 std::to_string(shifts.rbegin()->first) + ") along " + rope.pos_axis;
+  }
+  return f;
+}
+
+}  // namespace shardsim
