@@ -100,6 +100,10 @@ Finding window_mask(const AttentionCase& c, double unit) {
     f.evidence = "the specified mask does not reproduce the dense lse: geometry unknown";
     return f;
   }
+  if (spec_residual <= tolerance) {
+    f.evidence = "the specified mask reproduces " + c.lse->entry.tensor + " within rounding";
+    return f;
+  }
   for (const MaskVariant& variant : variants) {
     const double fit = residual(*c.lse, lse_under(*c.q, *c.k, variant.allowed));
     if (fit > tolerance || fit * 16 > spec_residual) continue;

@@ -130,6 +130,10 @@ Finding loss_weighting(const LossCase& c, double unit) {
   for (const Observed* o : {c.sum, c.count, c.loss}) {
     if (o) outputs += (outputs.empty() ? "" : ", ") + o->entry.tensor;
   }
+  if (off <= kFitUlps * unit) {
+    f.evidence = "the specified weighting reproduces " + outputs + " within rounding (" + num(off) + ")";
+    return f;
+  }
   for (const Prediction& p : options) {
     const double fit = worst(p);
     if (fit > kFitUlps * unit || fit * 16 > off) continue;

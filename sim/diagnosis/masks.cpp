@@ -98,8 +98,9 @@ Finding mask_pattern(const Observed& mask, const Observed* check) {
     if (const std::int64_t s = shifted_match(m, mask.dense, chance)) {
       ++shifted;
       if (shift_example.empty()) {
-        shift_example = "rank " + std::to_string(rank) + "'s mask is the dense mask " +
-                        std::to_string(s) + " flat positions along";
+        shift_example = "rank " + std::to_string(rank) +
+                        "'s mask equals the dense mask at flat positions shifted by " +
+                        std::to_string(s);
       }
       continue;
     }

@@ -187,6 +187,10 @@ Finding norm_convention(const NormCase& c, double unit) {
   for (const Observed* o : {c.mean, c.rstd, c.y}) {
     if (o) outputs += (outputs.empty() ? "" : ", ") + o->entry.tensor;
   }
+  if (spec <= tolerance) {
+    f.evidence = "the specified statistic reproduces " + outputs + " within rounding (" + num(spec) + ")";
+    return f;
+  }
   for (const Convention& k : alternatives(c)) {
     const double fit = worst(k);
     if (fit > tolerance || fit * 16 > spec) continue;
