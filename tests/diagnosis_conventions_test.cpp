@@ -64,10 +64,18 @@ TEST_CASE("norm_convention names the statistic the sharded values follow", "[dia
   const Observed eps = stat("y.rstd", rstd_with(4), outside);
   c.rstd = &eps;
   CHECK(has(shardsim::norm_convention(c, kF64).evidence, "eps outside the sqrt"));
+  // Another eps inside the sqrt: every row implies 1/rstd^2 - var = 1e-3.
+  std::vector<double> other_eps;
+  for (double m2 : kM2) other_eps.push_back(1 / std::sqrt(m2 / 4 + 1e-3));
+  const Observed eps_value = stat("y.rstd", rstd_with(4), other_eps);
+  c.rstd = &eps_value;
+  CHECK(has(shardsim::norm_convention(c, kF64).evidence,
+            "eps = 0.001 inside the sqrt instead of 1e-05"));
   // RMSNorm's statistic: mean 0, rstd = 1/sqrt(sum of squares / 4 + eps) = 1/sqrt(7.5 + eps)...
   const Observed zero = stat("y.mean", {2.5, 2, 2}, {0, 0, 0});
-  const Observed rms = stat("y.rstd", rstd_with(4),
-                            {1 / std::sqrt(7.5 + kEps), 1 / std::sqrt(8 + kEps), 1 / std::sqrt(7 + kEps)});
+  const Observed rms =
+      stat("y.rstd", rstd_with(4),
+           {1 / std::sqrt(7.5 + kEps), 1 / std::sqrt(8 + kEps), 1 / std::sqrt(7 + kEps)});
   c.mean = &zero;
   c.rstd = &rms;
   CHECK(has(shardsim::norm_convention(c, kF64).evidence, "RMSNorm's statistic"));
@@ -108,8 +116,10 @@ TEST_CASE("loss_weighting: padding counted, axes swapped, rank means, world size
   //   rank means: rank 0 {(0,0), (1,0)} 17/2, rank 1 {(0,1)} 4, rank 2 {(0,2)} 9: sum 21.5
   //   world size: loss 7.5 / 3 = 2.5
   const Shape shape({{"batch", 2}, {"seq", 3}, {"hidden", 1}});
-  const Observed y = shardsim::observed_of("y", shape, Placement::shard("seq"), 3, {1, 2, 3, 4, 5, 6});
-  const Observed target = shardsim::observed_of("t", shape, Placement::shard("seq"), 3, {0, 0, 0, 0, 0, 0});
+  const Observed y =
+      shardsim::observed_of("y", shape, Placement::shard("seq"), 3, {1, 2, 3, 4, 5, 6});
+  const Observed target =
+      shardsim::observed_of("t", shape, Placement::shard("seq"), 3, {0, 0, 0, 0, 0, 0});
   auto scalar = [](const std::string& name, double dense, double sharded) {
     Observed o = shardsim::observed_of(name, Shape(), Placement::replicate(), 3, {dense});
     for (auto& r : o.ranks) r = {sharded};
@@ -119,7 +129,8 @@ TEST_CASE("loss_weighting: padding counted, axes swapped, rank means, world size
   c.y = &y;
   c.target = &target;
   c.valid_lengths = {3, 1};
-  const Observed all_sum = scalar("loss.sum", 30, 91), all_count = scalar("loss.valid_tokens", 4, 6);
+  const Observed all_sum = scalar("loss.sum", 30, 91),
+                 all_count = scalar("loss.valid_tokens", 4, 6);
   c.sum = &all_sum;
   c.count = &all_count;
   const auto padding = shardsim::loss_weighting(c, kF64);
@@ -138,6 +149,9 @@ TEST_CASE("loss_weighting: padding counted, axes swapped, rank means, world size
   c.sum = nullptr;
   c.loss = &twice;
   CHECK(has(shardsim::loss_weighting(c, kF64).evidence, "divided by the number of ranks (3)"));
+  const Observed summed = scalar("loss", 7.5, 30);  // the sum, never divided by the count 4
+  c.loss = &summed;
+  CHECK(has(shardsim::loss_weighting(c, kF64).evidence, "summed and never divided"));
   const Observed right = scalar("loss", 7.5, 7.5);
   c.loss = &right;
   CHECK_FALSE(shardsim::loss_weighting(c, kF64).present());

@@ -89,7 +89,8 @@ TEST_CASE("no clean twin produces a diagnosis", "[diagnosis][scenario]") {
       const Replay r = replay(file.path());
       CHECK(r.outcome.pass);
       CHECK_FALSE(shardsim::diagnose(r.scenario, r.reports).analysed);
-      const auto json = nlohmann::json::parse(shardsim::report_json(r.scenario, r.reports, r.outcome));
+      const auto json =
+          nlohmann::json::parse(shardsim::report_json(r.scenario, r.reports, r.outcome));
       CHECK_FALSE(json.contains("diagnosis"));
     }
   }
@@ -108,7 +109,8 @@ TEST_CASE("the documented cancellation is diagnosed as rounding, with a conditio
 TEST_CASE("the report's diagnosis is a list of {cause, confidence, evidence}",
           "[diagnosis][scenario]") {
   const Replay r = replay(kScenarios / "faults" / "norm_loss_averaged_twice.toml");
-  const auto json = nlohmann::ordered_json::parse(shardsim::report_json(r.scenario, r.reports, r.outcome));
+  const auto json =
+      nlohmann::ordered_json::parse(shardsim::report_json(r.scenario, r.reports, r.outcome));
   REQUIRE(json.contains("diagnosis"));
   const auto& first = json["diagnosis"].at(0);
   std::vector<std::string> keys;
@@ -129,7 +131,8 @@ TEST_CASE("run prints the probable causes and explain --diagnose the signature a
   const std::string fault = robustness::q(kScenarios / "faults" / "norm_unbiased_variance.toml");
   const auto run = robustness::run_cli("run --quiet " + fault);
   CHECK(run.exit_code == 0);  // the divergence is expected
-  CHECK(run.out.find("probable causes:\n  1. normalization_convention (0.95)") != std::string::npos);
+  CHECK(run.out.find("probable causes:\n  1. normalization_convention (0.95)") !=
+        std::string::npos);
   const auto explain = robustness::run_cli("explain " + fault + " --diagnose");
   CHECK(explain.exit_code == 0);
   CHECK(explain.out.find("signature analysis") != std::string::npos);

@@ -129,7 +129,8 @@ TEST_CASE("window_mask: the lse of a window bound off by one", "[diagnosis]") {
   const Observed k = shardsim::observed_of("k", ks, Placement::replicate(), 1, rows);
   // Dense: i=0 {k0}: s; i=1 {k0, k1}: log(e^0 + e^s); i=2 {k1, k2}: log(e^s + e^2s).
   // With q - k <= 2 query 2 also sees k0 (score s): log(2 e^s + e^2s).
-  const std::vector<double> dense{s, std::log(1 + std::exp(s)), std::log(std::exp(s) + std::exp(2 * s))};
+  const std::vector<double> dense{s, std::log(1 + std::exp(s)),
+                                  std::log(std::exp(s) + std::exp(2 * s))};
   Observed lse = shardsim::observed_of("lse", Shape({{"batch", 1}, {"seq", 3}, {"head", 1}}),
                                        Placement::shard("seq"), 2, dense);
   shardsim::set_held(lse, 1, 2, std::log(2 * std::exp(s) + std::exp(2 * s)));

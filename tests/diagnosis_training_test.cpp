@@ -22,8 +22,7 @@ bool has(const std::string& text, const std::string& part) {
 
 }  // namespace
 
-TEST_CASE("replica_drift: each replica stepped with its own share, or its group's",
-          "[diagnosis]") {
+TEST_CASE("replica_drift: each replica stepped with its own share, or its group's", "[diagnosis]") {
   const Shape shape({{"hidden", 3}});
   const Observed before = shardsim::observed_of("w", shape, Placement::replicate(), 1, {1, 1, 1});
   // Rank r's share g_r = (r + 1, 2 (r + 1), 3); lr = 0.5.
@@ -80,7 +79,8 @@ TEST_CASE("mask_pattern: repetition flags, independent masks, shifted masks", "[
   check.ranks[0][1] = 1;
   check.entry.notes = {"ranks 0,1: 64 of 64 words equal at offset 0 (chance 2^-2042): REPEATED"};
   const Shape shape({{"seq", 64}, {"hidden", 4}});
-  Observed mask = shardsim::observed_of("y.mask", shape, Placement::shard("seq"), 4, bits(1, 0, 256));
+  Observed mask =
+      shardsim::observed_of("y.mask", shape, Placement::shard("seq"), 4, bits(1, 0, 256));
   const auto repeated = shardsim::mask_pattern(mask, &check);
   CHECK(repeated.cause == Cause::seed_repetition);
   CHECK(has(repeated.evidence, "flags 1 pairs of ranks; ranks 0,1: 64 of 64 words"));
@@ -96,26 +96,27 @@ TEST_CASE("mask_pattern: repetition flags, independent masks, shifted masks", "[
   mask.ranks[1] = bits(1, 0, 64);
   const auto shifted = shardsim::mask_pattern(mask, nullptr);
   CHECK(shifted.cause == Cause::position_offset);
-  CHECK(has(shifted.evidence, "rank 1's mask equals the dense mask at flat positions shifted by -64"));
+  CHECK(has(shifted.evidence,
+            "rank 1's mask equals the dense mask at flat positions shifted by -64"));
   // Not a mask at all.
-  Observed values = shardsim::observed_of("y", Shape({{"seq", 2}}), Placement::replicate(), 1, {0.5, 2});
+  Observed values =
+      shardsim::observed_of("y", Shape({{"seq", 2}}), Placement::replicate(), 1, {0.5, 2});
   CHECK_FALSE(shardsim::mask_pattern(values, nullptr).present());
 }
 
 TEST_CASE("chunk_onset: exact in chunk 1, diverging from chunk 2 at the carried cache",
           "[diagnosis]") {
   using T = shardsim::TraceStatus;
-  std::vector<T> trace{{0, 1, 1, "input", "x", Status::exact},
-                       {1, 1, 1, "rope", "k", Status::exact},
-                       {2, 1, 1, "attention", "y", Status::within},
-                       {3, 1, 2, "input", "x", Status::exact},
-                       {4, 1, 2, "kv_cache", "cache", Status::fail},
-                       {5, 1, 2, "rope", "k", Status::fail}};
+  std::vector<T> trace{
+      {0, 1, 1, "input", "x", Status::exact},       {1, 1, 1, "rope", "k", Status::exact},
+      {2, 1, 1, "attention", "y", Status::within},  {3, 1, 2, "input", "x", Status::exact},
+      {4, 1, 2, "kv_cache", "cache", Status::fail}, {5, 1, 2, "rope", "k", Status::fail}};
   const auto cache = shardsim::chunk_onset(trace, 4);
   CHECK(cache.cause == Cause::cache_convention);
   CHECK(cache.confidence == 0.8);
-  CHECK(has(cache.evidence, "chunk 2 diverges first at #4 cache (kv_cache), a boundary chunk 1 "
-                            "does not have"));
+  CHECK(has(cache.evidence,
+            "chunk 2 diverges first at #4 cache (kv_cache), a boundary chunk 1 "
+            "does not have"));
   trace[4].status = Status::exact;  // the cache matches; the rope of chunk 2 is first
   const auto later = shardsim::chunk_onset(trace, 5);
   CHECK(later.confidence == 0.3);
@@ -136,8 +137,9 @@ TEST_CASE("provenance: sharded values that are another boundary's dense values",
   const auto carried = shardsim::provenance(cache, {&raw}, true);
   CHECK(carried.cause == Cause::cache_convention);
   CHECK(carried.confidence == 0.95);
-  CHECK(has(carried.evidence, "12 of 12 differing sharded values of y.cache_k are, bit for bit, "
-                              "dense values of y.k (#7"));
+  CHECK(has(carried.evidence,
+            "12 of 12 differing sharded values of y.cache_k are, bit for bit, "
+            "dense values of y.k (#7"));
   CHECK(shardsim::provenance(cache, {&raw}, false).cause == Cause::wrong_stage);
   for (auto& r : cache.ranks) r[0] = r[1] = 11.0;  // 8 of 12 found: below 90%
   CHECK_FALSE(shardsim::provenance(cache, {&raw}, true).present());

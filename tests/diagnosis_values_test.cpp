@@ -31,12 +31,11 @@ bool has(const std::string& text, const std::string& part) {
 
 }  // namespace
 
-TEST_CASE("constant_ratio names 1/ranks, the unbiased factor and unnamed integers",
-          "[diagnosis]") {
+TEST_CASE("constant_ratio names 1/ranks, the unbiased factor and unnamed integers", "[diagnosis]") {
   const std::vector<shardsim::NamedCount> counts{{"ranks", 4}, {"hidden", 16}};
   // A loss divided by the world size again: every ratio is exactly 1/4 = 1/ranks.
-  const auto quarter = shardsim::constant_ratio(scaled({1, 2, 3, 4}, [](double v) { return v / 4; }),
-                                                counts, kF64);
+  const auto quarter =
+      shardsim::constant_ratio(scaled({1, 2, 3, 4}, [](double v) { return v / 4; }), counts, kF64);
   CHECK(quarter.cause == Cause::wrong_divisor);
   CHECK(quarter.confidence == 0.9);
   CHECK(has(quarter.evidence, "= 1/4 (ranks)"));
@@ -46,18 +45,18 @@ TEST_CASE("constant_ratio names 1/ranks, the unbiased factor and unnamed integer
   CHECK(unbiased.cause == Cause::normalization_convention);
   CHECK(has(unbiased.evidence, "sqrt(15/16)"));
   // A factor 3 that no count of the program explains: weaker.
-  const auto three = shardsim::constant_ratio(scaled({1, 2, 3, 4}, [](double v) { return 3 * v; }),
-                                              counts, kF64);
+  const auto three =
+      shardsim::constant_ratio(scaled({1, 2, 3, 4}, [](double v) { return 3 * v; }), counts, kF64);
   CHECK(three.cause == Cause::wrong_divisor);
   CHECK(three.confidence == 0.6);
   // Not constant (an offset, not a factor): ratios 2, 1.5, 1.33, 1.25.
-  const auto offset = shardsim::constant_ratio(scaled({1, 2, 3, 4}, [](double v) { return v + 1; }),
-                                               counts, kF64);
+  const auto offset =
+      shardsim::constant_ratio(scaled({1, 2, 3, 4}, [](double v) { return v + 1; }), counts, kF64);
   CHECK_FALSE(offset.present());
   CHECK(has(offset.evidence, "not one constant"));
   // A ratio of 1 + 1e-9 (rounding-sized) is no factor at all.
-  CHECK_FALSE(shardsim::constant_ratio(scaled({1, 2, 3, 4}, [](double v) { return v * (1 + 1e-9); }),
-                                       counts, kF64)
+  CHECK_FALSE(shardsim::constant_ratio(
+                  scaled({1, 2, 3, 4}, [](double v) { return v * (1 + 1e-9); }), counts, kF64)
                   .present());
 }
 
@@ -71,8 +70,8 @@ TEST_CASE("constant_fill finds ones/zeros where the data varies", "[diagnosis]")
   CHECK(has(f.evidence, "every sharded value of w is 1 (8 elements)"));
   for (auto& local : ones.ranks) local.assign(4, 0.3);
   CHECK(shardsim::constant_fill(ones).confidence == 0.55);  // a constant, but no default
-  Observed flat = shardsim::observed_of("w", Shape({{"hidden", 4}}), Placement::replicate(), 2,
-                                        {2, 2, 2, 2});
+  Observed flat =
+      shardsim::observed_of("w", Shape({{"hidden", 4}}), Placement::replicate(), 2, {2, 2, 2, 2});
   for (auto& local : flat.ranks) local.assign(4, 1.0);
   CHECK_FALSE(shardsim::constant_fill(flat).present());  // the dense values are constant too
 }
@@ -113,8 +112,8 @@ TEST_CASE("precision_trend: a gap that vanishes with precision is rounding, with
   // Cancellation-like: f32 saturated (gap 280), f64 2e-9, mp128 0. kappa = 2e-9 / 2^-53 =
   // 1.80e7 (about 24 bits lost).
   const std::vector<shardsim::TrendPoint> rounding{{"f64", 53, 2e-9, std::ldexp(1.0, -37)},
-                                                    {"f32", 24, 280, std::ldexp(1.0, -8)},
-                                                    {"mp128", 128, 0, std::ldexp(1.0, -112)}};
+                                                   {"f32", 24, 280, std::ldexp(1.0, -8)},
+                                                   {"mp128", 128, 0, std::ldexp(1.0, -112)}};
   const auto f = shardsim::precision_trend(rounding);
   CHECK(f.cause == Cause::rounding);
   CHECK(f.confidence == 0.9);

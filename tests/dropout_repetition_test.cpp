@@ -61,9 +61,8 @@ TEST_CASE("identical and shifted word streams are found and independent ones are
           "[dropout][repetition]") {
   // Rank 0 and 1: the same 128 words. Rank 2: rank 0's stream from its word 5 on (123 words).
   // Rank 3: a stream of another seed. Rank 4: two words, rank 3's first two.
-  const std::vector<std::vector<std::uint32_t>> words{stream(1, 0, 128), stream(1, 0, 128),
-                                                      stream(1, 5, 123), stream(2, 0, 64),
-                                                      stream(2, 0, 2)};
+  const std::vector<std::vector<std::uint32_t>> words{
+      stream(1, 0, 128), stream(1, 0, 128), stream(1, 5, 123), stream(2, 0, 64), stream(2, 0, 2)};
   const auto repeats = shardsim::repeated_streams(words);
   REQUIRE(repeats.size() == 5);  // one per rank: each finds its head in some other stream
   CHECK((repeats[0].rank_a == 1 && repeats[0].rank_b == 0 && repeats[0].offset == 0));
@@ -112,9 +111,9 @@ TEST_CASE("the detector flags same_seed at any p and names rank_offset as not th
           std::string::npos);
   }
   std::vector<std::string> notes;
-  const auto offset = shardsim::repetition_check<double>(
-      rank_words(DropoutPolicy::rank_offset, 4, 0.01), shardsim::dropout_threshold(0.01), "c",
-      notes);
+  const auto offset =
+      shardsim::repetition_check<double>(rank_words(DropoutPolicy::rank_offset, 4, 0.01),
+                                         shardsim::dropout_threshold(0.01), "c", notes);
   for (int r = 0; r < 4; ++r) {
     for (int b = 0; b < 4; ++b) CHECK(offset.local(r)[b] == 0.0);
   }
@@ -174,7 +173,8 @@ TEST_CASE("the same_seed fault scenario fails at the repetition check naming ran
   // rank_offset: the check passes (no repetition) and the mask is the first divergence.
   const auto offset = shardsim::load_scenario(std::string(SHARDSIM_SOURCE_DIR) +
                                               "/scenarios/faults/dropout_rank_offset.toml");
-  const shardsim::RunReport offset_run = shardsim::evaluate(offset, shardsim::parse_precision("f64"));
+  const shardsim::RunReport offset_run =
+      shardsim::evaluate(offset, shardsim::parse_precision("f64"));
   REQUIRE(offset_run.first_divergence);
   CHECK(offset_run.first_divergence->tensor == "y.mask");
   for (const auto& b : offset_run.boundaries) {
@@ -190,7 +190,8 @@ TEST_CASE("issue 19's case: same_seed on the SP MLP block at 8 ranks is flagged"
   // 13 tokens over 8 ranks (2,2,2,2,2,2,1,0): ranks 0-5 hold 64 elements and draw the same
   // local words; keep/drop agreement of 64 positions at this p was not significant, 64 equal
   // 32-bit words are (chance 2^-2042).
-  std::string text = slurp(std::string(SHARDSIM_SOURCE_DIR) + "/scenarios/mlp_sequence_parallel.toml");
+  std::string text =
+      slurp(std::string(SHARDSIM_SOURCE_DIR) + "/scenarios/mlp_sequence_parallel.toml");
   const std::string ranks = "[mesh]\nranks = 4\n";
   REQUIRE(text.find(ranks) != std::string::npos);
   text.replace(text.find(ranks), ranks.size(),

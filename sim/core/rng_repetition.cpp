@@ -44,8 +44,8 @@ StreamRepeat compare_overlap(const std::vector<std::vector<std::uint32_t>>& word
   for (std::size_t i = 0; i < overlap; ++i) {
     if (sa[offset + i] == sb[i]) ++repeat.equal;
   }
-  repeat.log2_chance = log2_chance(static_cast<std::int64_t>(sa.size()), repeat.compared,
-                                   repeat.equal);
+  repeat.log2_chance =
+      log2_chance(static_cast<std::int64_t>(sa.size()), repeat.compared, repeat.equal);
   return repeat;
 }
 
@@ -57,7 +57,8 @@ std::string StreamRepeat::str() const {
   const bool same = offset == 0;
   std::snprintf(text, sizeof text,
                 "ranks %d,%d: %lld of %lld words equal at offset %lld (chance 2^%.0f)%s",
-                same ? std::min(rank_a, rank_b) : rank_a, same ? std::max(rank_a, rank_b) : rank_b, static_cast<long long>(equal), static_cast<long long>(compared),
+                same ? std::min(rank_a, rank_b) : rank_a, same ? std::max(rank_a, rank_b) : rank_b,
+                static_cast<long long>(equal), static_cast<long long>(compared),
                 static_cast<long long>(offset), log2_chance,
                 log2_chance < std::log2(kRepetitionTail) ? ": REPEATED" : "");
   return text;

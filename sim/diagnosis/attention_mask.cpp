@@ -13,8 +13,8 @@ namespace {
 using diag::num;
 
 struct MaskVariant {
-  std::string text;                            // the allowed distances q - k
-  std::function<bool(std::int64_t)> allowed;   // of the distance q_pos - k_pos
+  std::string text;                           // the allowed distances q - k
+  std::function<bool(std::int64_t)> allowed;  // of the distance q_pos - k_pos
 };
 
 // lse (batch, seq, head) over keys whose distance passes `allowed`; keys of chunk kv = L + seq
@@ -63,8 +63,8 @@ double residual(const Observed& o, const std::vector<double>& alternative) {
   for (const Held& h : held_elements(o)) {
     const double a = alternative[static_cast<std::size_t>(h.global)];
     if (h.sharded == a) continue;
-    worst = std::max(worst, std::isfinite(a) && std::isfinite(h.sharded) ? std::fabs(h.sharded - a)
-                                                                         : INFINITY);
+    worst = std::max(
+        worst, std::isfinite(a) && std::isfinite(h.sharded) ? std::fabs(h.sharded - a) : INFINITY);
   }
   return scale > 0 ? worst / scale : worst;
 }
@@ -73,15 +73,24 @@ double residual(const Observed& o, const std::vector<double>& alternative) {
 
 Finding window_mask(const AttentionCase& c, double unit) {
   Finding f{.signature = "window_mask", .cause = Cause::position_offset};
-  if (!c.lse || !c.q || !c.k || c.q->dense.empty() || c.k->dense.empty() || c.lse->dense.empty()) {
+  auto laid_out = [](const Observed* o, const std::vector<std::string>& axes) {
+    if (!o || o->dense.empty() || o->entry.global.rank() != axes.size()) return false;
+    for (std::size_t a = 0; a < axes.size(); ++a) {
+      if (o->entry.global[a].name != axes[a]) return false;
+    }
+    return true;
+  };
+  if (!laid_out(c.lse, {"batch", "seq", "head"}) ||
+      !laid_out(c.q, {"batch", "seq", "head", "head_dim"}) ||
+      !laid_out(c.k, {"batch", "kv", "head", "head_dim"}) ||
+      c.k->entry.global.extent("kv") < c.q->entry.global.extent("seq")) {
     f.evidence = "n/a: not an attention log-sum-exp with its queries and keys";
     return f;
   }
   const std::int64_t w = c.window.value_or(0);
   const std::string bound = c.window ? " < " + std::to_string(w) : "";
-  const MaskVariant spec{"0 <= q - k" + bound, [&](std::int64_t d) {
-                           return d >= 0 && (!c.window || d < w);
-                         }};
+  const MaskVariant spec{"0 <= q - k" + bound,
+                         [&](std::int64_t d) { return d >= 0 && (!c.window || d < w); }};
   std::vector<MaskVariant> variants{
       {"-1 <= q - k" + bound + ", the causal bound off by one (the next key admitted)",
        [&](std::int64_t d) { return d >= -1 && (!c.window || d < w); }}};
@@ -113,8 +122,8 @@ Finding window_mask(const AttentionCase& c, double unit) {
                  " gives the dense values, " + num(spec_residual) + " away";
     return f;
   }
-  f.evidence = "no mask bound moved by one reproduces " + c.lse->entry.tensor + " (specified: " +
-               num(spec_residual) + ")";
+  f.evidence = "no mask bound moved by one reproduces " + c.lse->entry.tensor +
+               " (specified: " + num(spec_residual) + ")";
   return f;
 }
 

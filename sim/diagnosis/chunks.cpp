@@ -53,7 +53,8 @@ Finding chunk_onset(const std::vector<TraceStatus>& trace, int failing_id) {
                            label(*failing);
   if (!first_chunk.count({failing->op, failing->tensor})) {
     f.confidence = 0.8;
-    f.evidence = head + ", a boundary chunk 1 does not have: state carried in from the previous "
+    f.evidence = head +
+                 ", a boundary chunk 1 does not have: state carried in from the previous "
                  "chunk";
     return f;
   }
@@ -102,8 +103,9 @@ Finding provenance(const Observed& o, const std::vector<const Observed*>& earlie
   }
   const Observed& source = *earlier[static_cast<std::size_t>(best - hits.begin())];
   f.confidence = carried_state ? 0.95 : 0.7;
-  f.evidence = std::to_string(*best) + " of " + std::to_string(looked) + " differing sharded values of " +
-               o.entry.tensor + " are, bit for bit, dense values of " + source.entry.tensor + " (#" +
+  f.evidence = std::to_string(*best) + " of " + std::to_string(looked) +
+               " differing sharded values of " + o.entry.tensor +
+               " are, bit for bit, dense values of " + source.entry.tensor + " (#" +
                std::to_string(source.entry.id) + ", step " + std::to_string(source.entry.step) +
                " chunk " + std::to_string(source.entry.chunk) + "): the tensor holds that stage";
   return f;

@@ -1,6 +1,7 @@
 // The diagnosis context and the signatures whose inputs it finds (context.hpp).
 #include "sim/diagnosis/context.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -24,7 +25,8 @@ double Context::unit() const {
 std::optional<int> Context::latest(const std::string& name, int before, bool same_chunk) const {
   for (int id = before; id >= 0; --id) {
     const BoundaryResult& b = result(id);
-    if (same_chunk && (b.entry.step != entry(before).step || b.entry.chunk != entry(before).chunk)) {
+    if (same_chunk &&
+        (b.entry.step != entry(before).step || b.entry.chunk != entry(before).chunk)) {
       continue;
     }
     if ((b.entry.tensor == name || b.entry.dense == name) && b.captured && b.captured->has_dense) {
@@ -76,6 +78,15 @@ std::vector<NamedCount> program_counts(const Scenario& scenario) {
       if (seen.insert({axis.name, axis.extent}).second) counts.push_back({axis.name, axis.extent});
     }
     if (layout.shape.has("batch") && layout.shape.has("seq")) {
+      // The valid tokens of a masked loss over this layout.
+      for (const StepSpec& step : scenario.steps) {
+        if (!step.has("valid_lengths")) continue;
+        std::int64_t valid = 0;
+        for (std::int64_t length : step.ints("valid_lengths")) {
+          valid += std::min(length, layout.shape.extent("seq"));
+        }
+        if (seen.insert({"valid tokens", valid}).second) counts.push_back({"valid tokens", valid});
+      }
       const std::int64_t tokens = layout.shape.extent("batch") * layout.shape.extent("seq");
       if (seen.insert({"batch*seq", tokens}).second) counts.push_back({"batch*seq", tokens});
     }
@@ -90,7 +101,8 @@ Finding replica_signature(Context& ctx, int id) {
   if (name.ends_with(suffix)) name.resize(name.size() - suffix.size());
   const TensorSpec* spec = ctx.scenario().find_tensor(name);
   if (!spec || spec->role != TensorRole::parameter || !e.placement.is_replicate()) {
-    return {.signature = "replica_drift", .cause = Cause::unreduced_gradients,
+    return {.signature = "replica_drift",
+            .cause = Cause::unreduced_gradients,
             .evidence = "n/a: not a replicated parameter"};
   }
   const Observed* before = nullptr;
@@ -156,7 +168,8 @@ Finding window_signature(Context& ctx, int id) {
   const StepSpec* step = ctx.owning_step(id);
   const std::string output = step ? step->str_or("output", "") : "";
   AttentionCase c;
-  if (step && step->op == "sliding_window_attention" && ctx.entry(id).dense == part_name(output, "lse")) {
+  if (step && step->op == "sliding_window_attention" &&
+      ctx.entry(id).dense == part_name(output, "lse")) {
     const auto q = ctx.latest(part_name(output, "q_rot"), id, true);
     const auto k = ctx.latest(part_name(output, "k_all"), id, true);
     if (q && k) {
@@ -172,7 +185,8 @@ Finding window_signature(Context& ctx, int id) {
 Finding provenance_signature(Context& ctx, int id) {
   std::vector<const Observed*> earlier;
   for (int b = 0; b < id; ++b) {
-    if (ctx.result(b).captured && ctx.result(b).captured->has_dense) earlier.push_back(&ctx.observed(b));
+    if (ctx.result(b).captured && ctx.result(b).captured->has_dense)
+      earlier.push_back(&ctx.observed(b));
   }
   return provenance(ctx.observed(id), earlier, ctx.carried_state(id));
 }
@@ -211,6 +225,12 @@ Finding norm_signature(Context& ctx, int id) {
 
 Finding loss_signature(Context& ctx, int id) {
   const StepSpec* step = ctx.owning_step(id);
+  if (!step && is_grad_name(ctx.entry(id).tensor)) {
+    // The loss's own backward: grad(INPUT) of an mse_loss step.
+    for (const StepSpec& s : ctx.scenario().steps) {
+      if (s.op == "mse_loss" && grad_name(s.str("input")) == ctx.entry(id).tensor) step = &s;
+    }
+  }
   LossCase c;
   if (step && step->op == "mse_loss") {
     const std::string output = step->str("output");
@@ -226,6 +246,7 @@ Finding loss_signature(Context& ctx, int id) {
     c.sum = output_at(part_name(output, "sum"));
     c.count = output_at(part_name(output, "valid_tokens"));
     c.loss = output_at(output);
+    c.grad = output_at(grad_name(step->str("input")));
   }
   return loss_weighting(c, ctx.unit());
 }

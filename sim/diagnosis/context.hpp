@@ -18,7 +18,9 @@ class Context {
 
   const Scenario& scenario() const { return scenario_; }
   const RunReport& run() const { return run_; }
-  const BoundaryResult& result(int id) const { return run_.boundaries[static_cast<std::size_t>(id)]; }
+  const BoundaryResult& result(int id) const {
+    return run_.boundaries[static_cast<std::size_t>(id)];
+  }
   const TraceEntry& entry(int id) const { return result(id).entry; }
   // The boundary's values (converted once, then kept).
   const Observed& observed(int id);

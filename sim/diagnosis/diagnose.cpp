@@ -41,7 +41,11 @@ std::vector<TrendPoint> trend(const Scenario& scenario, const std::vector<RunRep
     const Precision precision = parse_precision(level);
     if (precision.kind == ScalarKind::mp && has_mp) continue;
     if (std::find(done.begin(), done.end(), precision.name()) != done.end()) continue;
-    add(evaluate(scenario, precision, plain));
+    try {
+      add(evaluate(scenario, precision, plain));
+    } catch (const InputError&) {
+      // Refused (over the memory limit): the trend has one level fewer.
+    }
   }
   return points;
 }
@@ -51,7 +55,8 @@ std::vector<Finding> measure(diag::Context& ctx, int id, const std::vector<Trend
   const double unit = ctx.unit();
   std::vector<TraceStatus> statuses;
   for (const BoundaryResult& b : ctx.run().boundaries) {
-    statuses.push_back({b.entry.id, b.entry.step, b.entry.chunk, b.entry.op, b.entry.tensor, b.status});
+    statuses.push_back(
+        {b.entry.id, b.entry.step, b.entry.chunk, b.entry.op, b.entry.tensor, b.status});
   }
   return {constant_ratio(o, diag::program_counts(ctx.scenario()), unit),
           constant_fill(o),
@@ -101,8 +106,8 @@ Diagnosis analyse(const Scenario& scenario, RunReport captured, int id,
   d.boundary = id;
   diag::Context ctx(scenario, std::move(captured));
   const TraceEntry& e = ctx.entry(id);
-  d.where = "step " + std::to_string(e.step) + " chunk " + std::to_string(e.chunk) +
-            " boundary #" + std::to_string(e.id) + " " + e.op + " -> " + e.tensor;
+  d.where = "step " + std::to_string(e.step) + " chunk " + std::to_string(e.chunk) + " boundary #" +
+            std::to_string(e.id) + " " + e.op + " -> " + e.tensor;
   d.findings = measure(ctx, id, points);
   d.causes = rank_causes(d.findings);
   return d;
@@ -112,29 +117,27 @@ Diagnosis analyse(const Scenario& scenario, RunReport captured, int id,
 
 Diagnosis diagnose(const Scenario& scenario, const std::vector<RunReport>& reports,
                    const RunOptions& options) {
-  const auto failed = std::find_if(reports.begin(), reports.end(),
-                                   [](const RunReport& r) { return !r.pass; });
+  const auto failed =
+      std::find_if(reports.begin(), reports.end(), [](const RunReport& r) { return !r.pass; });
   if (failed == reports.end() || !failed->first_divergence) return {};
   const int id = failed->first_divergence->boundary;
   RunOptions capture = options;
   capture.reduce_order = failed->reduce_order;
   capture.schedule = failed->schedule;
-  capture.capture_tensors = true;
-  std::vector<RunReport> known = reports;
-  // Values are read in double: analyse an f32 divergence at f64 when the boundary fails there
-  // too (the recomputed alternatives then separate by 2^-53, not 2^-24).
-  RunReport analysed;
-  if (failed->precision.kind == ScalarKind::f32) {
-    RunReport wide = evaluate(scenario, parse_precision("f64"), capture);
-    const bool fails_wide = static_cast<int>(wide.boundaries.size()) > id &&
-                            wide.boundaries[static_cast<std::size_t>(id)].status == Status::fail;
-    known.push_back(wide);
-    analysed = fails_wide ? std::move(wide) : evaluate(scenario, failed->precision, capture);
-  } else {
-    analysed = evaluate(scenario, failed->precision, capture);
+  const std::vector<TrendPoint> points = trend(scenario, reports, capture, id);
+  // Values are read in double: analyse at the most precise level where the boundary still
+  // fails, so that recomputed alternatives are told apart at 2^-53 rather than through the
+  // failing level's own rounding (a bug persists to mp; rounding noise does not).
+  Precision analysed = failed->precision;
+  unsigned bits = failed->significand_bits;
+  for (const TrendPoint& p : points) {
+    if (p.gap > p.bound && p.bits > bits) {
+      analysed = parse_precision(p.precision);
+      bits = p.bits;
+    }
   }
-  const std::vector<TrendPoint> points = trend(scenario, known, capture, id);
-  return analyse(scenario, std::move(analysed), id, points);
+  capture.capture_tensors = true;
+  return analyse(scenario, evaluate(scenario, analysed, capture), id, points);
 }
 
 Diagnosis diagnose_boundary(const Scenario& scenario, const Precision& precision,

@@ -35,7 +35,8 @@ std::int64_t shifted_match(const RankMask& mask, const std::vector<double>& dens
       ++overlap;
       equal = dense[static_cast<std::size_t>(at)] == mask.value[i];
     }
-    if (equal && static_cast<double>(overlap) * std::log(chance) + std::log(2.0 * n) < std::log(1e-9)) {
+    if (equal &&
+        static_cast<double>(overlap) * std::log(chance) + std::log(2.0 * n) < std::log(1e-9)) {
       return s;
     }
   }
@@ -60,6 +61,48 @@ Finding from_check(const Observed& check) {
   return f;
 }
 
+// Each rank's mask against the dense slice: how many ranks differ, how many of those agree no
+// more than chance, how many are the dense mask shifted, with one example line of each.
+struct Survey {
+  int differing = 0, at_chance = 0, shifted = 0;
+  std::string example, shift_example;
+};
+
+Survey survey_ranks(const Observed& mask, const std::vector<Held>& held, double chance) {
+  Survey out;
+  std::map<int, RankMask> by_rank;
+  for (const Held& h : held) {
+    by_rank[h.rank].global.push_back(h.global);
+    by_rank[h.rank].value.push_back(h.sharded);
+  }
+  for (const auto& [rank, m] : by_rank) {
+    std::int64_t agree = 0;
+    for (std::size_t i = 0; i < m.global.size(); ++i) {
+      agree += mask.dense[static_cast<std::size_t>(m.global[i])] == m.value[i] ? 1 : 0;
+    }
+    const auto n = static_cast<std::int64_t>(m.global.size());
+    if (agree == n) continue;
+    ++out.differing;
+    if (const std::int64_t s = shifted_match(m, mask.dense, chance)) {
+      ++out.shifted;
+      if (out.shift_example.empty()) {
+        out.shift_example = "rank " + std::to_string(rank) +
+                            "'s mask equals the dense mask at flat positions shifted by " +
+                            std::to_string(s);
+      }
+      continue;
+    }
+    if (binomial_upper_tail(n, agree, chance) > 1e-3) ++out.at_chance;
+    if (out.example.empty()) {
+      out.example = "rank " + std::to_string(rank) + "'s mask agrees with the dense one at " +
+                    std::to_string(agree) + " of " + std::to_string(n) + " positions (" +
+                    num(static_cast<double>(agree) / static_cast<double>(n)) + ") vs " +
+                    num(chance) + " by chance";
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 Finding mask_pattern(const Observed& mask, const Observed* check) {
@@ -80,46 +123,17 @@ Finding mask_pattern(const Observed& mask, const Observed* check) {
   for (double d : mask.dense) drops += d == 0 ? 1 : 0;
   const double q = drops / static_cast<double>(mask.dense.size());
   const double chance = q * q + (1 - q) * (1 - q);
-  std::map<int, RankMask> by_rank;
-  for (const Held& h : held) {
-    by_rank[h.rank].global.push_back(h.global);
-    by_rank[h.rank].value.push_back(h.sharded);
-  }
-  int differing = 0, at_chance = 0, shifted = 0;
-  std::string example, shift_example;
-  for (const auto& [rank, m] : by_rank) {
-    std::int64_t agree = 0;
-    for (std::size_t i = 0; i < m.global.size(); ++i) {
-      agree += mask.dense[static_cast<std::size_t>(m.global[i])] == m.value[i] ? 1 : 0;
-    }
-    const auto n = static_cast<std::int64_t>(m.global.size());
-    if (agree == n) continue;
-    ++differing;
-    if (const std::int64_t s = shifted_match(m, mask.dense, chance)) {
-      ++shifted;
-      if (shift_example.empty()) {
-        shift_example = "rank " + std::to_string(rank) +
-                        "'s mask equals the dense mask at flat positions shifted by " +
-                        std::to_string(s);
-      }
-      continue;
-    }
-    if (binomial_upper_tail(n, agree, chance) > 1e-3) ++at_chance;
-    if (example.empty()) {
-      example = "rank " + std::to_string(rank) + "'s mask agrees with the dense one at " +
-                std::to_string(agree) + " of " + std::to_string(n) + " positions (" +
-                num(static_cast<double>(agree) / static_cast<double>(n)) + ") vs " + num(chance) +
-                " by chance";
-    }
-  }
+  const Survey survey = survey_ranks(mask, held, chance);
+  const int differing = survey.differing, at_chance = survey.at_chance;
+  const std::string& example = survey.example;
   if (differing == 0) {
     f.evidence = "every rank's mask is the dense mask's slice";
     return f;
   }
-  if (shifted == differing) {
+  if (survey.shifted == differing) {
     f.cause = Cause::position_offset;
     f.confidence = 0.8;
-    f.evidence = shift_example + ": drawn at shifted element indices";
+    f.evidence = survey.shift_example + ": drawn at shifted element indices";
     return f;
   }
   std::string detector;
@@ -135,8 +149,8 @@ Finding mask_pattern(const Observed& mask, const Observed* check) {
     // verdict the masks alone are weak evidence.
     const double expected_disagreements = static_cast<double>(held.size()) * (1 - chance);
     f.confidence = !detector.empty() ? 0.9 : expected_disagreements >= 10 ? 0.85 : 0.5;
-    f.evidence = example + "; " + std::to_string(at_chance) + " of " +
-                 std::to_string(differing) + " differing ranks at chance" +
+    f.evidence = example + "; " + std::to_string(at_chance) + " of " + std::to_string(differing) +
+                 " differing ranks at chance" +
                  (replicas ? ", the replicas disagree with each other" : "") +
                  ": independent per-rank masks, not reproducible against the dense program";
     return f;

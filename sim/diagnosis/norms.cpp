@@ -1,6 +1,7 @@
 // norm_convention: LayerNorm / RMSNorm outputs recomputed under other statistics.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "shardsim/diagnosis/signatures.hpp"
 #include "sim/diagnosis/format.hpp"
@@ -17,11 +18,13 @@ enum class Eps { inside, outside, none };
 // One way to compute a row's statistics.
 struct Convention {
   std::string text;
-  bool center = true;       // subtract the mean (LayerNorm); false: RMSNorm
-  bool unbiased = false;    // divide the sum of squares by n - 1
+  bool center = true;     // subtract the mean (LayerNorm); false: RMSNorm
+  bool unbiased = false;  // divide the sum of squares by n - 1
   Eps eps = Eps::inside;
-  bool per_slice = false;   // statistics of each rank's slice of the normalized axis
-  Pool pool = Pool::none;   // one mean shared by all tokens, or by each rank's tokens
+  bool per_slice = false;           // statistics of each rank's slice of the normalized axis
+  Pool pool = Pool::none;           // one mean shared by all tokens, or by each rank's tokens
+  std::optional<double> eps_value;  // another eps inside the sqrt (else the specified one)
+  bool pad_counted = false;         // per_slice: the slice's padding zeros counted as values
 };
 
 struct Stats {
@@ -59,7 +62,8 @@ Rows rows_of(const NormCase& c) {
     if (p.is_shard() && p.axis != c.axis) {
       const std::int64_t flat = rows.view.flat(row / rows.view.inner, 0, row % rows.view.inner);
       const AxisView token = AxisView::of(c.x->entry.global, p.axis);
-      owner = owner_of(shard_slices(token.extent, ranks, p.split), (flat / token.inner) % token.extent);
+      owner =
+          owner_of(shard_slices(token.extent, ranks, p.split), (flat / token.inner) % token.extent);
     }
     rows.owner.push_back(owner);
   }
@@ -68,11 +72,14 @@ Rows rows_of(const NormCase& c) {
 
 // The statistics a convention gives row `row` as rank `rank` sees it (its slice, its pool).
 Stats stats_of(const Rows& rows, const Convention& k, std::int64_t row, int rank) {
-  std::int64_t lo = 0, hi = rows.view.extent;
+  std::int64_t lo = 0, hi = rows.view.extent, pad = 0;
   if (k.per_slice && !rows.slices.empty()) {
-    lo = rows.slices[static_cast<std::size_t>(rank)].begin;
-    hi = rows.slices[static_cast<std::size_t>(rank)].end;
+    const Slice& slice = rows.slices[static_cast<std::size_t>(rank)];
+    lo = slice.begin;
+    hi = slice.end;
+    pad = k.pad_counted ? slice.pad() : 0;  // zero-filled positions counted as values
   }
+  const auto n = static_cast<double>(hi - lo + pad);
   Stats s;
   if (k.center && k.pool != Pool::none) {
     double sum = 0;
@@ -84,12 +91,13 @@ Stats stats_of(const Rows& rows, const Convention& k, std::int64_t row, int rank
     }
     s.mean = sum / count;
   } else if (k.center) {
-    s.mean = rows.row_mean(row, lo, hi);
+    s.mean = rows.row_mean(row, lo, hi) * static_cast<double>(hi - lo) / n;
   }
-  double m2 = 0;
-  for (std::int64_t i = lo; i < hi; ++i) m2 += (rows.x(row, i) - s.mean) * (rows.x(row, i) - s.mean);
-  const double var = m2 / static_cast<double>(k.unbiased ? hi - lo - 1 : hi - lo);
-  const double eps = rows.c.eps;
+  double m2 = static_cast<double>(pad) * s.mean * s.mean;
+  for (std::int64_t i = lo; i < hi; ++i)
+    m2 += (rows.x(row, i) - s.mean) * (rows.x(row, i) - s.mean);
+  const double var = m2 / (k.unbiased ? n - 1 : n);
+  const double eps = k.eps_value.value_or(rows.c.eps);
   s.rstd = k.eps == Eps::inside    ? 1 / std::sqrt(var + eps)
            : k.eps == Eps::outside ? 1 / (std::sqrt(var) + eps)
                                    : 1 / std::sqrt(var);
@@ -124,6 +132,28 @@ double residual(const Rows& rows, const Convention& k, const Observed& o, Output
   return scale > 0 ? worst / scale : worst;
 }
 
+// The eps that the sharded rstd implies, 1/rstd^2 - var, when every row implies the same one
+// (relative spread 1e-6) and it is not the specified eps: a different eps value.
+std::optional<double> fitted_eps(const NormCase& c) {
+  if (!c.rstd) return std::nullopt;
+  const Rows rows = rows_of(c);
+  const Convention spec{"", !c.rms};
+  std::vector<double> implied;
+  for (const Held& h : held_elements(*c.rstd)) {
+    const Stats s = stats_of(rows, spec, h.global, h.rank);
+    const double var = 1 / (s.rstd * s.rstd) - c.eps;
+    implied.push_back(1 / (h.sharded * h.sharded) - var);
+  }
+  if (implied.empty()) return std::nullopt;
+  std::sort(implied.begin(), implied.end());
+  const double eps = implied[implied.size() / 2];
+  if (!(eps >= 0) || diag::rel(eps, c.eps) < 1e-3) return std::nullopt;
+  for (double e : implied) {
+    if (std::fabs(e - eps) > 1e-6 * std::max(eps, 1e-300) + 1e-12) return std::nullopt;
+  }
+  return eps;
+}
+
 std::vector<Convention> alternatives(const NormCase& c) {
   const std::string h = "H = " + std::to_string(c.x->entry.global.extent(c.axis));
   std::vector<Convention> out{
@@ -135,6 +165,19 @@ std::vector<Convention> alternatives(const NormCase& c) {
       {"no eps: 1/sqrt(var)", !c.rms, false, Eps::none},
       {"each rank's slice of " + c.axis + " alone (local instead of global statistics)", !c.rms,
        false, Eps::inside, true}};
+  const Placement& placement = c.x->entry.placement;
+  if (placement.is_shard() && placement.axis == c.axis && placement.split == SplitPolicy::padded) {
+    Convention padded{
+        "each rank's padded slice of " + c.axis +
+            " alone, its padding zeros counted (local statistics, padding not masked)",
+        !c.rms, false, Eps::inside, true};
+    padded.pad_counted = true;
+    out.push_back(padded);
+  }
+  if (const std::optional<double> eps = fitted_eps(c)) {
+    out.push_back({"eps = " + num(*eps) + " inside the sqrt instead of " + num(c.eps), !c.rms,
+                   false, Eps::inside, false, Pool::none, *eps});
+  }
   if (!c.rms) {
     out.push_back({"one mean pooled over all tokens instead of each token's own", true, false,
                    Eps::inside, false, Pool::all_tokens});
@@ -188,7 +231,8 @@ Finding norm_convention(const NormCase& c, double unit) {
     if (o) outputs += (outputs.empty() ? "" : ", ") + o->entry.tensor;
   }
   if (spec <= tolerance) {
-    f.evidence = "the specified statistic reproduces " + outputs + " within rounding (" + num(spec) + ")";
+    f.evidence =
+        "the specified statistic reproduces " + outputs + " within rounding (" + num(spec) + ")";
     return f;
   }
   for (const Convention& k : alternatives(c)) {
@@ -197,7 +241,9 @@ Finding norm_convention(const NormCase& c, double unit) {
     f.confidence = 0.95;
     f.evidence = "recomputed with " + k.text + ", the statistics reproduce " + outputs +
                  " (residual " + num(fit) + "); the specified statistic is " + num(spec) + " away";
-    if (k.eps != Eps::inside && c.rstd) f.evidence += eps_concentration(rows, *c.rstd);
+    if ((k.eps != Eps::inside || k.eps_value) && c.rstd) {
+      f.evidence += eps_concentration(rows, *c.rstd);
+    }
     return f;
   }
   f.evidence = "no other statistic reproduces " + outputs + " (specified: " + num(spec) + " away)";

@@ -8,19 +8,32 @@ namespace shardsim {
 
 std::string_view cause_name(Cause cause) {
   switch (cause) {
-    case Cause::wrong_divisor: return "wrong_divisor";
-    case Cause::unreduced_gradients: return "unreduced_gradients";
-    case Cause::seed_repetition: return "seed_repetition";
-    case Cause::rank_seed_offset: return "rank_seed_offset";
-    case Cause::position_offset: return "position_offset";
-    case Cause::cache_convention: return "cache_convention";
-    case Cause::normalization_convention: return "normalization_convention";
-    case Cause::hidden_cast: return "hidden_cast";
-    case Cause::padding_not_masked: return "padding_not_masked";
-    case Cause::axis_order: return "axis_order";
-    case Cause::default_value: return "default_value";
-    case Cause::wrong_stage: return "wrong_stage";
-    case Cause::rounding: return "rounding";
+    case Cause::wrong_divisor:
+      return "wrong_divisor";
+    case Cause::unreduced_gradients:
+      return "unreduced_gradients";
+    case Cause::seed_repetition:
+      return "seed_repetition";
+    case Cause::rank_seed_offset:
+      return "rank_seed_offset";
+    case Cause::position_offset:
+      return "position_offset";
+    case Cause::cache_convention:
+      return "cache_convention";
+    case Cause::normalization_convention:
+      return "normalization_convention";
+    case Cause::hidden_cast:
+      return "hidden_cast";
+    case Cause::padding_not_masked:
+      return "padding_not_masked";
+    case Cause::axis_order:
+      return "axis_order";
+    case Cause::default_value:
+      return "default_value";
+    case Cause::wrong_stage:
+      return "wrong_stage";
+    case Cause::rounding:
+      return "rounding";
   }
   return "?";
 }
@@ -31,7 +44,8 @@ std::string_view cause_summary(Cause cause) {
       return "a mean taken twice, a sum instead of a mean, or the wrong divisor";
     case Cause::unreduced_gradients:
       return "gradients not all-reduced, or reduced over the wrong group";
-    case Cause::seed_repetition: return "seed repetition: ranks draw the same random stream";
+    case Cause::seed_repetition:
+      return "seed repetition: ranks draw the same random stream";
     case Cause::rank_seed_offset:
       return "per-rank seed offset: independent per-rank masks, not reproducible against the "
              "dense program";
@@ -42,15 +56,18 @@ std::string_view cause_summary(Cause cause) {
     case Cause::normalization_convention:
       return "normalization convention: another statistic (unbiased variance, local or pooled "
              "statistics, RMS vs LayerNorm, eps placement)";
-    case Cause::hidden_cast: return "hidden cast: values rounded through a narrower type";
-    case Cause::padding_not_masked: return "padding not masked: padding tokens carry weight";
+    case Cause::hidden_cast:
+      return "hidden cast: values rounded through a narrower type";
+    case Cause::padding_not_masked:
+      return "padding not masked: padding tokens carry weight";
     case Cause::axis_order:
       return "wrong axis order: token identity permuted (e.g. [seq, batch] read as [batch, seq])";
     case Cause::default_value:
       return "default value assumed: a constant (ones/zeros init) in place of the data";
     case Cause::wrong_stage:
       return "another stage's values: a transform skipped or applied twice, or a stale tensor";
-    case Cause::rounding: return "not a bug: rounding noise, the gap shrinks with precision";
+    case Cause::rounding:
+      return "not a bug: rounding noise, the gap shrinks with precision";
   }
   return "?";
 }
@@ -79,8 +96,8 @@ void for_each_slot(const Observed& o, Visit visit) {
       continue;
     }
     const Slice slice = rank_slice(o.entry.global, placement, ranks, r);
-    const AxisView lv = AxisView::of(local_shape(o.entry.global, placement, ranks, r),
-                                     placement.axis);
+    const AxisView lv =
+        AxisView::of(local_shape(o.entry.global, placement, ranks, r), placement.axis);
     const AxisView gv = AxisView::of(o.entry.global, placement.axis);
     for (std::int64_t outer = 0; outer < lv.outer; ++outer) {
       for (std::int64_t i = 0; i < slice.valid(); ++i) {
@@ -132,7 +149,8 @@ std::vector<Held> held_elements(const Observed& o) {
     return out;
   }
   for_each_slot(o, [&](int r, std::int64_t local, std::int64_t global) {
-    out.push_back({r, global, o.ranks[static_cast<std::size_t>(r)][static_cast<std::size_t>(local)]});
+    out.push_back(
+        {r, global, o.ranks[static_cast<std::size_t>(r)][static_cast<std::size_t>(local)]});
   });
   return out;
 }

@@ -57,9 +57,8 @@ Finding rank_offset_gap(const Observed& o) {
   }
   if (origin_bad > 0 || offset_ranks == 0 || offset_bad < offset_ranks) {
     f.evidence = "the gap does not follow the ranks' offsets (rank at offset 0: " +
-                 std::string(origin_bad ? "differs" : "exact") + "; " +
-                 std::to_string(offset_bad) + " of " + std::to_string(offset_ranks) +
-                 " ranks at a nonzero offset differ)";
+                 std::string(origin_bad ? "differs" : "exact") + "; " + std::to_string(offset_bad) +
+                 " of " + std::to_string(offset_ranks) + " ranks at a nonzero offset differ)";
     return f;
   }
   std::sort(by_offset.begin(), by_offset.end());
@@ -68,8 +67,8 @@ Finding rank_offset_gap(const Observed& o) {
     growing = growing && by_offset[i].second > by_offset[i - 1].second;
   }
   f.confidence = offset_ranks >= 2 ? 0.7 : 0.5;
-  f.evidence = "gap 0 on the rank at offset 0 and nonzero on all " +
-               std::to_string(offset_ranks) + " ranks at a nonzero offset (" + example + ")" +
+  f.evidence = "gap 0 on the rank at offset 0 and nonzero on all " + std::to_string(offset_ranks) +
+               " ranks at a nonzero offset (" + example + ")" +
                (growing ? ", growing with the offset" : "") +
                ": positions counted from each shard's start";
   return f;
@@ -99,8 +98,8 @@ Finding shard_edge_gap(const Observed& o) {
       bad.insert(position_of(o.entry.global, axis, h.global));
     }
   }
-  const bool confined = !bad.empty() && std::includes(edges.begin(), edges.end(), bad.begin(),
-                                                      bad.end());
+  const bool confined =
+      !bad.empty() && std::includes(edges.begin(), edges.end(), bad.begin(), bad.end());
   const bool interior_exact = static_cast<std::int64_t>(bad.size()) < extent &&
                               static_cast<std::int64_t>(edges.size()) < extent;
   if (!confined || !interior_exact) {
@@ -170,8 +169,9 @@ Finding shifted_copy(const Observed& o, double unit) {
                 (s > 0 ? "+" : "") + std::to_string(s);
     }
     f.confidence = matched >= 4 ? 0.75 : 0.5;
-    f.evidence = "the " + std::to_string(matched) + " differing sharded values equal the dense values at " +
-                 axis + " positions shifted by one offset per rank (" + shifts + ")";
+    f.evidence = "the " + std::to_string(matched) +
+                 " differing sharded values equal the dense values at " + axis +
+                 " positions shifted by one offset per rank (" + shifts + ")";
     return f;
   }
   f.evidence = "the differing values are not the dense values at shifted positions";

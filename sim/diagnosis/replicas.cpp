@@ -68,10 +68,14 @@ Finding replica_drift(const Observed& after, const Observed* before, const Obser
     return f;
   }
   const std::string name = after.entry.tensor.substr(0, after.entry.tensor.find('@'));
-  const std::string drift = "replicas of " + name + " differ (max " + num(spread) +
-                            " from rank 0's)";
-  if (!before || before->dense.size() != after.ranks[0].size() || !shares ||
-      shares->ranks.size() != after.ranks.size()) {
+  const std::string drift =
+      "replicas of " + name + " differ (max " + num(spread) + " from rank 0's)";
+  bool comparable = before && before->dense.size() == after.ranks[0].size() && shares &&
+                    shares->ranks.size() == after.ranks.size();
+  for (std::size_t r = 0; comparable && r < after.ranks.size(); ++r) {
+    comparable = shares->ranks[r].size() == after.ranks[r].size();
+  }
+  if (!comparable) {
     f.confidence = 0.45;
     f.evidence = drift + "; no per-rank gradient to compare with";
     return f;
@@ -107,7 +111,8 @@ Finding replica_drift(const Observed& after, const Observed* before, const Obser
       if (fit_residual(step, group_sums(shares->ranks, member), lr) > tolerance) continue;
       f.confidence = 0.9;
       f.evidence = drift + "; each replica's step = " + num(lr) + " x the sum of its " + name +
-                   " group of " + std::to_string(g) + " ranks' shares: reduced over the wrong group";
+                   " group of " + std::to_string(g) +
+                   " ranks' shares: reduced over the wrong group";
       return f;
     }
   }

@@ -22,8 +22,8 @@ Finding precision_trend(const std::vector<TrendPoint>& given) {
   }
   const TrendPoint& top = points.back();
   if (top.gap > top.bound) {
-    f.evidence = "normwise gap " + gaps + ": it persists at " + top.precision +
-                 " (bound " + diag::num(top.bound) + "): a bug, not rounding";
+    f.evidence = "normwise gap " + gaps + ": it persists at " + top.precision + " (bound " +
+                 diag::num(top.bound) + "): a bug, not rounding";
     return f;
   }
   bool shrinks = true, failed_below = false;

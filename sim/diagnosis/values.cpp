@@ -23,7 +23,8 @@ std::vector<Gap> differing(const Observed& o) {
   if (o.dense.empty()) return out;
   for (const Held& h : held_elements(o)) {
     const double d = o.dense[static_cast<std::size_t>(h.global)];
-    if (h.sharded != d && std::isfinite(h.sharded) && std::isfinite(d)) out.push_back({h.sharded, d});
+    if (h.sharded != d && std::isfinite(h.sharded) && std::isfinite(d))
+      out.push_back({h.sharded, d});
   }
   return out;
 }
@@ -146,8 +147,8 @@ Finding constant_fill(const Observed& o) {
   const bool default_init = value == 0 || value == 1;
   f.confidence = default_init ? 0.8 : 0.55;
   f.evidence = "every sharded value of " + o.entry.tensor + " is " + num(value) + " (" +
-               std::to_string(held.size()) + " elements) while the dense values span [" +
-               num(low) + ", " + num(high) + "]" +
+               std::to_string(held.size()) + " elements) while the dense values span [" + num(low) +
+               ", " + num(high) + "]" +
                (default_init ? ": a default ones/zeros value in place of the data" : "");
   return f;
 }
@@ -195,12 +196,11 @@ Finding hidden_cast(const Observed& o, unsigned run_bits) {
     const bool narrow_values = 10 * exact >= 9 * gaps.size();
     if (narrow.bits < 24 && 2 * exact < gaps.size()) continue;
     f.confidence = narrow_values ? 0.95 : 0.8;
-    f.evidence = "relative gap median " + diag::pow2(med) + ", 90th percentile " +
-                 diag::pow2(high) + " in a " + std::to_string(run_bits) +
-                 "-bit run: the rounding of " + narrow.name + " (2^-" +
-                 std::to_string(narrow.bits) + "); " + std::to_string(exact) + " of " +
-                 std::to_string(gaps.size()) + " differing sharded values are " + narrow.name +
-                 " numbers";
+    f.evidence =
+        "relative gap median " + diag::pow2(med) + ", 90th percentile " + diag::pow2(high) +
+        " in a " + std::to_string(run_bits) + "-bit run: the rounding of " + narrow.name + " (2^-" +
+        std::to_string(narrow.bits) + "); " + std::to_string(exact) + " of " +
+        std::to_string(gaps.size()) + " differing sharded values are " + narrow.name + " numbers";
     return f;
   }
   f.evidence = "relative gap median " + diag::pow2(med) + ": not the rounding of f32, f16 or bf16";

@@ -56,12 +56,12 @@ struct Finding {
 };
 
 struct Diagnosis {
-  bool analysed = false;           // false: nothing diverged, nothing to diagnose
-  Precision precision;             // the run analysed
-  int boundary = -1;               // the boundary analysed (trace id)
-  std::string where;               // "step 1 chunk 1 boundary #9 mse_loss -> loss"
-  std::vector<Finding> findings;   // every signature measured, in the order of signatures.hpp
-  std::vector<Finding> causes;     // up to three, one per cause, most likely first
+  bool analysed = false;          // false: nothing diverged, nothing to diagnose
+  Precision precision;            // the run analysed
+  int boundary = -1;              // the boundary analysed (trace id)
+  std::string where;              // "step 1 chunk 1 boundary #9 mse_loss -> loss"
+  std::vector<Finding> findings;  // every signature measured, in the order of signatures.hpp
+  std::vector<Finding> causes;    // up to three, one per cause, most likely first
 };
 
 // The most causes a diagnosis names.

@@ -106,11 +106,11 @@ Finding shard_edge_gap(const Observed& o);
 Finding shifted_copy(const Observed& o, double unit);
 
 struct RopeGeometry {
-  std::string pos_axis;                 // "seq" or "kv"
+  std::string pos_axis;  // "seq" or "kv"
   std::string dim_axis = "head_dim";
   double theta = 10000.0;
-  bool interleaved = false;             // pairs (2i, 2i+1); else (i, i + D/2)
-  std::int64_t max_shift = 4096;        // |shift| searched
+  bool interleaved = false;       // pairs (2i, 2i+1); else (i, i + D/2)
+  std::int64_t max_shift = 4096;  // |shift| searched
 };
 // rope_rotation: each differing token's head_dim vector is the dense one rotated plane by plane
 // (pair norms equal) by angles shift * theta^(-2i/D) for one integer shift per token
@@ -158,28 +158,30 @@ Finding provenance(const Observed& o, const std::vector<const Observed*>& earlie
 // over each rank's tokens); an alternative that fits every failing output of the op
 // (mean, rstd, y) -> normalization_convention. Reports where the gap concentrates.
 struct NormCase {
-  bool rms = false;                     // the op is rms_norm (else layer_norm)
-  const Observed* x = nullptr;          // the op's input (dense values, placement)
+  bool rms = false;             // the op is rms_norm (else layer_norm)
+  const Observed* x = nullptr;  // the op's input (dense values, placement)
   std::string axis = "hidden";
   double eps = 1e-5;
-  std::vector<double> weight, bias;     // dense; empty: none
-  const Observed* mean = nullptr;       // failing outputs of the op (null: not failing)
+  std::vector<double> weight, bias;  // dense; empty: none
+  const Observed* mean = nullptr;    // failing outputs of the op (null: not failing)
   const Observed* rstd = nullptr;
   const Observed* y = nullptr;
 };
 Finding norm_convention(const NormCase& c, double unit);
 
-// loss_weighting: the masked MSE's sum, count and loss recomputed under other token weightings
+// loss_weighting: the masked MSE's sum, count, loss and gradient recomputed under other token
+// weightings
 // (every token, padding included -> padding_not_masked; the padding mask read with batch and seq
 // swapped -> axis_order; each rank's own mean summed or averaged -> wrong_divisor).
 struct LossCase {
-  const Observed* y = nullptr;          // prediction (dense values, placement)
+  const Observed* y = nullptr;  // prediction (dense values, placement)
   const Observed* target = nullptr;
   std::vector<std::int64_t> valid_lengths;
   std::string batch_axis = "batch", seq_axis = "seq";
-  const Observed* sum = nullptr;        // failing outputs (null: not failing)
+  const Observed* sum = nullptr;  // failing outputs (null: not failing)
   const Observed* count = nullptr;
   const Observed* loss = nullptr;
+  const Observed* grad = nullptr;  // grad(y) = 2 (y - target) / count on counted tokens
 };
 Finding loss_weighting(const LossCase& c, double unit);
 
@@ -190,9 +192,9 @@ Finding loss_weighting(const LossCase& c, double unit);
 // estimate kappa = gap / u at the highest level with a nonzero, unsaturated gap.
 struct TrendPoint {
   std::string precision;
-  unsigned bits = 0;    // significand bits
-  double gap = 0;       // normwise sharded vs dense
-  double bound = 0;     // the noise bound at this level (the comparator's rtol)
+  unsigned bits = 0;  // significand bits
+  double gap = 0;     // normwise sharded vs dense
+  double bound = 0;   // the noise bound at this level (the comparator's rtol)
 };
 Finding precision_trend(const std::vector<TrendPoint>& points);
 
