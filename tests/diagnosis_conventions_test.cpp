@@ -106,6 +106,22 @@ TEST_CASE("norm_convention: each rank's slice of the normalized axis alone", "[d
   CHECK(has(f.evidence, "each rank's slice of hidden alone (local instead of global statistics)"));
 }
 
+TEST_CASE("norm_convention: a padded slice whose padding zeros are counted", "[diagnosis]") {
+  // x [tokens=3, hidden=3] Shard(hidden, padded) over 2 ranks: 2 positions each, rank 1 holds
+  // feature 2 and one zero pad. Rows {1,2,3}, {0,0,4}, {1,1,5}: rank 0's slice means
+  // {1.5, 0, 1}; rank 1's with its pad counted (3 + 0)/2, (4 + 0)/2, (5 + 0)/2 = {1.5, 2, 2.5}
+  // (without the pad they would be {3, 4, 5}).
+  const Observed x = shardsim::observed_of(
+      "x", Shape({{"tokens", 3}, {"hidden", 3}}),
+      Placement::shard("hidden", shardsim::SplitPolicy::padded), 2, {1, 2, 3, 0, 0, 4, 1, 1, 5});
+  Observed mean = stat("y.mean", {2, 4.0 / 3, 7.0 / 3}, {}, 2);
+  mean.ranks = {{1.5, 0, 1}, {1.5, 2, 2.5}};
+  shardsim::NormCase c;
+  c.x = &x;
+  c.mean = &mean;
+  CHECK(has(shardsim::norm_convention(c, kF64).evidence, "its padding zeros counted"));
+}
+
 TEST_CASE("loss_weighting: padding counted, axes swapped, rank means, world size", "[diagnosis]") {
   // y [batch=2, seq=3, hidden=1] = {1, 2, 3 | 4, 5, 6}, target 0, valid_lengths {3, 1}, Shard(seq)
   // over 3 ranks (one position each). Squared errors are y^2.
@@ -136,6 +152,19 @@ TEST_CASE("loss_weighting: padding counted, axes swapped, rank means, world size
   const auto padding = shardsim::loss_weighting(c, kF64);
   CHECK(padding.cause == Cause::padding_not_masked);
   CHECK(has(padding.evidence, "every token, the 2 padding tokens included"));
+  // The backward alone: grad(y) = 2 y / 6 on every token (count 6, padding included), where
+  // the specified gradient is 2 y / 4 on the 4 valid tokens and 0 on padding.
+  Observed grad =
+      shardsim::observed_of("grad(y)", shape, Placement::shard("seq"), 3, {0.5, 1, 1.5, 2, 0, 0});
+  for (int r = 0; r < 3; ++r) {
+    for (int b = 0; b < 2; ++b) shardsim::set_held(grad, r, b * 3 + r, 2.0 * (b * 3 + r + 1) / 6);
+  }
+  shardsim::LossCase backward = c;
+  backward.sum = backward.count = nullptr;
+  backward.grad = &grad;
+  const auto from_grad = shardsim::loss_weighting(backward, kF64);
+  CHECK(from_grad.cause == Cause::padding_not_masked);
+  CHECK(has(from_grad.evidence, "reproduces grad(y)"));
   c.count = nullptr;
   const Observed swapped = scalar("loss.sum", 30, 39);
   c.sum = &swapped;

@@ -146,3 +146,41 @@ TEST_CASE("run prints the probable causes and explain --diagnose the signature a
       "explain " + robustness::q(kScenarios / "layernorm_sequence_sharded.toml") + " --diagnose");
   CHECK(clean.out.find("nothing diverged: nothing to diagnose") != std::string::npos);
 }
+
+TEST_CASE("same_seed at 1024 ranks: flagged, diagnosed at f64 (capture cap), k^2 verdict",
+          "[diagnosis][scenario]") {
+  // x [batch=1, seq=2048, hidden=4] over 1024 ranks (8 elements each), p = 0.1: every rank draws
+  // local words 0..7. The verdict [rank=1024, peer=1024] alone is 2^20 values per side, so the
+  // run holds more than 2^20 boundary values and the mp levels are not captured.
+  const auto scenario = shardsim::parse_scenario(R"toml(name = "same_seed_1024"
+seed = 3
+precisions = ["f64"]
+faults = ["dropout_same_seed"]
+[mesh]
+ranks = 1024
+[[tensors]]
+name = "x"
+axes = ["batch", "seq", "hidden"]
+shape = [1, 2048, 4]
+placement = "Shard(seq)"
+[[steps]]
+op = "dropout"
+input = "x"
+output = "y"
+p = 0.1
+)toml",
+                                                 "same_seed_1024.toml");
+  const std::vector<shardsim::RunReport> reports{
+      shardsim::evaluate(scenario, shardsim::parse_precision("f64"))};
+  const shardsim::BoundaryResult& check = reports[0].boundaries.at(1);
+  REQUIRE(check.entry.op == "dropout_repetition");
+  std::int64_t held = 0;
+  for (const auto& r : check.entry.ranks) held += r.local_shape.numel();
+  CHECK(held == 1024 * 1024);  // one row per rank, not a k x k copy per rank
+  const shardsim::Diagnosis d = shardsim::diagnose(scenario, reports);
+  REQUIRE_FALSE(d.causes.empty());
+  CHECK(d.causes.front().cause == Cause::seed_repetition);
+  CHECK(d.precision.name() == "f64");
+  // All 1024 ranks draw one stream: every pair is flagged, C(1024, 2) = 523776.
+  CHECK(d.causes.front().evidence.find("flags 523776 pairs") != std::string::npos);
+}

@@ -13,6 +13,19 @@ namespace {
 // The precisions of the trend, beside the ones the replay ran: f32, f64 and one mp level.
 const char* const kTrendLevels[] = {"f32", "f64", "mp128"};
 
+// The most values an mp analysis run captures (each with its f32, f64 and exact text).
+constexpr std::int64_t kMaxMpCapture = std::int64_t{1} << 20;
+
+// The values a capture of `run` holds: every boundary's oracle tensor and every rank's local one.
+std::int64_t captured_values(const RunReport& run) {
+  std::int64_t total = 0;
+  for (const BoundaryResult& b : run.boundaries) {
+    total += b.entry.global.numel();
+    for (const RankExtent& r : b.entry.ranks) total += r.local_shape.numel();
+  }
+  return total;
+}
+
 TrendPoint trend_point(const RunReport& run, int id) {
   const BoundaryResult& b = run.boundaries[static_cast<std::size_t>(id)];
   TrendPoint p{run.precision.name(), run.significand_bits};
@@ -128,10 +141,13 @@ Diagnosis diagnose(const Scenario& scenario, const std::vector<RunReport>& repor
   // Values are read in double: analyse at the most precise level where the boundary still
   // fails, so that recomputed alternatives are told apart at 2^-53 rather than through the
   // failing level's own rounding (a bug persists to mp; rounding noise does not).
+  // An mp capture also keeps every value's exact text: above kMaxMpCapture values the analysis
+  // stays at f64 or below.
   Precision analysed = failed->precision;
   unsigned bits = failed->significand_bits;
+  const unsigned most_bits = captured_values(*failed) > kMaxMpCapture ? 53 : ~0u;
   for (const TrendPoint& p : points) {
-    if (p.gap > p.bound && p.bits > bits) {
+    if (p.gap > p.bound && p.bits > bits && p.bits <= most_bits) {
       analysed = parse_precision(p.precision);
       bits = p.bits;
     }

@@ -164,6 +164,8 @@ Finding loss_weighting(const LossCase& c, double unit) {
   if (!c.y || !c.target || c.y->dense.empty() || c.target->dense.size() != c.y->dense.size() ||
       !c.y->entry.global.has(c.batch_axis) || !c.y->entry.global.has(c.seq_axis) ||
       (c.grad && c.grad->dense.size() != c.y->dense.size()) ||
+      (!c.valid_lengths.empty() && static_cast<std::int64_t>(c.valid_lengths.size()) !=
+                                       c.y->entry.global.extent(c.batch_axis)) ||
       (!c.sum && !c.count && !c.loss && !c.grad)) {
     f.evidence = "n/a: not a failing masked-loss output with its inputs";
     return f;

@@ -65,9 +65,10 @@ Finding constant_fill(const Observed& o);
 
 // hidden_cast: in a run wider than the narrow type, the differing elements' relative gaps sit
 // at the narrow type's rounding (f32 2^-24, f16 2^-11, bf16 2^-8): at most 2^(1-p) and with a
-// median within [2^(-p-3), 2^(1-p)], p the narrow significand bits (-> hidden_cast). Stronger
+// median within [2^(-p-4), 2^(1-p)], p the narrow significand bits (-> hidden_cast). Stronger
 // when the sharded values are exactly representable in the narrow type (the cast is the last
-// operation).
+// operation). Never when the dense values are all narrow numbers already; f16 and bf16, whose
+// gaps a bug imitates more easily, need half the sharded values narrow.
 Finding hidden_cast(const Observed& o, unsigned run_bits);
 
 // ---- training ---------------------------------------------------------------------------------
@@ -83,17 +84,18 @@ Finding replica_drift(const Observed& after, const Observed* before, const Obser
 // ---- randomness -------------------------------------------------------------------------------
 
 // mask_pattern: `mask` is a 0/1 mask boundary, `check` the repetition detector's boundary when
-// there is one. Flags there -> seed_repetition. Otherwise each rank's mask is compared with the
-// dense slice: agreement at chance (q^2 + (1-q)^2, binomial tail > 1e-3 for the excess) on ranks
-// that also differ from each other -> rank_seed_offset; a rank's mask equal to the dense mask at
-// shifted flat positions -> position_offset.
+// there is one. Flags there -> seed_repetition. Otherwise each differing rank's mask is compared
+// with the dense slice: every one the dense mask at one shifted flat offset (chance below 1e-9)
+// -> position_offset; agreement no better than chance (q^2 + (1-q)^2, q the dense drop rate;
+// binomial upper tail > 1e-3), or the detector's note "not reproducible" -> rank_seed_offset,
+// weak when p is so small that fewer than 10 disagreements are expected by chance.
 Finding mask_pattern(const Observed& mask, const Observed* check);
 
 // ---- positions --------------------------------------------------------------------------------
 
-// rank_offset_gap: Shard(axis): the gap is zero on every rank at offset 0 and nonzero on every
-// non-empty rank at a nonzero offset (2+ such ranks, or one with the rotation/shift evidence of
-// the others), or the per-rank gap grows with the offset (-> position_offset).
+// rank_offset_gap: Shard(axis): the gap is zero on the rank at offset 0 and nonzero on every
+// non-empty rank at a nonzero offset (-> position_offset; weaker with a single such rank). Says
+// so when the per-rank gap also grows with the offset (3+ such ranks).
 Finding rank_offset_gap(const Observed& o);
 
 // shard_edge_gap: Shard(axis): every differing position along the axis lies within one position
