@@ -4,6 +4,7 @@
 // and the documented cancellation risk of sum_sumsq.
 #include <catch2/catch.hpp>
 #include <string>
+#include <vector>
 
 #include "norm_test_support.hpp"
 #include "shardsim/ops/layer_norm.hpp"
@@ -29,9 +30,9 @@ using shardsim::Tensor;
 // Chan: delta = 2.5, mean = 1.5 + 2.5 * (3/5), M2 = 2.5 + 6.25 * (6/5). 3/5 and 6/5 are inexact
 // in binary, each rounding (and the products and sums) adds at most u relative: within 4 ulps.
 TEMPLATE_TEST_CASE("welford_merge known answer", "[layer_norm][hidden]", float, double) {
-  TestType n = 2, mean = 1.5, m2 = 0.5;
-  shardsim::welford_merge(n, mean, m2, TestType(3), TestType(4), TestType(2));
-  CHECK(n == TestType(5));
+  TestType count = 2, mean = 1.5, m2 = 0.5;
+  shardsim::welford_merge(count, mean, m2, TestType(3), TestType(4), TestType(2));
+  CHECK(count == TestType(5));
   CHECK(shardsim::ulp_distance(mean, TestType(3)) <= 4);
   CHECK(shardsim::ulp_distance(m2, TestType(10)) <= 4);
 }
@@ -40,12 +41,12 @@ TEMPLATE_TEST_CASE("welford_merge with an empty side is the identity, bit for bi
                    "[layer_norm][hidden]", float, double, Mp) {
   shardsim::set_mp_precision(256);
   // 0.1 is inexact: a formula evaluated with n_b = 0 could still perturb it; the merge must not.
-  TestType n = 3, mean = TestType(0.1), m2 = TestType(0.7);
-  shardsim::welford_merge(n, mean, m2, TestType(0), TestType(0), TestType(0));
-  CHECK((n == TestType(3) && mean == TestType(0.1) && m2 == TestType(0.7)));
-  TestType empty_n = 0, empty_mean = 0, empty_m2 = 0;
-  shardsim::welford_merge(empty_n, empty_mean, empty_m2, n, mean, m2);
-  CHECK((empty_n == n && empty_mean == mean && empty_m2 == m2));
+  TestType count = 3, mean = TestType(0.1), m2 = TestType(0.7);
+  shardsim::welford_merge(count, mean, m2, TestType(0), TestType(0), TestType(0));
+  CHECK((count == TestType(3) && mean == TestType(0.1) && m2 == TestType(0.7)));
+  TestType empty_count = 0, empty_mean = 0, empty_m2 = 0;
+  shardsim::welford_merge(empty_count, empty_mean, empty_m2, count, mean, m2);
+  CHECK((empty_count == count && empty_mean == mean && empty_m2 == m2));
 }
 
 namespace {
@@ -87,7 +88,8 @@ TEMPLATE_TEST_CASE("hidden-sharded LayerNorm agrees with the dense oracle in eve
   // is a handful of operations on them. The errors stay within a few dozen u of the normwise
   // scale; 2^10 u is a wide margin that is still 2^-247 at mp256, inside 2^-(bits-16).
   const double tol = 1024 * norm_test::unit_roundoff<TestType>();
-  for (HiddenStats mode : {HiddenStats::sum_sumsq, HiddenStats::welford, HiddenStats::redistribute}) {
+  for (HiddenStats mode :
+       {HiddenStats::sum_sumsq, HiddenStats::welford, HiddenStats::redistribute}) {
     for (SplitPolicy split : {SplitPolicy::chunk, SplitPolicy::balanced, SplitPolicy::padded}) {
       for (int ranks = 1; ranks <= 5; ++ranks) {
         const Placement placement = Placement::shard("hidden", split);
@@ -195,6 +197,51 @@ TEST_CASE("hidden_shard_local_stats normalizes each slice with the slice's own s
   CHECK(std::isnan(bad.local(0)[0]));
 }
 
+TEST_CASE("the hidden-sharded plans record the documented boundary names, in order",
+          "[layer_norm][hidden]") {
+  // The report prints these names and the step stores the oracle under them: each plan builds
+  // them with part_name / moved_name from layer_norm_parts. Entries are "tensor <- dense".
+  const Shape shape({{"seq", 3}, {"hidden", 4}});
+  const auto x = seeded<double>(shape, norm_test::normal(0.5, 2.0), 61);
+  const auto w = seeded<double>(Shape({{"hidden", 4}}), norm_test::uniform(0.5, 1.5), 62);
+  const auto b = seeded<double>(Shape({{"hidden", 4}}), norm_test::uniform(-0.25, 0.25), 63);
+  const auto dy = seeded<double>(shape, norm_test::normal(0.0, 1.0), 64);
+  shardsim::World<double> world(2, shardsim::ReduceOrder::rank, {});
+  std::vector<std::string> seen;
+  world.set_hook([&](const shardsim::BoundaryLabel& label, const DistTensor<double>&) {
+    seen.push_back(label.tensor + " <- " + label.dense_name());
+    return true;
+  });
+  const Placement placement = Placement::shard("hidden");
+  const auto x_dist = shardsim::distribute("x", x, placement, 2);
+  const auto w_dist = shardsim::distribute("w", w, placement, 2);
+  const auto b_dist = shardsim::distribute("b", b, placement, 2);
+  const auto dy_dist = shardsim::distribute("grad(y)", dy, placement, 2);
+  auto names = [&](HiddenStats mode) {
+    seen.clear();
+    shardsim::LayerNormHiddenSaved<double> saved;
+    shardsim::layer_norm_hidden_sharded(world, x_dist, &w_dist, &b_dist, LayerNormParams{}, mode,
+                                        "seq", {}, "y", saved);
+    shardsim::layer_norm_hidden_sharded_backward(world, dy_dist, x_dist, &w_dist, &b_dist,
+                                                 LayerNormParams{}, mode, "seq", {}, saved,
+                                                 "grad(x)", "grad(w)", "grad(b)", "grad(x)@y");
+    return seen;
+  };
+  using Names = std::vector<std::string>;
+  CHECK(names(HiddenStats::sum_sumsq) == Names{"y.sum <- y.sum", "y.sumsq <- y.sumsq",
+                                               "y.mean <- y.mean", "y.rstd <- y.rstd", "y <- y",
+                                               "grad(y).sum_dnorm <- grad(y).sum_dnorm",
+                                               "grad(y).sum_dnorm_norm <- grad(y).sum_dnorm_norm"});
+  CHECK(names(HiddenStats::welford) == Names{"y.moments <- y.moments", "y.mean <- y.mean",
+                                             "y.rstd <- y.rstd", "y <- y",
+                                             "grad(y).sum_dnorm <- grad(y).sum_dnorm",
+                                             "grad(y).sum_dnorm_norm <- grad(y).sum_dnorm_norm"});
+  CHECK(names(HiddenStats::redistribute) ==
+        Names{"x@seq <- x", "w@gathered <- w", "b@gathered <- b", "y@seq.mean <- y.mean",
+              "y@seq.rstd <- y.rstd", "y@seq <- y", "y <- y", "grad(y)@seq <- grad(y)",
+              "grad(x)@y <- grad(x)@y"});
+}
+
 namespace {
 
 // A hidden-sharded layer_norm scenario with the step's extra lines spliced in.
@@ -203,7 +250,9 @@ std::string hidden_scenario(const std::string& step_lines, const std::string& bi
          "[[tensors]]\nname = \"x\"\naxes = [\"seq\", \"hidden\"]\nshape = [3, 4]\n"
          "placement = \"Shard(hidden)\"\n\n"
          "[[tensors]]\nname = \"b\"\nrole = \"parameter\"\naxes = [\"hidden\"]\nshape = [4]\n"
-         "placement = \"" + bias_placement + "\"\n\n"
+         "placement = \"" +
+         bias_placement +
+         "\"\n\n"
          "[[steps]]\nop = \"layer_norm\"\ninput = \"x\"\nbias = \"b\"\noutput = \"y\"\n" +
          step_lines;
 }
@@ -217,9 +266,8 @@ TEST_CASE("the loader requires stats for a hidden-sharded layer_norm and Shard(h
   CHECK_NOTHROW(shardsim::parse_scenario(hidden_scenario("stats = \"welford\"\n", "Shard(hidden)"),
                                          "ok.toml"));
   // No stats: located at the step's input key (line 19, column 9), naming the choices.
-  CHECK_THROWS_WITH(
-      shardsim::parse_scenario(hidden_scenario("", "Shard(hidden)"), "s.toml"),
-      Contains("s.toml:19:9: steps[0].input:") && Contains("stats = \"sum_sumsq\""));
+  CHECK_THROWS_WITH(shardsim::parse_scenario(hidden_scenario("", "Shard(hidden)"), "s.toml"),
+                    Contains("s.toml:19:9: steps[0].input:") && Contains("stats = \"sum_sumsq\""));
   // A bias held Replicate next to a Shard(hidden) input: named with both placements.
   CHECK_THROWS_WITH(
       shardsim::parse_scenario(hidden_scenario("stats = \"sum_sumsq\"\n", "Replicate"), "s.toml"),

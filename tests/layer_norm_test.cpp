@@ -9,7 +9,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "dist_test_support.hpp"
 #include "norm_test_support.hpp"
 #include "shardsim/mp.hpp"
 #include "shardsim/ops/layer_norm_plan.hpp"
@@ -175,7 +174,7 @@ TEST_CASE("mp256 forward through MPFR in place equals the formula in Boost opera
 
 TEST_CASE("f64 forward and backward over blocks of rows equal the row-at-a-time formula, bitwise",
           "[layer_norm]") {
-  // The kernels reduce four rows side by side (detail::for_row_blocks), each row still summed
+  // The kernels reduce four rows side by side (detail::for_each_row), each row still summed
   // alone in ascending order, and accumulate dweight/dbias in row order. The textbook loops
   // below, one row at a time in the header's order, must agree to the bit. hidden is the
   // middle axis here (inner = 2), so rows are strided; 3 * 2 = 6 rows = one block + 2 tail.
@@ -201,18 +200,19 @@ TEST_CASE("f64 forward and backward over blocks of rows equal the row-at-a-time 
       const double rstd = 1 / std::sqrt(sum_sq / 9 + params.eps);
       CHECK(saved.mean[o * 2 + j] == mean);
       CHECK(saved.rstd[o * 2 + j] == rstd);
-      double ds = 0, dns = 0;
+      double sum_dnorm = 0, sum_dnorm_norm = 0;
       for (int i = 0; i < 9; ++i) {
         CHECK(y[at(i)] == ((x[at(i)] - mean) * rstd) * w[i] + b[i]);
         const double norm = (x[at(i)] - mean) * rstd;
-        ds += dy[at(i)] * w[i];
-        dns += (dy[at(i)] * w[i]) * norm;
+        sum_dnorm += dy[at(i)] * w[i];
+        sum_dnorm_norm += (dy[at(i)] * w[i]) * norm;
       }
       for (int i = 0; i < 9; ++i) {
         const double norm = (x[at(i)] - mean) * rstd;
         ref_db[i] += dy[at(i)];
         ref_dw[i] += dy[at(i)] * norm;
-        CHECK(dx[at(i)] == ((dy[at(i)] * w[i] - ds / 9) - norm * (dns / 9)) * rstd);
+        CHECK(dx[at(i)] ==
+              ((dy[at(i)] * w[i] - sum_dnorm / 9) - norm * (sum_dnorm_norm / 9)) * rstd);
       }
     }
   }
@@ -284,17 +284,48 @@ TEST_CASE("layer_norm_backward matches central finite differences in mp256", "[l
 
 namespace {
 
-using dist_test::for_each_valid;
-
-// Every valid element of `dist` is bitwise the dense value at its global position.
+// sum over rows of |dy * norm| per hidden index: the scale of the dweight reduction's rounding
+// error. x, dy: (batch, seq, hidden=16), the rows contiguous.
 template <typename T>
-bool matches_dense(const DistTensor<T>& dist, const Tensor<T>& dense) {
-  REQUIRE(dist.global == dense.shape());
-  bool all = true;
-  for_each_valid(dist, [&](int r, std::int64_t local, std::int64_t global) {
-    all = all && shardsim::ScalarTraits<T>::identical(dist.local(r)[local], dense[global]);
-  });
-  return all;
+std::vector<T> dweight_term_scale(const Tensor<T>& x, const Tensor<T>& dy,
+                                  const LayerNormSaved<T>& saved) {
+  using std::abs;
+  std::vector<T> scale(16, T(0));  // (hidden)
+  const auto view = shardsim::AxisView::of(x.shape(), "hidden");
+  for (std::int64_t row = 0; row < view.outer; ++row) {
+    for (std::int64_t i = 0; i < 16; ++i) {
+      const T norm = (x[view.flat(row, i, 0)] - saved.mean[row]) * saved.rstd[row];
+      scale[static_cast<std::size_t>(i)] += abs(dy[view.flat(row, i, 0)] * norm);
+    }
+  }
+  return scale;
+}
+
+// The ranks' dweight shares against the dense dweight. Replicate: every rank ran the dense
+// computation on the full tensor, so each share is dweight bitwise. Otherwise the same 26 row
+// terms (pad rows add exact zeros) are grouped by rank and then summed in rank order. Any
+// summation order of n terms errs by at most (n - 1) u sum|terms| (Higham, Accuracy and
+// Stability, 4.2), so two orders differ by at most 2 (n - 1) u sum|terms|; we allow
+// 2 * 32 u sum|terms|, n - 1 = 25 rounded up for the pad zeros. One rank: same order, bitwise.
+template <typename T>
+void check_dweight_shares(const std::vector<Tensor<T>>& shares, const Tensor<T>& dweight,
+                          const std::vector<T>& term_scale, bool replicate) {
+  using std::abs;
+  using Traits = shardsim::ScalarTraits<T>;
+  if (replicate) {
+    for (const auto& share : shares) {
+      for (std::int64_t i = 0; i < 16; ++i) CHECK(Traits::identical(share[i], dweight[i]));
+    }
+    return;
+  }
+  for (std::int64_t i = 0; i < 16; ++i) {
+    T sum = shares[0][i];
+    for (std::size_t r = 1; r < shares.size(); ++r) sum += shares[r][i];
+    const double bound =
+        2 * 32 * unit_roundoff<T>() * Traits::to_double(term_scale[static_cast<std::size_t>(i)]);
+    CHECK(Traits::to_double(abs(sum - dweight[i])) <= bound);
+    if (shares.size() == 1) CHECK(Traits::identical(sum, dweight[i]));
+  }
 }
 
 }  // namespace
@@ -302,8 +333,6 @@ bool matches_dense(const DistTensor<T>& dist, const Tensor<T>& dense) {
 TEMPLATE_TEST_CASE("row-sharded LayerNorm equals the dense oracle bitwise, forward and backward",
                    "[layer_norm][sharded]", float, double, Mp) {
   shardsim::set_mp_precision(256);
-  using std::abs;
-  using Traits = shardsim::ScalarTraits<TestType>;
   const Shape shape({{"batch", 2}, {"seq", 13}, {"hidden", 16}});
   const Shape param({{"hidden", 16}});
   // Non-trivial parameters: a plan that assumed weight = 1, bias = 0 would not match.
@@ -320,15 +349,7 @@ TEMPLATE_TEST_CASE("row-sharded LayerNorm equals the dense oracle bitwise, forwa
   Tensor<TestType> dweight(param);
   shardsim::layer_norm_backward(dy, x, &weight, saved, params, dx, &dweight,
                                 nullptr_grad<TestType>());
-  // sum_rows |dy * norm| per hidden index: the scale of the dweight reduction's rounding error.
-  std::vector<TestType> dweight_abs(16, TestType(0));
-  const auto hv = shardsim::AxisView::of(shape, "hidden");
-  for (std::int64_t row = 0; row < hv.outer; ++row) {
-    for (std::int64_t i = 0; i < 16; ++i) {
-      const TestType norm = (x[hv.flat(row, i, 0)] - saved.mean[row]) * saved.rstd[row];
-      dweight_abs[static_cast<std::size_t>(i)] += abs(dy[hv.flat(row, i, 0)] * norm);
-    }
-  }
+  const std::vector<TestType> term_scale = dweight_term_scale(x, dy, saved);
 
   const std::vector<Placement> placements = {Placement::shard("seq"),
                                              Placement::shard("seq", SplitPolicy::balanced),
@@ -346,9 +367,9 @@ TEMPLATE_TEST_CASE("row-sharded LayerNorm equals the dense oracle bitwise, forwa
       const DistTensor<TestType> y_dist = shardsim::layer_norm_row_sharded(
           world, x_dist, &w_dist, &b_dist, params, "y", sharded_saved);
       CHECK(y_dist.placement == placement);
-      CHECK(matches_dense(y_dist, y));
-      CHECK(matches_dense(sharded_saved.mean, saved.mean));
-      CHECK(matches_dense(sharded_saved.rstd, saved.rstd));
+      CHECK(norm_test::matches_bitwise(y_dist, y));
+      CHECK(norm_test::matches_bitwise(sharded_saved.mean, saved.mean));
+      CHECK(norm_test::matches_bitwise(sharded_saved.rstd, saved.rstd));
 
       // Backward, per rank on its local slices (what a row-sharded backward plan would do).
       const auto dy_dist = shardsim::distribute("dy", dy, placement, ranks);
@@ -363,26 +384,8 @@ TEMPLATE_TEST_CASE("row-sharded LayerNorm equals the dense oracle bitwise, forwa
                                       &dweight_partials[static_cast<std::size_t>(r)],
                                       nullptr_grad<TestType>());
       });
-      CHECK(matches_dense(dx_dist, dx));
-      if (placement.is_replicate()) {
-        // Every rank ran the dense computation on the full tensor: each partial is dweight.
-        for (const auto& partial : dweight_partials) {
-          for (std::int64_t i = 0; i < 16; ++i) CHECK(Traits::identical(partial[i], dweight[i]));
-        }
-        continue;
-      }
-
-      // dweight: the same 26 row terms (pad rows add exact zeros), grouped by rank and then summed
-      // in rank order. Any summation order of n terms errs by at most (n - 1) u sum|terms|
-      // (Higham, Accuracy and Stability, 4.2), so two orders differ by at most 2 (n - 1) u
-      // sum|terms|; we allow 2 * 32 u sum|terms|, n - 1 = 25 rounded up for the pad zeros.
-      for (std::int64_t i = 0; i < 16; ++i) {
-        TestType sum = dweight_partials[0][i];
-        for (int r = 1; r < ranks; ++r) sum += dweight_partials[static_cast<std::size_t>(r)][i];
-        const double bound = 2 * 32 * unit_roundoff<TestType>() * Traits::to_double(dweight_abs[i]);
-        CHECK(Traits::to_double(abs(sum - dweight[i])) <= bound);
-        if (ranks == 1) CHECK(Traits::identical(sum, dweight[i]));  // same order: bitwise
-      }
+      CHECK(norm_test::matches_bitwise(dx_dist, dx));
+      check_dweight_shares(dweight_partials, dweight, term_scale, placement.is_replicate());
     }
   }
 }

@@ -42,18 +42,18 @@ Tensor<T> seeded(Shape shape, shardsim::InitSpec spec, std::uint64_t seed) {
 }
 
 inline shardsim::InitSpec normal(double mean, double stddev) {
-  shardsim::InitSpec s;
-  s.dist = shardsim::InitDist::normal;
-  s.mean = mean;
-  s.stddev = stddev;
-  return s;
+  shardsim::InitSpec spec;
+  spec.dist = shardsim::InitDist::normal;
+  spec.mean = mean;
+  spec.stddev = stddev;
+  return spec;
 }
 
 inline shardsim::InitSpec uniform(double low, double high) {
-  shardsim::InitSpec s;
-  s.low = low;
-  s.high = high;
-  return s;
+  shardsim::InitSpec spec;
+  spec.low = low;
+  spec.high = high;
+  return spec;
 }
 
 // Normal(0, stddev) values from `seed` (the attention and RoPE tests' inputs).

@@ -1,12 +1,15 @@
 // Tests for ops/rms_norm.hpp and ops/rms_norm_plan.hpp: known answers, the property that RMSNorm
 // and LayerNorm are different ops (and agree exactly where they should: a zero-mean row), and
 // sharded == dense for the row-sharded (bitwise) and hidden-sharded (sum of squares) plans.
+#include "shardsim/ops/rms_norm.hpp"
+
 #include <catch2/catch.hpp>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 #include "norm_test_support.hpp"
 #include "shardsim/ops/layer_norm.hpp"
-#include "shardsim/ops/rms_norm.hpp"
 #include "shardsim/ops/rms_norm_plan.hpp"
 #include "shardsim/world.hpp"
 
@@ -52,8 +55,10 @@ TEMPLATE_TEST_CASE("rms_norm_forward known answer against mp256", "[rms_norm]", 
   RmsNormSaved<TestType> saved;
   shardsim::rms_norm_forward<TestType>(x, nullptr, params, y, saved);
   auto rounded = [](const Mp& v) {
-    if constexpr (std::is_same_v<TestType, float>) return shardsim::round_to_f32(v);
-    else return shardsim::round_to_f64(v);
+    if constexpr (std::is_same_v<TestType, float>)
+      return shardsim::round_to_f32(v);
+    else
+      return shardsim::round_to_f64(v);
   };
   const Mp rrms = 1 / sqrt(Mp(7.5));
   CHECK(shardsim::ulp_distance(saved.rrms[0], rounded(rrms)) <= 2);
@@ -69,8 +74,8 @@ TEMPLATE_TEST_CASE("layer_norm and rms_norm are different ops", "[rms_norm][laye
   // Distinct saved statistics: the types differ, so one op's saved state cannot be handed to
   // the other's backward.
   STATIC_REQUIRE(!std::is_same_v<RmsNormSaved<TestType>, shardsim::LayerNormSaved<TestType>>);
-  STATIC_REQUIRE(!std::is_convertible_v<RmsNormSaved<TestType>,
-                                        shardsim::LayerNormSaved<TestType>>);
+  STATIC_REQUIRE(
+      !std::is_convertible_v<RmsNormSaved<TestType>, shardsim::LayerNormSaved<TestType>>);
 
   // Nonzero mean: x = [1, 2, 3, 4], eps = 0. LayerNorm centers (mean 2.5): y_0 < 0 and the row
   // sums to 0; RMSNorm does not center: every y_i > 0.
@@ -150,8 +155,8 @@ TEMPLATE_TEST_CASE("row-sharded RMSNorm equals the dense oracle bitwise, forward
           shardsim::rms_norm_row_sharded(world, x_dist, &w_dist, params, "y", sharded_saved);
       CHECK(norm_test::matches_bitwise(y_dist, y));
       CHECK(norm_test::matches_bitwise(sharded_saved.rrms, saved.rrms));
-      const auto grads = shardsim::rms_norm_row_sharded_backward(
-          world, dy_dist, x_dist, &w_dist, sharded_saved, params, "dx", "dw");
+      const auto grads = shardsim::rms_norm_row_sharded_backward(world, dy_dist, x_dist, &w_dist,
+                                                                 sharded_saved, params, "dx", "dw");
       CHECK(norm_test::matches_bitwise(grads.dx, dx));
       if (placement.is_replicate()) {
         // Every rank holds every row and computes the whole dense dweight: a Replicate.
@@ -220,4 +225,36 @@ TEMPLATE_TEST_CASE("hidden-sharded RMSNorm agrees with the dense oracle", "[rms_
       if (ranks == 1) CHECK(norm_test::matches_bitwise(y_dist, y));  // one shard: same order
     }
   }
+}
+
+TEST_CASE("the RMSNorm plans record the documented boundary names, in order", "[rms_norm]") {
+  // The report prints these names and the step stores the oracle under them: the plans build
+  // them with part_name from rms_norm_parts. Entries are "tensor <- dense".
+  const Shape shape({{"seq", 3}, {"hidden", 4}});
+  const auto x = seeded<double>(shape, norm_test::normal(0.5, 2.0), 71);
+  const auto w = seeded<double>(Shape({{"hidden", 4}}), norm_test::uniform(0.5, 1.5), 72);
+  const auto dy = seeded<double>(shape, norm_test::normal(0.0, 1.0), 73);
+  shardsim::World<double> world(2, shardsim::ReduceOrder::rank, {});
+  std::vector<std::string> seen;
+  world.set_hook([&](const shardsim::BoundaryLabel& label, const DistTensor<double>&) {
+    seen.push_back(label.tensor + " <- " + label.dense_name());
+    return true;
+  });
+  using Names = std::vector<std::string>;
+  RmsNormParams params;
+  shardsim::RmsNormShardedSaved<double> saved;
+  const auto x_tokens = shardsim::distribute("x", x, Placement::shard("seq"), 2);
+  const auto w_whole = shardsim::distribute("w", w, Placement::replicate(), 2);
+  shardsim::rms_norm_row_sharded(world, x_tokens, &w_whole, params, "y", saved);
+  CHECK(seen == Names{"y.rrms <- y.rrms", "y <- y"});
+  seen.clear();
+  const Placement features = Placement::shard("hidden");
+  const auto x_dist = shardsim::distribute("x", x, features, 2);
+  const auto w_dist = shardsim::distribute("w", w, features, 2);
+  shardsim::rms_norm_hidden_sharded(world, x_dist, &w_dist, params, "y", saved);
+  const auto dy_dist = shardsim::distribute("grad(y)", dy, features, 2);
+  shardsim::rms_norm_hidden_sharded_backward(world, dy_dist, x_dist, &w_dist, saved, params,
+                                             "grad(x)", "grad(w)");
+  CHECK(seen == Names{"y.sumsq <- y.sumsq", "y.rrms <- y.rrms", "y <- y",
+                      "grad(y).sum_dnorm_norm <- grad(y).sum_dnorm_norm"});
 }

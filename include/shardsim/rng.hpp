@@ -15,6 +15,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,7 +31,9 @@ PhiloxCounter philox4x32_10(PhiloxCounter counter, PhiloxKey key);
 // FNV-1a 64-bit of a name: derives per-tensor seeds from the scenario seed.
 std::uint64_t fnv1a64(std::string_view text);
 
-enum class InitDist { uniform, normal, constant };
+// `file`: the values are read from a tensor file (scenario: init = { file, tensor }); they are
+// not drawn, and init_value is not defined for them.
+enum class InitDist { uniform, normal, constant, file };
 
 struct InitSpec {
   InitDist dist = InitDist::uniform;
@@ -39,9 +42,18 @@ struct InitSpec {
   double mean = 0.0;
   double stddev = 1.0;
   double value = 0.0;
+  // dist == file: every element, row-major, exactly as the file holds it (F32, BF16 and F16
+  // values are exact doubles; F64 values are themselves), and where they came from.
+  std::shared_ptr<const std::vector<double>> values;
+  std::string file;         // the path as the scenario writes it
+  std::string file_tensor;  // the tensor's name in a safetensors file ("" for .npy)
+  std::string file_dtype;   // "F64", "F32", "BF16" or "F16"
+  std::string file_sha256;  // SHA-256 of the whole file's bytes
+  std::vector<std::int64_t> file_shape;  // as the file states it (the loader checks it)
 };
 
 // Element `index` of a tensor initialized with `spec` from `seed` (see the header comment).
+// REQUIRES: spec.dist != InitDist::file.
 float init_value(const InitSpec& spec, std::uint64_t seed, std::uint64_t index);
 
 // Stream ids used in the Philox counter's third word.
@@ -86,38 +98,42 @@ std::uint32_t dropout_word(std::uint64_t seed, std::uint32_t stream, std::uint32
 inline bool dropout_keep(std::uint32_t word, std::uint32_t threshold) { return word >= threshold; }
 
 // The repetition detector. It is part of the checker, like the replica check: it reads every
-// rank's keep/drop mask, which no rank program does.
+// rank's drawn words, which no rank program does.
 //
-// For each pair of ranks a < b it compares the masks position by position over the overlapping
-// local flat index range [0, min(n_a, n_b)), skipping positions that are padding on either rank.
-// Independent masks agree at a position with probability chance = q^2 + (1 - q)^2, where
-// q = threshold / 2^32 is the exact drop probability. The pair is flagged as repeated when the
-// binomial upper tail P(Binomial(positions, chance) >= agree) is below kRepetitionTail = 1e-9:
-// independent masks would agree that often less than once in a billion pairs, while one repeated
-// 32-position mask at p = 0.5 already has tail 2^-32. (A z-score understates such small-sample
-// tails: 32 agreeing positions of 32 at p = 0.5 are z = 5.7 but probability 2^-32.)
-// With threshold = 0 (p = 0) nothing is random, chance = 1, and no pair is flagged.
+// It compares the drawn 32-bit Philox words, not the keep/drop bits. Two independent streams
+// share a word at a position with probability 2^-32 whatever p is, so a handful of positions
+// decide; keep/drop agreement carries little information when p is small (independent masks
+// agree with probability q^2 + (1 - q)^2, 0.98 at p = 0.01) or shards are short.
+//
+// words[r] is rank r's stream: its drawn words in local flat order, padding skipped. Each rank's
+// head (its first kRepetitionHeadWords words, all of them when it holds fewer) is looked up at
+// every position of every other rank's stream (one hash of the heads, so O(total words) time and
+// O(ranks * head) extra memory). Rank b REPEATS rank a at offset s when b's head equals a's
+// words s, s + 1, ...: offset 0 means the same stream, s > 0 the same stream shifted. The pair is
+// then compared over the whole overlap, min(n_b, n_a - s) positions, of which `equal` agree.
+// Independent streams would produce such a match somewhere in a's stream with probability at
+// most n_a * C(compared, equal) * 2^(-32 equal); the pair is flagged when that bound is below
+// kRepetitionTail (two equal words already give about 2^-64 n_a). For each rank b the first
+// match is kept (lowest a, then lowest offset).
 inline constexpr double kRepetitionTail = 1e-9;
+inline constexpr std::size_t kRepetitionHeadWords = 8;
 
-struct MaskAgreement {
-  int rank_a = 0;
-  int rank_b = 0;
-  std::int64_t positions = 0;  // compared positions
-  std::int64_t agree = 0;      // positions where both keep or both drop
-  double chance = 1;           // agreement probability of independent masks
-  double tail = 1;             // P(Binomial(positions, chance) >= agree)
-  bool repeated = false;       // tail < kRepetitionTail
+struct StreamRepeat {
+  int rank_a = 0;              // the stream that contains ...
+  int rank_b = 0;              // ... rank_b's stream, from position `offset` on
+  std::int64_t offset = 0;     // 0: the same stream
+  std::int64_t compared = 0;   // overlap positions compared
+  std::int64_t equal = 0;      // equal words among them
+  double log2_chance = 0;      // log2 of the bound above
 
-  // "ranks 0,1: 128 of 128 positions agree (1.000) vs 0.500 by chance, tail 2.9e-39: REPEATED"
+  // "ranks 0,1: 128 of 128 words equal at offset 0 (chance 2^-4089): REPEATED" (offset 0 names
+  // the pair in rank order; otherwise rank_a, then rank_b)
   std::string str() const;
 };
 
-// keeps[r][i] is rank r's decision at local flat position i (1 keep, 0 drop); valid[r][i] is 0 on
-// padding. Returns the pairs in order (0,1), (0,2), ..., (1,2), ...
-// REQUIRES: valid[r].size() == keeps[r].size() for every r.
-std::vector<MaskAgreement> mask_agreement(const std::vector<std::vector<std::uint8_t>>& keeps,
-                                          const std::vector<std::vector<std::uint8_t>>& valid,
-                                          std::uint32_t threshold);
+// The flagged repetitions, one per repeating rank b, in order of b.
+// REQUIRES: words.size() >= 1.
+std::vector<StreamRepeat> repeated_streams(const std::vector<std::vector<std::uint32_t>>& words);
 
 // P(Binomial(n, prob) >= k), summed in log space from j = k up to n. REQUIRES: 0 <= prob <= 1.
 double binomial_upper_tail(std::int64_t n, std::int64_t k, double prob);

@@ -1,5 +1,6 @@
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cstdio>
@@ -154,19 +155,71 @@ int run_command(const Args& args) {
               << (golden->options.format == GoldenFormat::npy ? "npy" : "safetensors")
               << " + manifest.json)\n";
   }
+  // After a divergence only: the probable causes (diagnosis.hpp).
+  const Diagnosis diagnosis = outcome.pass ? Diagnosis{} : diagnose(scenario, reports, run);
   if (!report_path.empty()) {
-    write_file_atomically(report_path, report_json(scenario, reports, outcome));
+    write_file_atomically(report_path, report_json(scenario, reports, outcome, diagnosis));
   }
-  std::cout << format_outcome(scenario, outcome);
+  std::cout << format_outcome(scenario, outcome) << format_diagnosis(diagnosis);
   return outcome.matches_expectation ? 0 : 1;
 }
+
+namespace {
+
+// The boundary `--diagnose SEL` names: "#ID" or "ID", or a tensor (its first failing boundary,
+// else its first boundary).
+int select_boundary(const RunReport& report, const std::string& selector) {
+  const std::string digits = selector.starts_with("#") ? selector.substr(1) : selector;
+  if (!digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos) {
+    return std::stoi(digits);
+  }
+  int first = -1;
+  for (const BoundaryResult& b : report.boundaries) {
+    if (b.entry.tensor != selector) continue;
+    if (b.status == Status::fail) return b.entry.id;
+    if (first < 0) first = b.entry.id;
+  }
+  if (first < 0) throw InputError("--diagnose: no boundary named '" + selector + "'");
+  return first;
+}
+
+// explain --diagnose [SEL]: without SEL the first divergence of the scenario's precisions (or
+// of --precision); with SEL that boundary at --precision (default: the first failing precision,
+// else f64).
+std::string signature_analysis(const Scenario& scenario, const po::variables_map& vm,
+                               const RunOptions& options) {
+  std::vector<Precision> precisions = scenario.precisions;
+  if (vm.count("precision")) precisions = {parse_precision(vm["precision"].as<std::string>())};
+  std::vector<RunReport> reports;
+  for (const Precision& precision : precisions) reports.push_back(evaluate(scenario, precision, options));
+  const std::string selector = vm["diagnose"].as<std::string>();
+  if (selector.empty()) return format_signature_analysis(diagnose(scenario, reports, options));
+  const auto failed = std::find_if(reports.begin(), reports.end(),
+                                   [](const RunReport& r) { return !r.pass; });
+  const RunReport& chosen = failed != reports.end() ? *failed : reports.front();
+  const Precision precision = vm.count("precision") || failed != reports.end()
+                                  ? chosen.precision
+                                  : parse_precision("f64");
+  return format_signature_analysis(
+      diagnose_boundary(scenario, precision, options, select_boundary(chosen, selector)));
+}
+
+}  // namespace
 
 int explain_command(const Args& args) {
   po::options_description options("explain options");
   add_mesh_options(options);
+  options.add_options()("diagnose", po::value<std::string>()->implicit_value(""),
+                        "after the plan, the signature analysis of the first divergence, or of "
+                        "boundary SEL (#ID, ID or a tensor name)")(
+      "precision,p", po::value<std::string>(),
+      "with --diagnose: the precision to analyse (default: the scenario's first failing one)");
   po::variables_map vm;
   if (!parse_scenario_args(args, options, vm, "usage: shardsim explain SCENARIO [options]"))
     return 0;
+  if (vm.count("precision") && !vm.count("diagnose")) {
+    throw InputError("--precision needs --diagnose");
+  }
   const Scenario scenario = load_scenario(vm["scenario"].as<std::string>());
   const RunReport report = evaluate(scenario, parse_precision("f64"), run_options(vm));
   std::cout << scenario.name << ": " << scenario.mesh.ranks << " ranks, reduce order "
@@ -177,6 +230,7 @@ int explain_command(const Args& args) {
   std::vector<TraceEntry> trace;
   for (const BoundaryResult& b : report.boundaries) trace.push_back(b.entry);
   std::cout << format_trace(trace);
+  if (vm.count("diagnose")) std::cout << "\n" << signature_analysis(scenario, vm, run_options(vm));
   return 0;
 }
 

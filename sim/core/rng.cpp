@@ -1,7 +1,6 @@
 #include "shardsim/rng.hpp"
 
 #include <algorithm>
-#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <cstdio>
@@ -50,6 +49,7 @@ std::uint64_t fnv1a64(std::string_view text) {
 }
 
 float init_value(const InitSpec& spec, std::uint64_t seed, std::uint64_t index) {
+  SHARDSIM_ASSERT(spec.dist != InitDist::file, "init_value: file values are read, not drawn");
   if (spec.dist == InitDist::constant) return static_cast<float>(spec.value);
   const PhiloxKey key{static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32)};
   const PhiloxCounter ctr{static_cast<std::uint32_t>(index),
@@ -127,51 +127,6 @@ double binomial_upper_tail(std::int64_t n, std::int64_t k, double prob) {
   double sum = 0;
   for (std::int64_t j = k; j <= n; ++j) sum += std::exp(log_term(j) - largest);
   return std::min(1.0, std::exp(largest + std::log(sum)));
-}
-
-std::string MaskAgreement::str() const {
-  char text[200];
-  const double fraction = positions ? static_cast<double>(agree) / static_cast<double>(positions)
-                                    : 0.0;
-  std::snprintf(text, sizeof text,
-                "ranks %d,%d: %lld of %lld positions agree (%.3f) vs %.3f by chance, tail %.2g%s",
-                rank_a, rank_b, static_cast<long long>(agree), static_cast<long long>(positions),
-                fraction, chance, tail, repeated ? ": REPEATED" : "");
-  return text;
-}
-
-std::vector<MaskAgreement> mask_agreement(const std::vector<std::vector<std::uint8_t>>& keeps,
-                                          const std::vector<std::vector<std::uint8_t>>& valid,
-                                          std::uint32_t threshold) {
-  SHARDSIM_ASSERT(keeps.size() == valid.size(), "mask_agreement: one validity vector per rank");
-  const double drop = std::ldexp(static_cast<double>(threshold), -32);
-  const double chance = drop * drop + (1 - drop) * (1 - drop);
-  std::vector<MaskAgreement> pairs;
-  const int ranks = static_cast<int>(keeps.size());
-  for (int a = 0; a < ranks; ++a) {
-    for (int b = a + 1; b < ranks; ++b) {
-      const auto& ka = keeps[static_cast<std::size_t>(a)];
-      const auto& kb = keeps[static_cast<std::size_t>(b)];
-      const auto& va = valid[static_cast<std::size_t>(a)];
-      const auto& vb = valid[static_cast<std::size_t>(b)];
-      SHARDSIM_ASSERT(ka.size() == va.size() && kb.size() == vb.size(),
-                      "mask_agreement: validity and mask sizes differ");
-      MaskAgreement pair;
-      pair.rank_a = a;
-      pair.rank_b = b;
-      pair.chance = chance;
-      const std::size_t overlap = std::min(ka.size(), kb.size());
-      for (std::size_t i = 0; i < overlap; ++i) {
-        if (!va[i] || !vb[i]) continue;
-        ++pair.positions;
-        if (ka[i] == kb[i]) ++pair.agree;
-      }
-      pair.tail = binomial_upper_tail(pair.positions, pair.agree, chance);
-      pair.repeated = pair.tail < kRepetitionTail;
-      pairs.push_back(pair);
-    }
-  }
-  return pairs;
 }
 
 }  // namespace shardsim

@@ -106,6 +106,24 @@ Json rank_json(const RankExtent& r) {
               {"slice", r.slice}};
 }
 
+// The manifest's "scenario": name, SHA-256 and text, and "input_files" when some tensor is read
+// from a file (init = { file, tensor }): which file, its SHA-256, so that a golden set names
+// exactly what it was computed from.
+Json scenario_json(const Scenario& scenario, const std::string& scenario_sha) {
+  Json out{{"name", scenario.name}, {"sha256", scenario_sha}, {"text", scenario.text}};
+  Json files = Json::array();
+  for (const TensorSpec& spec : scenario.tensors) {
+    if (spec.init.dist != InitDist::file) continue;
+    files.push_back(Json{{"tensor", spec.name},
+                         {"file", spec.init.file},
+                         {"file_tensor", spec.init.file_tensor},
+                         {"dtype", spec.init.file_dtype},
+                         {"sha256", spec.init.file_sha256}});
+  }
+  if (!files.empty()) out["input_files"] = files;
+  return out;
+}
+
 }  // namespace
 
 GoldenSet build_goldens(const Scenario& scenario, const RunReport& reference,
@@ -208,7 +226,7 @@ GoldenSet build_goldens(const Scenario& scenario, const RunReport& reference,
       {"format", format::kManifestFormat},
       {"format_version", format::kManifestFormatVersion},
       {"shardsim_version", kShardsimVersion},
-      {"scenario", Json{{"name", scenario.name}, {"sha256", scenario_sha}, {"text", scenario.text}}},
+      {"scenario", scenario_json(scenario, scenario_sha)},
       {"precision", precision},
       {"significand_bits", reference.significand_bits},
       {"reduce_order", reduce_order_name(reference.reduce_order)},

@@ -64,6 +64,17 @@ Json boundary_json(const BoundaryResult& b) {
               {"notes", e.notes}};
 }
 
+// [{cause, confidence, evidence}], most likely first; confidence to two decimals.
+Json diagnosis_json(const Diagnosis& diagnosis) {
+  Json causes = Json::array();
+  for (const Finding& f : diagnosis.causes) {
+    causes.push_back(Json{{"cause", cause_name(f.cause)},
+                          {"confidence", std::round(f.confidence * 100) / 100},
+                          {"evidence", f.evidence}});
+  }
+  return causes;
+}
+
 std::string short_scientific(double value) {
   if (value == 0) return "0";
   if (std::isinf(value)) return "inf";
@@ -90,6 +101,13 @@ std::string format_divergence(const Divergence& d) {
 
 std::string report_json(const Scenario& scenario, const std::vector<RunReport>& reports,
                         const Outcome& outcome) {
+  Diagnosis diagnosis;
+  if (!outcome.pass) diagnosis = diagnose(scenario, reports);
+  return report_json(scenario, reports, outcome, diagnosis);
+}
+
+std::string report_json(const Scenario& scenario, const std::vector<RunReport>& reports,
+                        const Outcome& outcome, const Diagnosis& diagnosis) {
   Json expected{{"verdict", scenario.expect.pass ? "pass" : "fail"}};
   if (scenario.expect.step) expected["step"] = *scenario.expect.step;
   if (scenario.expect.chunk) expected["chunk"] = *scenario.expect.chunk;
@@ -135,8 +153,9 @@ std::string report_json(const Scenario& scenario, const std::vector<RunReport>& 
             {"verdict", outcome.pass ? "pass" : "fail"},
             {"first_divergence", first},
             {"expected", expected},
-            {"matches_expectation", outcome.matches_expectation},
-            {"runs", runs}};
+            {"matches_expectation", outcome.matches_expectation}};
+  if (!outcome.pass) root["diagnosis"] = diagnosis_json(diagnosis);
+  root["runs"] = runs;
   return root.dump(2) + "\n";
 }
 

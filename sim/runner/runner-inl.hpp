@@ -11,9 +11,12 @@
 // after resetting the steps' carried state (StepOp::begin_stream).
 #pragma once
 
+#include <cmath>
+#include <cstdio>
 #include <map>
 #include <set>
 #include <string>
+#include <type_traits>
 
 #include "shardsim/error.hpp"
 #include "shardsim/ops/sgd.hpp"
@@ -26,6 +29,38 @@
 namespace shardsim {
 
 namespace detail {
+
+// An f32 run of F64 file values rounds each once, to nearest (float(double)); the note on the
+// input boundary says how many moved and how far. f64 and mp runs hold them exactly: no note.
+template <typename T>
+std::vector<std::string> input_rounding_notes(const TensorSpec& spec) {
+  if constexpr (!std::is_same_v<T, float>) {
+    return {};
+  } else {
+    if (spec.init.dist != InitDist::file) return {};
+    std::int64_t rounded = 0;
+    std::int64_t overflowed = 0;
+    double max_rel = 0;
+    for (double v : *spec.init.values) {
+      const double r = static_cast<double>(static_cast<float>(v));
+      if (r == v) continue;
+      ++rounded;
+      if (std::isinf(r)) {
+        ++overflowed;
+      } else {
+        max_rel = std::max(max_rel, std::fabs(r - v) / std::fabs(v));
+      }
+    }
+    if (rounded == 0) return {};
+    char rel[32];
+    std::snprintf(rel, sizeof rel, "%.2g", max_rel);
+    const std::string count =
+        std::to_string(rounded) + " of " + std::to_string(spec.init.values->size());
+    return {"f32 run: " + count + " " + spec.init.file_dtype + " values from '" + spec.init.file +
+            "' rounded once to nearest f32 (max relative change " + rel + ")" +
+            (overflowed ? ", " + std::to_string(overflowed) + " overflowed to inf" : "")};
+  }
+}
 
 // One run of a scenario at one precision: the world, the oracle's and the ranks' tensors, the
 // steps, and the trace. run() calls the phases in the order of the header comment.
@@ -94,19 +129,27 @@ class ScenarioRun {
     return same;
   }
 
-  // Inputs and parameters: identical f32-representable values at every precision. Streamed
-  // inputs and targets are also kept whole, to be sliced per chunk (load_chunk).
+  // Inputs and parameters: drawn ones are f32-representable, identical at every precision;
+  // file values (InitDist::file) are exact at f64 and mp, and an f32 run rounds F64 values once
+  // to nearest (a note on the input boundary counts them). Streamed inputs and targets are also
+  // kept whole, to be sliced per chunk (load_chunk).
   void load_inputs() {
     for (const TensorSpec& spec : scenario_.tensors) {
       Tensor<T> global(spec.shape);
+      const bool from_file = spec.init.dist == InitDist::file;
       for (std::int64_t i = 0; i < global.numel(); ++i) {
-        global[i] = T(init_value(spec.init, spec.init_seed, static_cast<std::uint64_t>(i)));
+        const auto index = static_cast<std::uint64_t>(i);
+        global[i] = from_file ? T((*spec.init.values)[index])
+                              : T(init_value(spec.init, spec.init_seed, index));
       }
       env_.sharded[spec.name] = distribute(spec.name, global, spec.layout, world_.mesh_ptr());
       env_.dense[spec.name] = std::move(global);
-      world_.compare_boundary(
-          {.op = "input", .tensor = spec.name, .exact = true, .kind = BoundaryKind::input},
-          env_.sharded[spec.name]);
+      world_.compare_boundary({.op = "input",
+                               .tensor = spec.name,
+                               .exact = true,
+                               .kind = BoundaryKind::input,
+                               .notes = input_rounding_notes<T>(spec)},
+                              env_.sharded[spec.name]);
       apply_ones_init_assumed(scenario_, spec, world_, env_.sharded[spec.name]);
     }
     if (!scenario_.stream) return;

@@ -116,6 +116,7 @@ Layout Loader::layout(const toml::node& node, const std::string& path, const Mes
 
 InitSpec Loader::init(const toml::node& node, const std::string& path, std::uint64_t& seed) const {
   const toml::table& t = table(node, path);
+  if (t.get("file")) return init_file(t, path);
   check_keys(t, path, {"dist", "low", "high", "mean", "std", "value", "seed"});
   InitSpec spec;
   const std::string dist = t.get("dist") ? string(*t.get("dist"), path + ".dist") : "uniform";
@@ -203,6 +204,7 @@ TensorSpec Loader::tensor(const toml::node& node, const std::string& path,
   spec.init_seed = scenario_seed ^ fnv1a64(spec.name);
   if (const toml::node* init_node = t.get("init")) {
     spec.init = init(*init_node, path + ".init", spec.init_seed);
+    if (spec.init.dist == InitDist::file) check_init_file_shape(*init_node, path + ".init", spec);
   }
   spec.layout = Layout::uniform(mesh.ndim(), Placement::replicate());
   if (const toml::node* placement = t.get("placement")) {

@@ -3,6 +3,9 @@
 // loader_steps.cpp (steps, stream, faults, expectation).
 #pragma once
 
+#include <map>
+#include <memory>
+
 #include "sim/scenario/op_entry.hpp"
 #include "sim/scenario/toml_reader.hpp"
 
@@ -24,6 +27,15 @@ class Loader : public TomlReader {
                 const Shape& shape) const;
 
   InitSpec init(const toml::node& node, const std::string& path, std::uint64_t& seed) const;
+
+  // init = { file = PATH, tensor = NAME } (input_files.cpp): one tensor of a safetensors or npy
+  // file, PATH relative to the scenario file's directory. Read like `shardsim compare` reads a
+  // candidate (every length checked against the file size before anything is allocated, no
+  // partial reads); F64, F32, BF16 and F16 only, every value finite. Called from init().
+  InitSpec init_file(const toml::table& t, const std::string& path) const;
+  // The file's shape must be the declared shape; the message names both.
+  void check_init_file_shape(const toml::node& node, const std::string& path,
+                             const TensorSpec& spec) const;
 
   TensorSpec tensor(const toml::node& node, const std::string& path, std::uint64_t scenario_seed,
                     const Mesh& mesh);
@@ -55,6 +67,13 @@ class Loader : public TomlReader {
   Fault fault(const toml::node& node, const std::string& path, const Scenario& s) const;
 
   Expectation expect(const toml::table& t) const;
+
+ private:
+  struct InputFile;  // one decoded tensor file and its SHA-256 (input_files.cpp)
+  const InputFile& input_file(const toml::node& node, const std::string& path,
+                              const std::string& resolved) const;
+  // Files already read during this load, by resolved path: many tensors share one file.
+  mutable std::map<std::string, std::shared_ptr<const InputFile>> input_files_;
 };
 
 }  // namespace shardsim

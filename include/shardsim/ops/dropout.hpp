@@ -47,6 +47,16 @@ struct DropoutMask {
 DropoutMask dropout_mask(const Shape& local, const DropoutFrame& frame,
                          const DropoutParams& params, DropoutPolicy policy);
 
+// The words behind a local mask, for the repetition detector: `drawn` holds the words the rank
+// draws under `policy` and `dense` the words the dense program (policy global) draws for the same
+// elements, both in local flat order with padding positions skipped.
+struct DrawnWords {
+  std::vector<std::uint32_t> drawn;
+  std::vector<std::uint32_t> dense;
+};
+DrawnWords dropout_words(const Shape& local, const DropoutFrame& frame,
+                         const DropoutParams& params, DropoutPolicy policy);
+
 template <typename T>
 T dropout_scale(double p) {
   return T(1) / (T(T(1) - T(p)));

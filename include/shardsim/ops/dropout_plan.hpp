@@ -3,17 +3,23 @@
 // is the slice of the dense mask, so the mask and y match the oracle bit for bit.
 //
 // Boundaries, in order:
-//   OUTPUT.mask@repetition  (check, Shard inputs only) the repetition detector's verdict as a
-//                           [rank=k, peer=k] Replicate tensor: 1 at (a, b), a < b, when ranks a and
-//                           b repeat each other's masks, else 0. The oracle's is all zeros, so a
-//                           repeated pair is the first divergence and its index names the ranks;
-//                           each pair's agreement is a note on the boundary.
-//   OUTPUT.mask             the keep mask as values 1 / 0, exact
+//   OUTPUT.mask@repetition  (check, Shard inputs only) the repetition detector's verdict over the
+//                           ranks' drawn words (rng.hpp) as a [rank=k, peer=k] Shard(rank)
+//                           tensor (k^2 values in all): 1 at (a, b), a < b, when ranks a and b
+//                           draw the same stream, or one draws the other's shifted, else 0. The
+//                           oracle's is all zeros, so a repeated pair is the first divergence and
+//                           its index names the ranks. Notes: one line per repeating rank (at
+//                           most 16) and a summary; without repetition the summary says whether
+//                           the ranks' words are the dense program's (a per-rank seed offset
+//                           draws independent words that are not).
+//   OUTPUT.mask             the keep mask as values 1 / 0, exact. For a Replicate input whose
+//                           replicas draw different words, notes say so.
 //   OUTPUT                  y, exact
 // A Replicate input is not checked for repetition: there every rank holds the same elements and
 // must draw the same mask, which the mask boundary checks on every rank.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -41,25 +47,113 @@ inline DropoutFrame dropout_frame(const Shape& global, const Placement& placemen
   return frame;
 }
 
-// The detector's verdict tensor and notes for the ranks' masks (see the header comment).
+namespace detail {
+
+// Disjoint sets of ranks drawing the same stream (offset-0 repetitions).
+inline int stream_group(std::vector<int>& parent, int rank) {
+  while (parent[static_cast<std::size_t>(rank)] != rank) {
+    rank = parent[static_cast<std::size_t>(rank)] =
+        parent[static_cast<std::size_t>(parent[static_cast<std::size_t>(rank)])];
+  }
+  return rank;
+}
+
+// The summary note when no stream repeats: are the ranks' words the dense program's?
+inline std::string unrepeated_note(const std::vector<DrawnWords>& words) {
+  std::int64_t total = 0, equal = 0;
+  int foreign_ranks = 0;
+  for (const DrawnWords& w : words) {
+    std::int64_t mine = 0;
+    for (std::size_t i = 0; i < w.drawn.size(); ++i) mine += w.drawn[i] == w.dense[i] ? 1 : 0;
+    total += static_cast<std::int64_t>(w.drawn.size());
+    equal += mine;
+    if (mine != static_cast<std::int64_t>(w.drawn.size())) ++foreign_ranks;
+  }
+  const std::string head = "words: no two of the " + std::to_string(words.size()) +
+                           " ranks share a stream (each rank's first " +
+                           std::to_string(kRepetitionHeadWords) +
+                           " words looked up in every other rank's words)";
+  if (foreign_ranks == 0) {
+    return head + "; every rank draws the dense program's words at its slice";
+  }
+  return head + ", but " + std::to_string(foreign_ranks) +
+         " ranks draw words that are not the dense program's at their slices (" +
+         std::to_string(equal) + " of " + std::to_string(total) +
+         " words equal): independent per-rank masks, not reproducible against the dense program";
+}
+
+}  // namespace detail
+
+// The detector's verdict tensor and notes for the ranks' drawn words (see the header comment).
+// The verdict is [rank=k, peer=k] Shard(rank): rank a holds row a, so the check costs k^2
+// values in all. Flagged: (a, b), a < b, for every pair in a group of ranks drawing the same
+// stream, and for every shifted repetition.
 template <typename T>
-DistTensor<T> repetition_check(const std::vector<DropoutMask>& masks, std::uint32_t threshold,
+DistTensor<T> repetition_check(const std::vector<DrawnWords>& words, std::uint32_t threshold,
                                const std::string& name, std::vector<std::string>& notes) {
-  const int ranks = static_cast<int>(masks.size());
-  std::vector<std::vector<std::uint8_t>> keeps, valid;
-  for (const DropoutMask& mask : masks) {
-    keeps.push_back(mask.keep);
-    valid.push_back(mask.valid);
-  }
+  const int ranks = static_cast<int>(words.size());
   const Shape shape({{"rank", ranks}, {"peer", ranks}});
-  Tensor<T> flags(shape);
-  for (const MaskAgreement& pair : mask_agreement(keeps, valid, threshold)) {
-    if (pair.repeated) flags[pair.rank_a * ranks + pair.rank_b] = T(1);
-    notes.push_back(pair.str());
+  DistTensor<T> out = make_dist<T>(name, shape, Placement::shard("rank"), ranks);
+  if (threshold == 0) {
+    notes.push_back("words: p = 0, every element is kept; nothing to repeat");
+    return out;
   }
-  DistTensor<T> out = make_dist<T>(name, shape, Placement::replicate(), 0);
-  out.locals.assign(static_cast<std::size_t>(ranks), flags);
+  std::vector<std::vector<std::uint32_t>> streams;
+  for (const DrawnWords& w : words) streams.push_back(w.drawn);
+  const std::vector<StreamRepeat> repeats = repeated_streams(streams);
+  if (repeats.empty()) {
+    notes.push_back(detail::unrepeated_note(words));
+    return out;
+  }
+  std::vector<int> parent(static_cast<std::size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) parent[static_cast<std::size_t>(r)] = r;
+  auto flag = [&](int a, int b) { out.local(std::min(a, b))[std::max(a, b)] = T(1); };
+  constexpr std::size_t kMaxNotes = 16;
+  std::size_t listed = 0;
+  for (const StreamRepeat& repeat : repeats) {
+    // An offset-0 pair found from both ends is listed once.
+    const bool listed_already = repeat.offset == 0 && repeat.rank_a < repeat.rank_b &&
+                                detail::stream_group(parent, repeat.rank_a) ==
+                                    detail::stream_group(parent, repeat.rank_b);
+    if (!listed_already && ++listed <= kMaxNotes) notes.push_back(repeat.str());
+    if (repeat.offset == 0) {
+      parent[static_cast<std::size_t>(detail::stream_group(parent, repeat.rank_b))] =
+          detail::stream_group(parent, repeat.rank_a);
+    } else {
+      flag(repeat.rank_a, repeat.rank_b);
+    }
+  }
+  if (listed > kMaxNotes) notes.push_back("... and " + std::to_string(listed - kMaxNotes) + " more");
+  for (int a = 0; a < ranks; ++a) {
+    for (int b = a + 1; b < ranks; ++b) {
+      if (detail::stream_group(parent, a) == detail::stream_group(parent, b)) flag(a, b);
+    }
+  }
+  notes.push_back("words: " + std::to_string(repeats.size()) + " of " + std::to_string(ranks) +
+                  " ranks repeat another rank's stream: seed repetition");
   return out;
+}
+
+// For a Replicate input: a note when the replicas draw different words (they must draw the
+// same mask), else nothing.
+inline std::vector<std::string> replica_word_notes(const std::vector<DrawnWords>& words,
+                                                   std::uint32_t threshold) {
+  if (threshold == 0) return {};
+  std::vector<std::string> notes;
+  for (std::size_t r = 1; r < words.size(); ++r) {
+    std::int64_t differ = 0;
+    for (std::size_t i = 0; i < words[r].drawn.size(); ++i) {
+      differ += words[r].drawn[i] != words[0].drawn[i] ? 1 : 0;
+    }
+    if (differ == 0) continue;
+    notes.push_back("the replicas disagree with each other: rank " + std::to_string(r) +
+                    "'s words differ from rank 0's at " + std::to_string(differ) + " of " +
+                    std::to_string(words[r].drawn.size()) +
+                    " positions (independent per-rank masks, not reproducible against the "
+                    "dense program)");
+    if (notes.size() == 16) break;
+  }
+  return notes;
 }
 
 // REQUIRES: x is not Partial. y has x's placement.
@@ -81,16 +175,26 @@ DistTensor<T> dropout_sharded(const World<T>& world, const DistTensor<T>& x,
   });
   zero_padding(mask);
   zero_padding(y);
+  // The checker reads every rank's drawn words here; the rank programs above did not.
+  std::vector<DrawnWords> words;
+  for (int r = 0; r < ranks; ++r) {
+    words.push_back(dropout_words(x.local(r).shape(),
+                                  dropout_frame(x.global, x.placement, ranks, r), params, policy));
+  }
+  const std::uint32_t threshold = dropout_threshold(params.p);
   if (x.placement.is_shard()) {
-    // The checker reads every rank's mask here; the rank programs above did not.
     std::vector<std::string> notes;
-    const DistTensor<T> check = repetition_check<T>(
-        saved.masks, dropout_threshold(params.p), output + ".mask@repetition", notes);
+    const DistTensor<T> check =
+        repetition_check<T>(words, threshold, output + ".mask@repetition", notes);
     world.compare_boundary({.op = "dropout_repetition", .tensor = check.name, .exact = true,
                   .kind = BoundaryKind::check, .notes = notes},
                  check);
   }
-  world.compare_boundary({.op = "dropout", .tensor = mask.name, .exact = true}, mask);
+  world.compare_boundary(
+      {.op = "dropout", .tensor = mask.name, .exact = true,
+       .notes = x.placement.is_replicate() ? replica_word_notes(words, threshold)
+                                           : std::vector<std::string>{}},
+      mask);
   world.compare_boundary({.op = "dropout", .tensor = output, .exact = true, .inputs = {x.name, mask.name}},
                y);
   return y;

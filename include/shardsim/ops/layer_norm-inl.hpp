@@ -1,85 +1,90 @@
-// Template bodies of ops/layer_norm.hpp.
+// Template bodies of ops/layer_norm.hpp. The forward and backward kernels run the per-block
+// passes of layer_norm_blocks-inl.hpp over detail::for_each_row (norm_rows.hpp):
+//   layer_norm_forward         block stats, then block apply, on each block
+//   layer_norm_stats           block stats
+//   layer_norm_apply           block apply
+//   layer_norm_backward        block backward sums, then block backward apply, on each block
+//   layer_norm_backward_sums   block backward sums
+//   layer_norm_backward_apply  block backward apply
 #pragma once
 
-#include <array>
-#include <cmath>
-#include <type_traits>
+#include <cstdint>
 
 #include "shardsim/ops/layer_norm.hpp"
-#include "shardsim/scalar.hpp"
+#include "shardsim/ops/layer_norm_blocks-inl.hpp"
+#include "shardsim/ops/norm_rows.hpp"
 
 namespace shardsim {
 
-namespace detail {
-
-// Rows reduced side by side: four rows' sums advance together, each still one accumulator over
-// its own row in ascending order, so every result is bitwise what one row at a time gives; the
-// four independent chains only keep the adder busy (a single sequential sum waits on its own
-// latency). Calls f(first_row, std::integral_constant<int, N>) with N = 4, then 1 for the tail.
-inline constexpr int kLayerNormRowBlock = 4;
-
-template <typename F>
-void for_row_blocks(std::int64_t rows, F&& f) {
-  std::int64_t r = 0;
-  for (; r + kLayerNormRowBlock <= rows; r += kLayerNormRowBlock) {
-    f(r, std::integral_constant<int, kLayerNormRowBlock>{});
-  }
-  for (; r < rows; ++r) f(r, std::integral_constant<int, 1>{});
+template <typename T>
+void layer_norm_forward(const Tensor<T>& x, const Tensor<T>* weight, const Tensor<T>* bias,
+                        const LayerNormParams& params, const LayerNormFaults& faults, Tensor<T>& y,
+                        LayerNormSaved<T>& saved, const T* shared_mean) {
+  SHARDSIM_ASSERT(&x != &y, "layer_norm_forward: y must not be x");
+  const AxisView view = AxisView::of(x.shape(), params.axis);
+  const auto policy = detail::layer_norm_stats_policy(view.extent, params, faults, shared_mean);
+  prepare_output(y, x.shape());  // every element is written below (tensor.hpp)
+  saved.mean = Tensor<T>(x.shape().without(params.axis));  // (rows)
+  saved.rstd = Tensor<T>(x.shape().without(params.axis));  // (rows)
+  // Each block's statistics, then its normalization while its rows are still in cache. The
+  // statistics pass from one to the other in the block's own arrays (mean, rstd): read back from
+  // saved, whose storage y's stores might alias as far as the compiler knows, the f32 loops run
+  // markedly slower.
+  detail::for_each_row(view, [&](const auto& block) {
+    constexpr int n = detail::rows_in<decltype(block)>;
+    detail::RowValues<T, n> mean, rstd;  // (n)
+    detail::layer_norm_block_stats(block, x, view.extent, policy, mean, rstd);
+    detail::layer_norm_block_apply(block, x, weight, bias, mean, rstd, faults, view.extent,
+                                   view.extent, y);
+    for (int q = 0; q < n; ++q) {
+      saved.mean[block.row(q)] = mean[q];
+      saved.rstd[block.row(q)] = rstd[q];
+    }
+  });
 }
-
-}  // namespace detail
 
 template <typename T>
 void layer_norm_forward(const Tensor<T>& x, const Tensor<T>* weight, const Tensor<T>* bias,
                         const LayerNormParams& params, Tensor<T>& y, LayerNormSaved<T>& saved) {
-  using std::sqrt;
-  SHARDSIM_ASSERT(&x != &y, "layer_norm_forward: y must not be x");
+  layer_norm_forward<T>(x, weight, bias, params, LayerNormFaults{}, y, saved, nullptr);
+}
+
+template <typename T>
+void layer_norm_stats(const Tensor<T>& x, const LayerNormParams& params,
+                      const LayerNormFaults& faults, LayerNormSaved<T>& stats,
+                      const T* shared_mean) {
   const AxisView view = AxisView::of(x.shape(), params.axis);
-  const T count = T(view.extent);
-  const T eps = T(params.eps);
-  // Every element of y is written below, so its storage may be kept (tensor.hpp).
-  prepare_output(y, x.shape());
-  saved.mean = Tensor<T>(x.shape().without(params.axis));  // (rows)
-  saved.rstd = Tensor<T>(x.shape().without(params.axis));  // (rows)
-  const std::int64_t step = view.inner;                    // row r: element i at base(r) + i * step
-  detail::for_row_blocks(view.outer * view.inner, [&](std::int64_t r0, auto block) {
-    constexpr int n = decltype(block)::value;
-    // The per-element loops write through *_into into these values, made once per block, so
-    // an Mp run allocates nothing per element here (scalar.hpp), and being the block's own
-    // locals they stay in registers at f32/f64. The arithmetic is the header's formula.
-    std::array<T, n> sum, sum_sq, centered, mean, rstd;
-    T out = T(0);
-    std::int64_t base[n];
+  const auto policy = detail::layer_norm_stats_policy(view.extent, params, faults, shared_mean);
+  stats.mean = Tensor<T>(x.shape().without(params.axis));  // (rows)
+  stats.rstd = Tensor<T>(x.shape().without(params.axis));  // (rows)
+  detail::for_each_row(view, [&](const auto& block) {
+    constexpr int n = detail::rows_in<decltype(block)>;
+    detail::RowValues<T, n> mean, rstd;  // (n)
+    detail::layer_norm_block_stats(block, x, view.extent, policy, mean, rstd);
     for (int q = 0; q < n; ++q) {
-      base[q] = view.flat((r0 + q) / view.inner, 0, (r0 + q) % view.inner);
-      sum[q] = T(0);
-      sum_sq[q] = T(0);
+      stats.mean[block.row(q)] = mean[q];
+      stats.rstd[block.row(q)] = rstd[q];
     }
-    for (std::int64_t i = 0; i < view.extent; ++i) {
-      for (int q = 0; q < n; ++q) add_into(sum[q], sum[q], x[base[q] + i * step]);
-    }
-    for (int q = 0; q < n; ++q) mean[q] = sum[q] / count;
-    for (std::int64_t i = 0; i < view.extent; ++i) {
-      for (int q = 0; q < n; ++q) {
-        sub_into(centered[q], x[base[q] + i * step], mean[q]);
-        mul_into(centered[q], centered[q], centered[q]);
-        add_into(sum_sq[q], sum_sq[q], centered[q]);
-      }
-    }
+  });
+}
+
+template <typename T>
+void layer_norm_apply(const Tensor<T>& x, const Tensor<T>* weight, const Tensor<T>* bias,
+                      const LayerNormSaved<T>& stats, const LayerNormParams& params,
+                      const LayerNormFaults& faults, std::int64_t valid, Tensor<T>& y) {
+  SHARDSIM_ASSERT(&x != &y, "layer_norm_apply: y must not be x");
+  const AxisView view = AxisView::of(x.shape(), params.axis);
+  detail::require_valid_positions(view, valid);
+  prepare_output(y, x.shape());  // every element is written below (tensor.hpp)
+  detail::for_each_row(view, [&](const auto& block) {
+    constexpr int n = detail::rows_in<decltype(block)>;
+    detail::RowValues<T, n> mean, rstd;  // (n) local copies: stores into y cannot alias them
     for (int q = 0; q < n; ++q) {
-      const T var = sum_sq[q] / count;
-      rstd[q] = T(1) / sqrt(var + eps);
-      for (std::int64_t i = 0; i < view.extent; ++i) {
-        const std::int64_t at = base[q] + i * step;
-        sub_into(out, x[at], mean[q]);
-        mul_into(out, out, rstd[q]);
-        if (weight) mul_into(out, out, (*weight)[i]);
-        if (bias) add_into(out, out, (*bias)[i]);
-        y[at] = out;
-      }
-      saved.mean[r0 + q] = mean[q];
-      saved.rstd[r0 + q] = rstd[q];
+      mean[q] = stats.mean[block.row(q)];
+      rstd[q] = stats.rstd[block.row(q)];
     }
+    detail::layer_norm_block_apply(block, x, weight, bias, mean, rstd, faults, valid, view.extent,
+                                   y);
   });
 }
 
@@ -87,48 +92,68 @@ template <typename T>
 void layer_norm_backward(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T>* weight,
                          const LayerNormSaved<T>& saved, const LayerNormParams& params,
                          Tensor<T>& dx, Tensor<T>* dweight, Tensor<T>* dbias) {
-  const AxisView view = AxisView::of(x.shape(), params.axis);
   SHARDSIM_ASSERT(&dx != &x && &dx != &dy, "layer_norm_backward: dx must not be an input");
+  const AxisView view = AxisView::of(x.shape(), params.axis);
   const T count = T(view.extent);
   prepare_output(dx, x.shape());  // every element is written below
-  const std::int64_t step = view.inner;
-  // The two row reductions run side by side over a block of rows (detail::for_row_blocks); the
-  // elementwise pass then goes row by row, so dweight and dbias accumulate in row order.
-  detail::for_row_blocks(view.outer * view.inner, [&](std::int64_t r0, auto block) {
-    constexpr int n = decltype(block)::value;
-    std::int64_t base[n];
-    T mean[n], rstd[n], dnorm_sum[n], dnorm_norm_sum[n];
+  // Each block's two reductions, then its elementwise pass while its rows are still in cache;
+  // the blocks go in row order, so dweight and dbias accumulate in row order.
+  detail::for_each_row(view, [&](const auto& block) {
+    constexpr int n = detail::rows_in<decltype(block)>;
+    detail::RowValues<T, n> dnorm_mean, dnorm_norm_mean;  // (n) row sums, then row means
+    detail::layer_norm_block_backward_sums(block, dy, x, weight, saved, view.extent, dnorm_mean,
+                                           dnorm_norm_mean);
     for (int q = 0; q < n; ++q) {
-      base[q] = view.flat((r0 + q) / view.inner, 0, (r0 + q) % view.inner);
-      mean[q] = saved.mean[r0 + q];
-      rstd[q] = saved.rstd[r0 + q];
-      dnorm_sum[q] = T(0);
-      dnorm_norm_sum[q] = T(0);
+      dnorm_mean[q] = dnorm_mean[q] / count;
+      dnorm_norm_mean[q] = dnorm_norm_mean[q] / count;
     }
-    // Two reductions over each row: sum(dnorm) and sum(dnorm * norm).
-    for (std::int64_t i = 0; i < view.extent; ++i) {
-      for (int q = 0; q < n; ++q) {
-        const std::int64_t at = base[q] + i * step;
-        const T norm = (x[at] - mean[q]) * rstd[q];
-        const T dnorm = weight ? dy[at] * (*weight)[i] : dy[at];
-        dnorm_sum[q] += dnorm;
-        dnorm_norm_sum[q] += dnorm * norm;
-      }
-    }
+    detail::layer_norm_block_backward_apply(block, dy, x, weight, saved, dnorm_mean,
+                                            dnorm_norm_mean, view.extent, view.extent, dx, dweight,
+                                            dbias);
+  });
+}
+
+template <typename T>
+void layer_norm_backward_sums(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T>* weight,
+                              const LayerNormSaved<T>& stats, const LayerNormParams& params,
+                              std::int64_t valid, Tensor<T>& sum_dnorm, Tensor<T>& sum_dnorm_norm) {
+  const AxisView view = AxisView::of(x.shape(), params.axis);
+  detail::require_valid_positions(view, valid);
+  sum_dnorm = Tensor<T>(x.shape().without(params.axis));       // (rows)
+  sum_dnorm_norm = Tensor<T>(x.shape().without(params.axis));  // (rows)
+  detail::for_each_row(view, [&](const auto& block) {
+    constexpr int n = detail::rows_in<decltype(block)>;
+    detail::RowValues<T, n> dnorm_total, dnorm_norm_total;  // (n)
+    detail::layer_norm_block_backward_sums(block, dy, x, weight, stats, valid, dnorm_total,
+                                           dnorm_norm_total);
     for (int q = 0; q < n; ++q) {
-      const T dnorm_mean = dnorm_sum[q] / count;
-      const T dnorm_norm_mean = dnorm_norm_sum[q] / count;
-      for (std::int64_t i = 0; i < view.extent; ++i) {
-        const std::int64_t at = base[q] + i * step;
-        const T norm = (x[at] - mean[q]) * rstd[q];
-        const T dnorm = weight ? dy[at] * (*weight)[i] : dy[at];
-        if (dbias) (*dbias)[i] += dy[at];
-        if (dweight) (*dweight)[i] += dy[at] * norm;
-        // term 1: dnorm; term 2: - mean(dnorm) (through the mean);
-        // term 3: - norm * mean(dnorm * norm) (through the variance).
-        dx[at] = ((dnorm - dnorm_mean) - norm * dnorm_norm_mean) * rstd[q];
-      }
+      sum_dnorm[block.row(q)] = dnorm_total[q];
+      sum_dnorm_norm[block.row(q)] = dnorm_norm_total[q];
     }
+  });
+}
+
+template <typename T>
+void layer_norm_backward_apply(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T>* weight,
+                               const LayerNormSaved<T>& stats, const Tensor<T>& sum_dnorm,
+                               const Tensor<T>& sum_dnorm_norm, std::int64_t count,
+                               const LayerNormParams& params, std::int64_t valid, Tensor<T>& dx,
+                               Tensor<T>* dweight, Tensor<T>* dbias) {
+  SHARDSIM_ASSERT(&dx != &x && &dx != &dy, "layer_norm_backward_apply: dx must not be an input");
+  const AxisView view = AxisView::of(x.shape(), params.axis);
+  detail::require_valid_positions(view, valid);
+  const T row_length = T(count);
+  prepare_output(dx, x.shape());  // every element is written below
+  detail::for_each_row(view, [&](const auto& block) {
+    constexpr int n = detail::rows_in<decltype(block)>;
+    detail::RowValues<T, n> dnorm_mean, dnorm_norm_mean;  // (n)
+    for (int q = 0; q < n; ++q) {
+      dnorm_mean[q] = sum_dnorm[block.row(q)] / row_length;
+      dnorm_norm_mean[q] = sum_dnorm_norm[block.row(q)] / row_length;
+    }
+    detail::layer_norm_block_backward_apply(block, dy, x, weight, stats, dnorm_mean,
+                                            dnorm_norm_mean, valid, view.extent, dx, dweight,
+                                            dbias);
   });
 }
 
@@ -138,47 +163,61 @@ template <typename T>
 void layer_norm_partial_sums(const Tensor<T>& x, const LayerNormParams& params, std::int64_t valid,
                              Tensor<T>& sum, Tensor<T>& sum_sq) {
   const AxisView view = AxisView::of(x.shape(), params.axis);
-  SHARDSIM_ASSERT(valid >= 0 && valid <= view.extent, "valid positions out of range");
-  sum = Tensor<T>(x.shape().without(params.axis));
-  sum_sq = Tensor<T>(x.shape().without(params.axis));
-  for (std::int64_t o = 0; o < view.outer; ++o) {
-    for (std::int64_t j = 0; j < view.inner; ++j) {
-      T s = T(0);
-      T ss = T(0);
-      for (std::int64_t i = 0; i < valid; ++i) {
-        const T v = x[view.flat(o, i, j)];
-        s += v;
-        ss += v * v;
-      }
-      sum[o * view.inner + j] = s;
-      sum_sq[o * view.inner + j] = ss;
+  detail::require_valid_positions(view, valid);
+  sum = Tensor<T>(x.shape().without(params.axis));     // (rows)
+  sum_sq = Tensor<T>(x.shape().without(params.axis));  // (rows)
+  detail::for_each_row(view, [&](const auto& block) {
+    constexpr int n = detail::rows_in<decltype(block)>;
+    detail::RowValues<T, n> row_sum, row_sum_sq;  // (n)
+    for (int q = 0; q < n; ++q) {
+      row_sum[q] = T(0);
+      row_sum_sq[q] = T(0);
     }
-  }
+    for (std::int64_t i = 0; i < valid; ++i) {
+      for (int q = 0; q < n; ++q) {
+        const T& value = x[block.at(q, i)];
+        row_sum[q] += value;
+        row_sum_sq[q] += value * value;
+      }
+    }
+    for (int q = 0; q < n; ++q) {
+      sum[block.row(q)] = row_sum[q];
+      sum_sq[block.row(q)] = row_sum_sq[q];
+    }
+  });
 }
 
 template <typename T>
 void layer_norm_partial_moments(const Tensor<T>& x, const LayerNormParams& params,
                                 std::int64_t valid, Tensor<T>& mean, Tensor<T>& m2) {
   const AxisView view = AxisView::of(x.shape(), params.axis);
-  SHARDSIM_ASSERT(valid >= 0 && valid <= view.extent, "valid positions out of range");
-  mean = Tensor<T>(x.shape().without(params.axis));
-  m2 = Tensor<T>(x.shape().without(params.axis));
-  if (valid == 0) return;  // the empty triple (0, 0, 0)
+  detail::require_valid_positions(view, valid);
+  mean = Tensor<T>(x.shape().without(params.axis));  // (rows)
+  m2 = Tensor<T>(x.shape().without(params.axis));    // (rows)
+  if (valid == 0) return;                            // the empty triple (0, 0, 0)
   const T count = T(valid);
-  for (std::int64_t o = 0; o < view.outer; ++o) {
-    for (std::int64_t j = 0; j < view.inner; ++j) {
-      T sum = T(0);
-      for (std::int64_t i = 0; i < valid; ++i) sum += x[view.flat(o, i, j)];
-      const T m = sum / count;
-      T sum_sq = T(0);
-      for (std::int64_t i = 0; i < valid; ++i) {
-        const T centered = x[view.flat(o, i, j)] - m;
-        sum_sq += centered * centered;
-      }
-      mean[o * view.inner + j] = m;
-      m2[o * view.inner + j] = sum_sq;
+  detail::for_each_row(view, [&](const auto& block) {
+    constexpr int n = detail::rows_in<decltype(block)>;
+    detail::RowValues<T, n> row_sum, row_mean, row_m2;  // (n)
+    for (int q = 0; q < n; ++q) row_sum[q] = T(0);
+    for (std::int64_t i = 0; i < valid; ++i) {
+      for (int q = 0; q < n; ++q) row_sum[q] += x[block.at(q, i)];
     }
-  }
+    for (int q = 0; q < n; ++q) {
+      row_mean[q] = row_sum[q] / count;
+      row_m2[q] = T(0);
+    }
+    for (std::int64_t i = 0; i < valid; ++i) {
+      for (int q = 0; q < n; ++q) {
+        const T centered = x[block.at(q, i)] - row_mean[q];
+        row_m2[q] += centered * centered;
+      }
+    }
+    for (int q = 0; q < n; ++q) {
+      mean[block.row(q)] = row_mean[q];
+      m2[block.row(q)] = row_m2[q];
+    }
+  });
 }
 
 template <typename T>
@@ -198,106 +237,32 @@ void welford_merge(T& count_a, T& mean_a, T& m2_a, const T& count_b, const T& me
   count_a = count;
 }
 
-template <typename T>
-void layer_norm_apply(const Tensor<T>& x, const Tensor<T>* weight, const Tensor<T>* bias,
-                      const LayerNormSaved<T>& stats, const LayerNormParams& params,
-                      std::int64_t valid, Tensor<T>& y) {
-  const AxisView view = AxisView::of(x.shape(), params.axis);
-  SHARDSIM_ASSERT(valid >= 0 && valid <= view.extent, "valid positions out of range");
-  y = Tensor<T>(x.shape());
-  for (std::int64_t o = 0; o < view.outer; ++o) {
-    for (std::int64_t j = 0; j < view.inner; ++j) {
-      const T mean = stats.mean[o * view.inner + j];
-      const T rstd = stats.rstd[o * view.inner + j];
-      for (std::int64_t i = 0; i < valid; ++i) {
-        const std::int64_t at = view.flat(o, i, j);
-        T out = (x[at] - mean) * rstd;
-        if (weight) out = out * (*weight)[i];
-        if (bias) out = out + (*bias)[i];
-        y[at] = out;
-      }
-    }
-  }
-}
-
-template <typename T>
-void layer_norm_backward_sums(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T>* weight,
-                              const LayerNormSaved<T>& stats, const LayerNormParams& params,
-                              std::int64_t valid, Tensor<T>& sum_dnorm, Tensor<T>& sum_dnorm_norm) {
-  const AxisView view = AxisView::of(x.shape(), params.axis);
-  SHARDSIM_ASSERT(valid >= 0 && valid <= view.extent, "valid positions out of range");
-  sum_dnorm = Tensor<T>(x.shape().without(params.axis));
-  sum_dnorm_norm = Tensor<T>(x.shape().without(params.axis));
-  for (std::int64_t o = 0; o < view.outer; ++o) {
-    for (std::int64_t j = 0; j < view.inner; ++j) {
-      const T mean = stats.mean[o * view.inner + j];
-      const T rstd = stats.rstd[o * view.inner + j];
-      T s = T(0);
-      T sn = T(0);
-      for (std::int64_t i = 0; i < valid; ++i) {
-        const std::int64_t at = view.flat(o, i, j);
-        const T norm = (x[at] - mean) * rstd;
-        const T dnorm = weight ? dy[at] * (*weight)[i] : dy[at];
-        s += dnorm;
-        sn += dnorm * norm;
-      }
-      sum_dnorm[o * view.inner + j] = s;
-      sum_dnorm_norm[o * view.inner + j] = sn;
-    }
-  }
-}
-
-template <typename T>
-void layer_norm_backward_apply(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T>* weight,
-                               const LayerNormSaved<T>& stats, const Tensor<T>& sum_dnorm,
-                               const Tensor<T>& sum_dnorm_norm, std::int64_t count,
-                               const LayerNormParams& params, std::int64_t valid, Tensor<T>& dx,
-                               Tensor<T>* dweight, Tensor<T>* dbias) {
-  const AxisView view = AxisView::of(x.shape(), params.axis);
-  SHARDSIM_ASSERT(valid >= 0 && valid <= view.extent, "valid positions out of range");
-  const T n = T(count);
-  dx = Tensor<T>(x.shape());
-  for (std::int64_t o = 0; o < view.outer; ++o) {
-    for (std::int64_t j = 0; j < view.inner; ++j) {
-      const std::int64_t row = o * view.inner + j;
-      const T mean = stats.mean[row];
-      const T rstd = stats.rstd[row];
-      const T dnorm_mean = sum_dnorm[row] / n;
-      const T dnorm_norm_mean = sum_dnorm_norm[row] / n;
-      for (std::int64_t i = 0; i < valid; ++i) {
-        const std::int64_t at = view.flat(o, i, j);
-        const T norm = (x[at] - mean) * rstd;
-        const T dnorm = weight ? dy[at] * (*weight)[i] : dy[at];
-        if (dbias) (*dbias)[i] += dy[at];
-        if (dweight) (*dweight)[i] += dy[at] * norm;
-        // The dense kernel's terms: dnorm, - mean(dnorm), - norm * mean(dnorm * norm).
-        dx[at] = ((dnorm - dnorm_mean) - norm * dnorm_norm_mean) * rstd;
-      }
-    }
-  }
-}
-
 }  // namespace shardsim
 
 // Explicit instantiation list, used by layer_norm.cpp (float, double) and layer_norm_mp.cpp.
 #define SHARDSIM_INSTANTIATE_LAYER_NORM(T)                                                         \
   template void layer_norm_forward(const Tensor<T>&, const Tensor<T>*, const Tensor<T>*,           \
+                                   const LayerNormParams&, const LayerNormFaults&, Tensor<T>&,     \
+                                   LayerNormSaved<T>&, const T*);                                  \
+  template void layer_norm_forward(const Tensor<T>&, const Tensor<T>*, const Tensor<T>*,           \
                                    const LayerNormParams&, Tensor<T>&, LayerNormSaved<T>&);        \
+  template void layer_norm_stats(const Tensor<T>&, const LayerNormParams&, const LayerNormFaults&, \
+                                 LayerNormSaved<T>&, const T*);                                    \
+  template void layer_norm_apply(const Tensor<T>&, const Tensor<T>*, const Tensor<T>*,             \
+                                 const LayerNormSaved<T>&, const LayerNormParams&,                 \
+                                 const LayerNormFaults&, std::int64_t, Tensor<T>&);                \
   template void layer_norm_backward(const Tensor<T>&, const Tensor<T>&, const Tensor<T>*,          \
                                     const LayerNormSaved<T>&, const LayerNormParams&, Tensor<T>&,  \
                                     Tensor<T>*, Tensor<T>*);                                       \
-  template void layer_norm_partial_sums(const Tensor<T>&, const LayerNormParams&, std::int64_t,    \
-                                        Tensor<T>&, Tensor<T>&);                                   \
-  template void layer_norm_partial_moments(const Tensor<T>&, const LayerNormParams&, std::int64_t, \
-                                           Tensor<T>&, Tensor<T>&);                                \
-  template void welford_merge(T&, T&, T&, const T&, const T&, const T&);                           \
-  template void layer_norm_apply(const Tensor<T>&, const Tensor<T>*, const Tensor<T>*,             \
-                                 const LayerNormSaved<T>&, const LayerNormParams&, std::int64_t,   \
-                                 Tensor<T>&);                                                      \
   template void layer_norm_backward_sums(const Tensor<T>&, const Tensor<T>&, const Tensor<T>*,     \
                                          const LayerNormSaved<T>&, const LayerNormParams&,         \
                                          std::int64_t, Tensor<T>&, Tensor<T>&);                    \
   template void layer_norm_backward_apply(const Tensor<T>&, const Tensor<T>&, const Tensor<T>*,    \
                                           const LayerNormSaved<T>&, const Tensor<T>&,              \
                                           const Tensor<T>&, std::int64_t, const LayerNormParams&,  \
-                                          std::int64_t, Tensor<T>&, Tensor<T>*, Tensor<T>*);
+                                          std::int64_t, Tensor<T>&, Tensor<T>*, Tensor<T>*);       \
+  template void layer_norm_partial_sums(const Tensor<T>&, const LayerNormParams&, std::int64_t,    \
+                                        Tensor<T>&, Tensor<T>&);                                   \
+  template void layer_norm_partial_moments(const Tensor<T>&, const LayerNormParams&, std::int64_t, \
+                                           Tensor<T>&, Tensor<T>&);                                \
+  template void welford_merge(T&, T&, T&, const T&, const T&, const T&);

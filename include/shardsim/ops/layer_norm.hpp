@@ -13,19 +13,51 @@
 // also the dense oracle, applied to the global tensor: same arithmetic, same order, which is why
 // the sequence-sharded plan must match it bitwise.
 //
-// The second half of this header holds the building blocks of the hidden-sharded plans
+// Forward is two passes over each block of rows: the statistics (layer_norm_stats), then the
+// normalization (layer_norm_apply). Both take the seeded faults as a policy argument
+// (LayerNormFaults, layer_norm_faults.hpp), and the dense oracle is the same kernel with the
+// no-fault policy, so the sharded plans run the oracle's arithmetic unless a fault is switched
+// on. Backward is likewise the two row reductions (layer_norm_backward_sums) and the elementwise
+// pass given them (layer_norm_backward_apply). Rows are visited through detail::for_each_row
+// (norm_rows.hpp), several side by side, each still reduced alone in ascending order.
+//
+// The second half of this header holds the remaining building blocks of the hidden-sharded plans
 // (layer_norm_hidden_plan.hpp), where a rank holds only a slice of every row: partial row
-// statistics, the finishing formulas, and the normalize/backward passes given the statistics.
-// Each works on positions [0, valid) of the normalized axis (a padded slice has pad positions
-// after them) and sums in ascending position order.
+// statistics and the Welford merge. The passes that take a `valid` work on positions [0, valid)
+// of the normalized axis (a padded slice has pad positions after them): the reductions sum over
+// them in ascending position order, the elementwise passes write 0 at the positions after them.
+// REQUIRES: 0 <= valid <= H.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
+#include "shardsim/ops/layer_norm_faults.hpp"
 #include "shardsim/tensor.hpp"
 
 namespace shardsim {
+
+// The parts a LayerNorm step records besides its output: a plan names each boundary
+// part_name(output, part) (trace.hpp), and the step stores the oracle tensor under the same
+// name, so both sides spell it from here.
+namespace layer_norm_parts {
+inline constexpr std::string_view mean = "mean";  // (rows) saved statistic
+inline constexpr std::string_view rstd = "rstd";  // (rows) saved statistic
+// Hidden-sharded sum_sumsq: the all-reduced per-row sum and sum of squares.
+inline constexpr std::string_view sum = "sum";       // (rows)
+inline constexpr std::string_view sum_sq = "sumsq";  // (rows)
+// Hidden-sharded welford: every shard's (count, mean, M2), all-gathered; no oracle.
+inline constexpr std::string_view moments = "moments";  // (rows..., shard, moment=3)
+// combine_token_means fault: the all-reduced sum of token means and token count; no oracle.
+inline constexpr std::string_view token_mean_sum = "token_mean_sum";  // scalar
+inline constexpr std::string_view token_count = "token_count";        // scalar
+// Hidden-sharded backward: the all-reduced row reductions, parts of grad(output).
+inline constexpr std::string_view sum_dnorm = "sum_dnorm";            // (rows)
+inline constexpr std::string_view sum_dnorm_norm = "sum_dnorm_norm";  // (rows)
+// A destination for moved_name (trace.hpp): a Shard(axis) parameter all-gathered whole.
+inline constexpr std::string_view gathered = "gathered";
+}  // namespace layer_norm_parts
 
 struct LayerNormParams {
   std::string axis = "hidden";
@@ -40,25 +72,72 @@ struct LayerNormSaved {
   Tensor<T> rstd;  // (rows) 1 / sqrt(var + eps)
 };
 
-// x: (..., H, ...) -> y same shape. weight/bias: (H) or null.
+// The row kernel: layer_norm_stats then layer_norm_apply on each block of rows, with the faults'
+// policy (see those two for what each fault changes). x: (..., H, ...) -> y same shape.
+// weight/bias: (H) or null. saved.mean, saved.rstd: (rows), written.
+// REQUIRES: y is not x; shared_mean is non-null exactly when faults.combine_token_means.
+template <typename T>
+void layer_norm_forward(const Tensor<T>& x, const Tensor<T>* weight, const Tensor<T>* bias,
+                        const LayerNormParams& params, const LayerNormFaults& faults, Tensor<T>& y,
+                        LayerNormSaved<T>& saved, const T* shared_mean = nullptr);
+
+// The dense oracle: the row kernel with the no-fault policy LayerNormFaults{}.
 template <typename T>
 void layer_norm_forward(const Tensor<T>& x, const Tensor<T>* weight, const Tensor<T>* bias,
                         const LayerNormParams& params, Tensor<T>& y, LayerNormSaved<T>& saved);
 
+// Per-row mean and rstd of whole rows, the header's formula with the faults' pieces in place:
+// centre (own mean, *shared_mean, or 0), variance divisor, rstd. stats.mean, stats.rstd: (rows),
+// written. REQUIRES: shared_mean is non-null exactly when faults.combine_token_means.
+template <typename T>
+void layer_norm_stats(const Tensor<T>& x, const LayerNormParams& params,
+                      const LayerNormFaults& faults, LayerNormSaved<T>& stats,
+                      const T* shared_mean = nullptr);
+
+// y = (((x - mean) * rstd) * w) + b on positions [0, valid) of every row, the normalized value
+// passed through faults.round_normalized; positions >= valid are written 0. weight/bias: the
+// (H) parameters, or this rank's (H_local) slices, or null. REQUIRES: y is not x.
+template <typename T>
+void layer_norm_apply(const Tensor<T>& x, const Tensor<T>* weight, const Tensor<T>* bias,
+                      const LayerNormSaved<T>& stats, const LayerNormParams& params,
+                      const LayerNormFaults& faults, std::int64_t valid, Tensor<T>& y);
+
 // Activation grads are written (dx = ...); parameter grads accumulate (dweight += ...,
 // dbias += ...), so one buffer can collect several contributions. dweight/dbias may be null.
+// On each block of rows: the two reductions of layer_norm_backward_sums, then the elementwise
+// pass of layer_norm_backward_apply, over whole rows.
 template <typename T>
 void layer_norm_backward(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T>* weight,
                          const LayerNormSaved<T>& saved, const LayerNormParams& params,
                          Tensor<T>& dx, Tensor<T>* dweight, Tensor<T>* dbias);
+
+// The two row reductions of the backward, over [0, valid), ascending:
+//   sum_dnorm = sum_i dnorm_i,  sum_dnorm_norm = sum_i dnorm_i * norm_i,
+// with norm_i = (x_i - mean) * rstd and dnorm_i = dy_i * w_i (dy_i without weight).
+// sum_dnorm, sum_dnorm_norm: (rows), written.
+template <typename T>
+void layer_norm_backward_sums(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T>* weight,
+                              const LayerNormSaved<T>& stats, const LayerNormParams& params,
+                              std::int64_t valid, Tensor<T>& sum_dnorm, Tensor<T>& sum_dnorm_norm);
+
+// Given the full-row reductions (summed over every shard of the row) and the full row length
+// `count`, writes dx on [0, valid) (0 elsewhere) and accumulates dweight/dbias over the rows in
+// ascending row order:
+//   dx_i = ((dnorm_i - sum_dnorm / count) - norm_i * (sum_dnorm_norm / count)) * rstd.
+template <typename T>
+void layer_norm_backward_apply(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T>* weight,
+                               const LayerNormSaved<T>& stats, const Tensor<T>& sum_dnorm,
+                               const Tensor<T>& sum_dnorm_norm, std::int64_t count,
+                               const LayerNormParams& params, std::int64_t valid, Tensor<T>& dx,
+                               Tensor<T>* dweight, Tensor<T>* dbias);
 
 // ---- Building blocks for a row split over ranks (hidden-sharded plans) ----
 
 // Per row: sum = sum_i x_i and sum_sq = sum_i x_i^2 over i in [0, valid), ascending.
 // sum, sum_sq: (rows), written. REQUIRES: 0 <= valid <= extent of axis.
 template <typename T>
-void layer_norm_partial_sums(const Tensor<T>& x, const LayerNormParams& params,
-                             std::int64_t valid, Tensor<T>& sum, Tensor<T>& sum_sq);
+void layer_norm_partial_sums(const Tensor<T>& x, const LayerNormParams& params, std::int64_t valid,
+                             Tensor<T>& sum, Tensor<T>& sum_sq);
 
 // One shard's Welford triple per row over [0, valid): count = valid, mean = sum / count (0 when
 // count is 0), m2 = sum_i (x_i - mean)^2 (two-pass, ascending). mean, m2: (rows), written.
@@ -74,31 +153,5 @@ void layer_norm_partial_moments(const Tensor<T>& x, const LayerNormParams& param
 template <typename T>
 void welford_merge(T& count_a, T& mean_a, T& m2_a, const T& count_b, const T& mean_b,
                    const T& m2_b);
-
-// y = ((x - mean) * rstd) * w + b on positions [0, valid) of every row, the kernel's order;
-// positions >= valid are written 0. weight/bias: the local (H_local) slices, or null.
-template <typename T>
-void layer_norm_apply(const Tensor<T>& x, const Tensor<T>* weight, const Tensor<T>* bias,
-                      const LayerNormSaved<T>& stats, const LayerNormParams& params,
-                      std::int64_t valid, Tensor<T>& y);
-
-// The two row reductions of the backward, over [0, valid), ascending:
-//   sum_dnorm = sum_i dnorm_i,  sum_dnorm_norm = sum_i dnorm_i * norm_i,
-// with norm_i = (x_i - mean) * rstd and dnorm_i = dy_i * w_i (dy_i without weight).
-template <typename T>
-void layer_norm_backward_sums(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T>* weight,
-                              const LayerNormSaved<T>& stats, const LayerNormParams& params,
-                              std::int64_t valid, Tensor<T>& sum_dnorm,
-                              Tensor<T>& sum_dnorm_norm);
-
-// Given the full-row reductions (already summed over every shard) and the full row length
-// `count`, writes dx on [0, valid) (0 elsewhere) and accumulates this slice's dweight/dbias:
-//   dx_i = ((dnorm_i - sum_dnorm / count) - norm_i * (sum_dnorm_norm / count)) * rstd.
-template <typename T>
-void layer_norm_backward_apply(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T>* weight,
-                               const LayerNormSaved<T>& stats, const Tensor<T>& sum_dnorm,
-                               const Tensor<T>& sum_dnorm_norm, std::int64_t count,
-                               const LayerNormParams& params, std::int64_t valid, Tensor<T>& dx,
-                               Tensor<T>* dweight, Tensor<T>* dbias);
 
 }  // namespace shardsim

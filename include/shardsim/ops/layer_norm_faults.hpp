@@ -15,11 +15,22 @@
 //                             (invisible in an f32 run; a constant gap at f64 and mp)
 // The redistribute mode of the hidden-sharded LayerNorm runs the row-sharded plan, so the
 // row-plan faults apply there too.
+//
+// LayerNormFaults is also the policy argument of the LayerNorm kernels (layer_norm.hpp): each
+// switch replaces one piece of the header's formula, and the no-fault value LayerNormFaults{} is
+// the formula itself. The dense oracle is the same kernel called with LayerNormFaults{}, so a
+// fault cannot change the oracle, and the sharded plans cannot drift from it when no fault is on.
+// The pieces, and who uses them:
+//   centre      layer_norm_stats: each row's own mean; a mean shared by every row
+//               (combine_token_means); or 0 (rmsnorm_substituted)
+//   variance    layer_norm_stats: sum of squared deviations / variance_divisor(H);
+//               the hidden-sharded plans: variance_from_biased(their biased variance)
+//   rstd        rstd(var, eps), every plan
+//   normalized  layer_norm_apply: round_normalized after (x - mean) * rstd
 #pragma once
 
 #include <cmath>
-
-#include "shardsim/ops/layer_norm.hpp"
+#include <cstdint>
 
 namespace shardsim {
 
@@ -31,66 +42,38 @@ struct LayerNormFaults {
   bool eps_mismatch = false;
   bool dtype_mismatch = false;
 
-  // Whether the row-sharded local pass must leave the dense kernel.
-  bool changes_row_kernel() const {
-    return combine_token_means || rmsnorm_substituted || unbiased_variance || eps_mismatch ||
-           dtype_mismatch;
+  // Whether every row is centred on its own mean (the formula). Otherwise it is centred on a
+  // mean shared by every row (combine_token_means, which wins) or on 0 (rmsnorm_substituted).
+  bool centres_on_own_mean() const { return !combine_token_means && !rmsnorm_substituted; }
+
+  // What a row's sum of squared deviations over `count` features is divided by: count (the
+  // biased variance), or count - 1 with unbiased_variance.
+  std::int64_t variance_divisor(std::int64_t count) const {
+    return unbiased_variance ? count - 1 : count;
+  }
+
+  // A biased variance over `count` features, in the convention the faults select: itself, or
+  // (var * count) / (count - 1) with unbiased_variance. The hidden-sharded plans finish their
+  // statistics as a biased variance, hence this form next to variance_divisor.
+  template <typename T>
+  T variance_from_biased(const T& var, std::int64_t count) const {
+    if (!unbiased_variance) return var;
+    return var * T(count) / T(count - 1);
+  }
+
+  // rstd = 1 / sqrt(var + eps), or 1 / (sqrt(var) + eps) with eps_mismatch.
+  template <typename T>
+  T rstd(const T& var, const T& eps) const {
+    using std::sqrt;
+    return eps_mismatch ? T(T(1) / (sqrt(var) + eps)) : T(T(1) / sqrt(var + eps));
+  }
+
+  // The normalized value (x - mean) * rstd as the plan keeps it: unchanged, or rounded through
+  // float with dtype_mismatch.
+  template <typename T>
+  void round_normalized(T& value) const {
+    if (dtype_mismatch) value = T(static_cast<float>(value));
   }
 };
-
-namespace detail {
-
-// rstd from a biased variance `var` (or the faulty substitutes) over a row of `count` features.
-// `m2` is the row's sum of squared deviations, so both conventions can be formed from it.
-template <typename T>
-T faulty_rstd(const T& m2, std::int64_t count, double eps, const LayerNormFaults& faults) {
-  using std::sqrt;
-  const T var = m2 / T(faults.unbiased_variance ? count - 1 : count);
-  return faults.eps_mismatch ? T(T(1) / (sqrt(var) + T(eps))) : T(T(1) / sqrt(var + T(eps)));
-}
-
-// The row-sharded local pass with the faults switched on, in the kernel's order otherwise.
-// combined_mean: when non-null (combine_token_means), every row uses this one mean.
-template <typename T>
-void faulty_layer_norm_forward(const Tensor<T>& x, const Tensor<T>* weight, const Tensor<T>* bias,
-                               const LayerNormParams& params, const LayerNormFaults& faults,
-                               const T* combined_mean, Tensor<T>& y, LayerNormSaved<T>& saved) {
-  const AxisView view = AxisView::of(x.shape(), params.axis);
-  const T count = T(view.extent);
-  y = Tensor<T>(x.shape());
-  saved.mean = Tensor<T>(x.shape().without(params.axis));
-  saved.rstd = Tensor<T>(x.shape().without(params.axis));
-  for (std::int64_t o = 0; o < view.outer; ++o) {
-    for (std::int64_t j = 0; j < view.inner; ++j) {
-      T mean = T(0);
-      if (combined_mean) {
-        mean = *combined_mean;
-      } else if (!faults.rmsnorm_substituted) {
-        T sum = T(0);
-        for (std::int64_t i = 0; i < view.extent; ++i) sum += x[view.flat(o, i, j)];
-        mean = sum / count;
-      }
-      // With rmsnorm_substituted the mean stays 0, so m2 / H is RMSNorm's mean square.
-      T m2 = T(0);
-      for (std::int64_t i = 0; i < view.extent; ++i) {
-        const T centered = x[view.flat(o, i, j)] - mean;
-        m2 += centered * centered;
-      }
-      const T rstd = faulty_rstd(m2, view.extent, params.eps, faults);
-      for (std::int64_t i = 0; i < view.extent; ++i) {
-        const std::int64_t at = view.flat(o, i, j);
-        T out = (x[at] - mean) * rstd;
-        if (faults.dtype_mismatch) out = T(static_cast<float>(out));
-        if (weight) out = out * (*weight)[i];
-        if (bias) out = out + (*bias)[i];
-        y[at] = out;
-      }
-      saved.mean[o * view.inner + j] = mean;
-      saved.rstd[o * view.inner + j] = rstd;
-    }
-  }
-}
-
-}  // namespace detail
 
 }  // namespace shardsim

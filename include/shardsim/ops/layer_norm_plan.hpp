@@ -16,8 +16,8 @@ namespace shardsim {
 
 template <typename T>
 struct LayerNormShardedSaved {
-  DistTensor<T> mean;  // x.global without axis, same placement as x
-  DistTensor<T> rstd;
+  DistTensor<T> mean;  // (rows): x.global without axis, the placement the plan states
+  DistTensor<T> rstd;  // (rows)
 };
 
 // The gradients a sharded LayerNorm backward produces. dweight/dbias are Partial(sum) for the
@@ -25,17 +25,82 @@ struct LayerNormShardedSaved {
 // (each rank holds every token of its features). Empty names when there is no weight/bias.
 template <typename T>
 struct LayerNormShardedGrads {
-  DistTensor<T> dx;
-  DistTensor<T> dweight;
-  DistTensor<T> dbias;
+  DistTensor<T> dx;       // x.global
+  DistTensor<T> dweight;  // (H)
+  DistTensor<T> dbias;    // (H)
 };
 
-// Token-sharded LayerNorm: every rank owns whole rows, so each normalizes its own rows with
-// local statistics. No collective. Same arithmetic as the dense oracle, so y, mean and rstd are
-// recorded as exact boundaries ("<output>.mean", "<output>.rstd", then "<output>"); they are
-// compared with the oracle's `dense_output` (default: output) tensors.
-// With faults.combine_token_means the ranks all-reduce the sum of their tokens' means and their
-// token count ("<output>.token_mean_sum", "<output>.token_count", no oracle counterpart).
+namespace detail {
+
+// The names of x and of the parameters present, in that order: a boundary's inputs.
+template <typename T>
+std::vector<std::string> layer_norm_input_names(const DistTensor<T>& x, const DistTensor<T>* weight,
+                                                const DistTensor<T>* bias) {
+  std::vector<std::string> names{x.name};
+  if (weight) names.push_back(weight->name);
+  if (bias) names.push_back(bias->name);
+  return names;
+}
+
+// The combine_token_means fault's shared mean, as every rank receives it: each rank sums the
+// means of its real tokens (pad rows excluded) in ascending row order, the sums and the token
+// counts are all-reduced ("<output>.token_mean_sum", "<output>.token_count", no oracle), and the
+// mean is their quotient. The bug: token statistics pooled across the sequence-parallel group,
+// as if LayerNorm needed a global reduction. Returns a Replicate scalar.
+template <typename T>
+DistTensor<T> combined_token_mean(const World<T>& world, const DistTensor<T>& x,
+                                  const LayerNormParams& params, const std::string& output) {
+  const int ranks = world.size();
+  const Shape scalar;
+  // scalar, Partial: each rank's sum of its token means and its token count.
+  DistTensor<T> mean_sum = make_dist<T>(part_name(output, layer_norm_parts::token_mean_sum), scalar,
+                                        Placement::partial(), ranks);
+  DistTensor<T> token_count = make_dist<T>(part_name(output, layer_norm_parts::token_count), scalar,
+                                           Placement::partial(), ranks);
+  world.for_each_rank([&](int r) {
+    LayerNormSaved<T> local;  // (local rows)
+    layer_norm_stats(x.local(r), params, LayerNormFaults{}, local);
+    // The rank's tokens along the sharded axis of its (local rows); all of them when Replicate.
+    AxisView tokens{1, local.mean.numel(), 1};
+    std::int64_t real_tokens = tokens.extent;
+    if (x.placement.is_shard()) {
+      tokens = AxisView::of(local.mean.shape(), x.placement.axis);
+      real_tokens = rank_slice(x.global, x.placement, ranks, r).valid();
+    }
+    T sum = T(0);
+    for (std::int64_t outer = 0; outer < tokens.outer; ++outer) {
+      for (std::int64_t token = 0; token < real_tokens; ++token) {
+        for (std::int64_t inner = 0; inner < tokens.inner; ++inner) {
+          sum += local.mean[tokens.flat(outer, token, inner)];
+        }
+      }
+    }
+    mean_sum.local(r)[0] = sum;
+    token_count.local(r)[0] = T(tokens.outer * real_tokens * tokens.inner);
+  });
+  // scalar, Replicate: the all-reduced sum, which becomes the mean in place below (and is not
+  // recorded again).
+  DistTensor<T> shared_mean = world.all_reduce(
+      mean_sum,
+      {.op = "all_reduce", .tensor = mean_sum.name, .inputs = {x.name}, .has_oracle = false});
+  // scalar, Replicate.
+  const DistTensor<T> count = world.all_reduce(
+      token_count,
+      {.op = "all_reduce", .tensor = token_count.name, .inputs = {x.name}, .has_oracle = false});
+  world.for_each_rank(
+      [&](int r) { shared_mean.local(r)[0] = shared_mean.local(r)[0] / count.local(r)[0]; });
+  return shared_mean;
+}
+
+}  // namespace detail
+
+// Token-sharded LayerNorm: every rank owns whole rows, so each runs the row kernel
+// (layer_norm_forward with `faults` as its policy) on its own rows. No collective. With no
+// fault it is the dense oracle's arithmetic, so y, mean and rstd are recorded as exact
+// boundaries ("<output>.mean", "<output>.rstd", then "<output>"); they are compared with the
+// oracle's `dense_output` (default: output) tensors.
+// With faults.combine_token_means the ranks first all-reduce their token means
+// (detail::combined_token_mean) and every row is centred on the result.
 // REQUIRES: x is Replicate or Shard on an axis other than params.axis; weight/bias Replicate.
 template <typename T>
 DistTensor<T> layer_norm_row_sharded(const World<T>& world, const DistTensor<T>& x,
@@ -44,85 +109,50 @@ DistTensor<T> layer_norm_row_sharded(const World<T>& world, const DistTensor<T>&
                                      LayerNormShardedSaved<T>& saved,
                                      const LayerNormFaults& faults = {},
                                      const std::string& dense_output = "") {
-  SHARDSIM_ASSERT(!x.placement.is_partial() &&
-                      !(x.placement.is_shard() && x.placement.axis == params.axis),
-                  "row-sharded LayerNorm needs whole rows on every rank");
+  SHARDSIM_ASSERT(
+      !x.placement.is_partial() && !(x.placement.is_shard() && x.placement.axis == params.axis),
+      "row-sharded LayerNorm needs whole rows on every rank");
   const std::string dense = dense_output.empty() ? output : dense_output;
   const int ranks = world.size();
-  const Shape stats_shape = x.global.without(params.axis);
-  DistTensor<T> y = make_dist<T>(output, x.global, x.placement, ranks);
-  saved.mean = make_dist<T>(output + ".mean", stats_shape, x.placement, ranks);
-  saved.rstd = make_dist<T>(output + ".rstd", stats_shape, x.placement, ranks);
-  auto local_forward = [&](int r, const T* combined_mean) {
-    LayerNormSaved<T> local;
-    const Tensor<T>* w = weight ? &weight->local(r) : nullptr;
-    const Tensor<T>* b = bias ? &bias->local(r) : nullptr;
-    if (faults.changes_row_kernel()) {
-      detail::faulty_layer_norm_forward(x.local(r), w, b, params, faults, combined_mean,
-                                        y.local(r), local);
-    } else {
-      layer_norm_forward(x.local(r), w, b, params, y.local(r), local);
-    }
+  const Shape stats_shape = x.global.without(params.axis);               // (rows)
+  DistTensor<T> y = make_dist<T>(output, x.global, x.placement, ranks);  // x's placement
+  // (rows), x's placement.
+  saved.mean =
+      make_dist<T>(part_name(output, layer_norm_parts::mean), stats_shape, x.placement, ranks);
+  saved.rstd =
+      make_dist<T>(part_name(output, layer_norm_parts::rstd), stats_shape, x.placement, ranks);
+  DistTensor<T> shared_mean;  // scalar, Replicate: combine_token_means only
+  if (faults.combine_token_means)
+    shared_mean = detail::combined_token_mean(world, x, params, output);
+  world.for_each_rank([&](int r) {
+    LayerNormSaved<T> local;  // (local rows)
+    layer_norm_forward(x.local(r), weight ? &weight->local(r) : nullptr,
+                       bias ? &bias->local(r) : nullptr, params, faults, y.local(r), local,
+                       faults.combine_token_means ? &shared_mean.local(r)[0] : nullptr);
     saved.mean.local(r) = std::move(local.mean);
     saved.rstd.local(r) = std::move(local.rstd);
-  };
-  if (faults.combine_token_means) {
-    // The bug: token statistics are pooled across the sequence-parallel group, as if LayerNorm
-    // needed a global reduction. Each rank sums its real tokens' means and counts them.
-    const Shape scalar;
-    DistTensor<T> mean_sum =
-        make_dist<T>(output + ".token_mean_sum", scalar, Placement::partial(), ranks);
-    DistTensor<T> token_count =
-        make_dist<T>(output + ".token_count", scalar, Placement::partial(), ranks);
-    world.for_each_rank([&](int r) {
-      LayerNormSaved<T> local;
-      Tensor<T> unused;
-      layer_norm_forward<T>(x.local(r), nullptr, nullptr, params, unused, local);
-      // The rank's real tokens: its slice of the sharded axis (pad rows excluded), or all.
-      AxisView view{1, local.mean.numel(), 1};
-      std::int64_t valid_extent = view.extent;
-      if (x.placement.is_shard()) {
-        view = AxisView::of(local.mean.shape(), x.placement.axis);
-        valid_extent = rank_slice(x.global, x.placement, ranks, r).valid();
-      }
-      const std::int64_t rows = view.outer * valid_extent * view.inner;
-      T sum = T(0);
-      for (std::int64_t o = 0; o < view.outer; ++o) {
-        for (std::int64_t i = 0; i < valid_extent; ++i) {
-          for (std::int64_t j = 0; j < view.inner; ++j) sum += local.mean[view.flat(o, i, j)];
-        }
-      }
-      mean_sum.local(r)[0] = sum;
-      token_count.local(r)[0] = T(rows);
-    });
-    const DistTensor<T> total = world.all_reduce(
-        mean_sum,
-        {.op = "all_reduce", .tensor = mean_sum.name, .inputs = {x.name}, .has_oracle = false});
-    const DistTensor<T> count = world.all_reduce(
-        token_count,
-        {.op = "all_reduce", .tensor = token_count.name, .inputs = {x.name}, .has_oracle = false});
-    world.for_each_rank([&](int r) {
-      const T combined = total.local(r)[0] / count.local(r)[0];
-      local_forward(r, &combined);
-    });
-  } else {
-    world.for_each_rank([&](int r) { local_forward(r, nullptr); });
-  }
+  });
   zero_padding(y);
   zero_padding(saved.mean);
   zero_padding(saved.rstd);
-  std::vector<std::string> inputs{x.name};
-  if (weight) inputs.push_back(weight->name);
-  if (bias) inputs.push_back(bias->name);
-  world.compare_boundary({.op = "layer_norm", .tensor = saved.mean.name, .dense = dense + ".mean",
-                .exact = true, .inputs = {x.name}},
-               saved.mean);
-  world.compare_boundary({.op = "layer_norm", .tensor = saved.rstd.name, .dense = dense + ".rstd",
-                .exact = true, .inputs = {x.name}},
-               saved.rstd);
-  world.compare_boundary({.op = "layer_norm", .tensor = output, .dense = dense, .exact = true,
-                .inputs = inputs},
-               y);
+  world.compare_boundary({.op = "layer_norm",
+                          .tensor = saved.mean.name,
+                          .dense = part_name(dense, layer_norm_parts::mean),
+                          .exact = true,
+                          .inputs = {x.name}},
+                         saved.mean);
+  world.compare_boundary({.op = "layer_norm",
+                          .tensor = saved.rstd.name,
+                          .dense = part_name(dense, layer_norm_parts::rstd),
+                          .exact = true,
+                          .inputs = {x.name}},
+                         saved.rstd);
+  world.compare_boundary({.op = "layer_norm",
+                          .tensor = output,
+                          .dense = dense,
+                          .exact = true,
+                          .inputs = detail::layer_norm_input_names(x, weight, bias)},
+                         y);
   return y;
 }
 
@@ -137,7 +167,7 @@ LayerNormShardedGrads<T> layer_norm_row_sharded_backward(
     const LayerNormParams& params, const std::string& dx_name, const std::string& dweight_name,
     const std::string& dbias_name) {
   const int ranks = world.size();
-  const Shape param_shape(std::vector<Axis>{{params.axis, x.global.extent(params.axis)}});
+  const Shape param_shape(std::vector<Axis>{{params.axis, x.global.extent(params.axis)}});  // (H)
   LayerNormShardedGrads<T> grads;
   // A Replicate x with a Replicate dy (plain tensor parallelism): every rank holds every row and
   // computes the whole parameter gradient, so it is Replicate, not a Partial share. A Partial dy
@@ -150,7 +180,7 @@ LayerNormShardedGrads<T> layer_norm_row_sharded_backward(
   if (weight) grads.dweight = make_dist<T>(dweight_name, param_shape, param_grad, ranks);
   if (bias) grads.dbias = make_dist<T>(dbias_name, param_shape, param_grad, ranks);
   world.for_each_rank([&](int r) {
-    const LayerNormSaved<T> local{saved.mean.local(r), saved.rstd.local(r)};
+    const LayerNormSaved<T> local{saved.mean.local(r), saved.rstd.local(r)};  // (local rows)
     layer_norm_backward(dy.local(r), x.local(r), weight ? &weight->local(r) : nullptr, local,
                         params, grads.dx.local(r), weight ? &grads.dweight.local(r) : nullptr,
                         bias ? &grads.dbias.local(r) : nullptr);

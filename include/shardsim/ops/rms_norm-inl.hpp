@@ -1,8 +1,10 @@
-// Template bodies of ops/rms_norm.hpp.
+// Template bodies of ops/rms_norm.hpp. Every row loop goes through detail::for_each_row
+// (norm_rows.hpp).
 #pragma once
 
-#include <cmath>
+#include <cstdint>
 
+#include "shardsim/ops/norm_rows.hpp"
 #include "shardsim/ops/rms_norm.hpp"
 
 namespace shardsim {
@@ -11,51 +13,55 @@ template <typename T>
 void rms_norm_partial_sum_sq(const Tensor<T>& x, const RmsNormParams& params, std::int64_t valid,
                              Tensor<T>& sum_sq) {
   const AxisView view = AxisView::of(x.shape(), params.axis);
-  SHARDSIM_ASSERT(valid >= 0 && valid <= view.extent, "valid positions out of range");
-  sum_sq = Tensor<T>(x.shape().without(params.axis));
-  for (std::int64_t o = 0; o < view.outer; ++o) {
-    for (std::int64_t j = 0; j < view.inner; ++j) {
-      T ss = T(0);
-      for (std::int64_t i = 0; i < valid; ++i) {
-        const T v = x[view.flat(o, i, j)];
-        ss += v * v;
+  detail::require_valid_positions(view, valid);
+  sum_sq = Tensor<T>(x.shape().without(params.axis));  // (rows)
+  detail::for_each_row(view, [&](const auto& block) {
+    constexpr int n = detail::rows_in<decltype(block)>;
+    detail::RowValues<T, n> row_sum_sq;  // (n)
+    for (int q = 0; q < n; ++q) row_sum_sq[q] = T(0);
+    for (std::int64_t i = 0; i < valid; ++i) {
+      for (int q = 0; q < n; ++q) {
+        const T& value = x[block.at(q, i)];
+        row_sum_sq[q] += value * value;
       }
-      sum_sq[o * view.inner + j] = ss;
     }
-  }
+    for (int q = 0; q < n; ++q) sum_sq[block.row(q)] = row_sum_sq[q];
+  });
 }
 
 template <typename T>
 void rms_norm_apply(const Tensor<T>& x, const Tensor<T>* weight, const RmsNormSaved<T>& saved,
                     const RmsNormParams& params, std::int64_t valid, Tensor<T>& y) {
+  SHARDSIM_ASSERT(&x != &y, "rms_norm_apply: y must not be x");
   const AxisView view = AxisView::of(x.shape(), params.axis);
-  SHARDSIM_ASSERT(valid >= 0 && valid <= view.extent, "valid positions out of range");
-  y = Tensor<T>(x.shape());
-  for (std::int64_t o = 0; o < view.outer; ++o) {
-    for (std::int64_t j = 0; j < view.inner; ++j) {
-      const T rrms = saved.rrms[o * view.inner + j];
+  detail::require_valid_positions(view, valid);
+  prepare_output(y, x.shape());  // every element is written below (tensor.hpp)
+  detail::for_each_row(view, [&](const auto& block) {
+    constexpr int n = detail::rows_in<decltype(block)>;
+    for (int q = 0; q < n; ++q) {
+      const T rrms = saved.rrms[block.row(q)];  // a local copy: stores into y cannot alias it
       for (std::int64_t i = 0; i < valid; ++i) {
-        const std::int64_t at = view.flat(o, i, j);
+        const std::int64_t at = block.at(q, i);
         T out = x[at] * rrms;
         if (weight) out = out * (*weight)[i];
         y[at] = out;
       }
+      for (std::int64_t i = valid; i < view.extent; ++i) y[block.at(q, i)] = T(0);
     }
-  }
+  });
 }
 
 template <typename T>
 void rms_norm_forward(const Tensor<T>& x, const Tensor<T>* weight, const RmsNormParams& params,
                       Tensor<T>& y, RmsNormSaved<T>& saved) {
-  using std::sqrt;
   const std::int64_t extent = x.shape().extent(params.axis);
-  Tensor<T> sum_sq;
+  Tensor<T> sum_sq;  // (rows)
   rms_norm_partial_sum_sq(x, params, extent, sum_sq);
   const T count = T(extent);
   const T eps = T(params.eps);
-  saved.rrms = Tensor<T>(sum_sq.shape());
+  saved.rrms = Tensor<T>(sum_sq.shape());  // (rows)
   for (std::int64_t row = 0; row < sum_sq.numel(); ++row) {
-    saved.rrms[row] = T(1) / sqrt(sum_sq[row] / count + eps);
+    saved.rrms[row] = rms_norm_rrms(sum_sq[row], count, eps);
   }
   rms_norm_apply(x, weight, saved, params, extent, y);
 }
@@ -65,20 +71,24 @@ void rms_norm_backward_sum(const Tensor<T>& dy, const Tensor<T>& x, const Tensor
                            const RmsNormSaved<T>& saved, const RmsNormParams& params,
                            std::int64_t valid, Tensor<T>& sum_dnorm_norm) {
   const AxisView view = AxisView::of(x.shape(), params.axis);
-  SHARDSIM_ASSERT(valid >= 0 && valid <= view.extent, "valid positions out of range");
-  sum_dnorm_norm = Tensor<T>(x.shape().without(params.axis));
-  for (std::int64_t o = 0; o < view.outer; ++o) {
-    for (std::int64_t j = 0; j < view.inner; ++j) {
-      const T rrms = saved.rrms[o * view.inner + j];
-      T sum = T(0);
-      for (std::int64_t i = 0; i < valid; ++i) {
-        const std::int64_t at = view.flat(o, i, j);
-        const T dnorm = weight ? dy[at] * (*weight)[i] : dy[at];
-        sum += dnorm * (x[at] * rrms);
-      }
-      sum_dnorm_norm[o * view.inner + j] = sum;
+  detail::require_valid_positions(view, valid);
+  sum_dnorm_norm = Tensor<T>(x.shape().without(params.axis));  // (rows)
+  detail::for_each_row(view, [&](const auto& block) {
+    constexpr int n = detail::rows_in<decltype(block)>;
+    detail::RowValues<T, n> rrms, dnorm_norm_total;  // (n)
+    for (int q = 0; q < n; ++q) {
+      rrms[q] = saved.rrms[block.row(q)];
+      dnorm_norm_total[q] = T(0);
     }
-  }
+    for (std::int64_t i = 0; i < valid; ++i) {
+      for (int q = 0; q < n; ++q) {
+        const std::int64_t at = block.at(q, i);
+        const T dnorm = weight ? dy[at] * (*weight)[i] : dy[at];
+        dnorm_norm_total[q] += dnorm * (x[at] * rrms[q]);
+      }
+    }
+    for (int q = 0; q < n; ++q) sum_dnorm_norm[block.row(q)] = dnorm_norm_total[q];
+  });
 }
 
 template <typename T>
@@ -86,25 +96,29 @@ void rms_norm_backward_apply(const Tensor<T>& dy, const Tensor<T>& x, const Tens
                              const RmsNormSaved<T>& saved, const Tensor<T>& sum_dnorm_norm,
                              std::int64_t count, const RmsNormParams& params, std::int64_t valid,
                              Tensor<T>& dx, Tensor<T>* dweight) {
+  SHARDSIM_ASSERT(&dx != &x && &dx != &dy, "rms_norm_backward_apply: dx must not be an input");
   const AxisView view = AxisView::of(x.shape(), params.axis);
-  SHARDSIM_ASSERT(valid >= 0 && valid <= view.extent, "valid positions out of range");
-  const T n = T(count);
-  dx = Tensor<T>(x.shape());
-  for (std::int64_t o = 0; o < view.outer; ++o) {
-    for (std::int64_t j = 0; j < view.inner; ++j) {
-      const std::int64_t row = o * view.inner + j;
-      const T rrms = saved.rrms[row];
-      const T dnorm_norm_mean = sum_dnorm_norm[row] / n;
+  detail::require_valid_positions(view, valid);
+  const T row_length = T(count);
+  prepare_output(dx, x.shape());  // every element is written below
+  // The blocks go in row order and their rows one after the other: dweight accumulates in row
+  // order.
+  detail::for_each_row(view, [&](const auto& block) {
+    constexpr int n = detail::rows_in<decltype(block)>;
+    for (int q = 0; q < n; ++q) {
+      const T rrms = saved.rrms[block.row(q)];  // a local copy: stores into dx cannot alias it
+      const T dnorm_norm_mean = sum_dnorm_norm[block.row(q)] / row_length;
       for (std::int64_t i = 0; i < valid; ++i) {
-        const std::int64_t at = view.flat(o, i, j);
+        const std::int64_t at = block.at(q, i);
         const T norm = x[at] * rrms;
         const T dnorm = weight ? dy[at] * (*weight)[i] : dy[at];
         if (dweight) (*dweight)[i] += dy[at] * norm;
         // term 1: dnorm; term 2: - norm * mean(dnorm * norm) (through the statistic).
         dx[at] = (dnorm - norm * dnorm_norm_mean) * rrms;
       }
+      for (std::int64_t i = valid; i < view.extent; ++i) dx[block.at(q, i)] = T(0);
     }
-  }
+  });
 }
 
 template <typename T>
@@ -112,7 +126,7 @@ void rms_norm_backward(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T>*
                        const RmsNormSaved<T>& saved, const RmsNormParams& params, Tensor<T>& dx,
                        Tensor<T>* dweight) {
   const std::int64_t extent = x.shape().extent(params.axis);
-  Tensor<T> sum_dnorm_norm;
+  Tensor<T> sum_dnorm_norm;  // (rows)
   rms_norm_backward_sum(dy, x, weight, saved, params, extent, sum_dnorm_norm);
   rms_norm_backward_apply(dy, x, weight, saved, sum_dnorm_norm, extent, params, extent, dx,
                           dweight);
@@ -121,20 +135,19 @@ void rms_norm_backward(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T>*
 }  // namespace shardsim
 
 // Explicit instantiation list, used by rms_norm.cpp (float, double) and rms_norm_mp.cpp.
-#define SHARDSIM_INSTANTIATE_RMS_NORM(T)                                                       \
-  template void rms_norm_forward(const Tensor<T>&, const Tensor<T>*, const RmsNormParams&,     \
-                                 Tensor<T>&, RmsNormSaved<T>&);                                \
-  template void rms_norm_backward(const Tensor<T>&, const Tensor<T>&, const Tensor<T>*,        \
-                                  const RmsNormSaved<T>&, const RmsNormParams&, Tensor<T>&,    \
-                                  Tensor<T>*);                                                 \
-  template void rms_norm_partial_sum_sq(const Tensor<T>&, const RmsNormParams&, std::int64_t,  \
-                                        Tensor<T>&);                                           \
-  template void rms_norm_apply(const Tensor<T>&, const Tensor<T>*, const RmsNormSaved<T>&,     \
-                               const RmsNormParams&, std::int64_t, Tensor<T>&);                \
-  template void rms_norm_backward_sum(const Tensor<T>&, const Tensor<T>&, const Tensor<T>*,    \
-                                      const RmsNormSaved<T>&, const RmsNormParams&,            \
-                                      std::int64_t, Tensor<T>&);                               \
-  template void rms_norm_backward_apply(const Tensor<T>&, const Tensor<T>&, const Tensor<T>*,  \
-                                        const RmsNormSaved<T>&, const Tensor<T>&,              \
-                                        std::int64_t, const RmsNormParams&, std::int64_t,      \
-                                        Tensor<T>&, Tensor<T>*);
+#define SHARDSIM_INSTANTIATE_RMS_NORM(T)                                                          \
+  template void rms_norm_forward(const Tensor<T>&, const Tensor<T>*, const RmsNormParams&,        \
+                                 Tensor<T>&, RmsNormSaved<T>&);                                   \
+  template void rms_norm_backward(const Tensor<T>&, const Tensor<T>&, const Tensor<T>*,           \
+                                  const RmsNormSaved<T>&, const RmsNormParams&, Tensor<T>&,       \
+                                  Tensor<T>*);                                                    \
+  template void rms_norm_partial_sum_sq(const Tensor<T>&, const RmsNormParams&, std::int64_t,     \
+                                        Tensor<T>&);                                              \
+  template void rms_norm_apply(const Tensor<T>&, const Tensor<T>*, const RmsNormSaved<T>&,        \
+                               const RmsNormParams&, std::int64_t, Tensor<T>&);                   \
+  template void rms_norm_backward_sum(const Tensor<T>&, const Tensor<T>&, const Tensor<T>*,       \
+                                      const RmsNormSaved<T>&, const RmsNormParams&, std::int64_t, \
+                                      Tensor<T>&);                                                \
+  template void rms_norm_backward_apply(                                                          \
+      const Tensor<T>&, const Tensor<T>&, const Tensor<T>*, const RmsNormSaved<T>&,               \
+      const Tensor<T>&, std::int64_t, const RmsNormParams&, std::int64_t, Tensor<T>&, Tensor<T>*);

@@ -13,7 +13,6 @@
 //                   ("grad(<out>).sum_dnorm_norm"); dweight is Shard(axis), local.
 #pragma once
 
-#include <cmath>
 #include <string>
 #include <vector>
 
@@ -29,8 +28,8 @@ struct RmsNormShardedSaved {
 
 template <typename T>
 struct RmsNormShardedGrads {
-  DistTensor<T> dx;
-  DistTensor<T> dweight;  // Partial (row-sharded) or Shard(axis) (hidden-sharded); or empty
+  DistTensor<T> dx;       // x.global
+  DistTensor<T> dweight;  // (H): Partial (row-sharded) or Shard(axis) (hidden-sharded); or empty
 };
 
 // REQUIRES: x Replicate or Shard(other axis); weight Replicate or null.
@@ -38,12 +37,14 @@ template <typename T>
 DistTensor<T> rms_norm_row_sharded(const World<T>& world, const DistTensor<T>& x,
                                    const DistTensor<T>* weight, const RmsNormParams& params,
                                    const std::string& output, RmsNormShardedSaved<T>& saved) {
-  SHARDSIM_ASSERT(!x.placement.is_partial() &&
-                      !(x.placement.is_shard() && x.placement.axis == params.axis),
-                  "row-sharded RMSNorm needs whole rows on every rank");
+  SHARDSIM_ASSERT(
+      !x.placement.is_partial() && !(x.placement.is_shard() && x.placement.axis == params.axis),
+      "row-sharded RMSNorm needs whole rows on every rank");
   const int ranks = world.size();
-  DistTensor<T> y = make_dist<T>(output, x.global, x.placement, ranks);
-  saved.rrms = make_dist<T>(output + ".rrms", x.global.without(params.axis), x.placement, ranks);
+  DistTensor<T> y = make_dist<T>(output, x.global, x.placement, ranks);  // x's placement
+  // (rows), x's placement.
+  saved.rrms = make_dist<T>(part_name(output, rms_norm_parts::rrms), x.global.without(params.axis),
+                            x.placement, ranks);
   world.for_each_rank([&](int r) {
     RmsNormSaved<T> local;
     rms_norm_forward(x.local(r), weight ? &weight->local(r) : nullptr, params, y.local(r), local);
@@ -53,21 +54,17 @@ DistTensor<T> rms_norm_row_sharded(const World<T>& world, const DistTensor<T>& x
   zero_padding(saved.rrms);
   std::vector<std::string> inputs{x.name};
   if (weight) inputs.push_back(weight->name);
-  world.compare_boundary({.op = "rms_norm", .tensor = saved.rrms.name, .exact = true, .inputs = {x.name}},
-               saved.rrms);
+  world.compare_boundary(
+      {.op = "rms_norm", .tensor = saved.rrms.name, .exact = true, .inputs = {x.name}}, saved.rrms);
   world.compare_boundary({.op = "rms_norm", .tensor = output, .exact = true, .inputs = inputs}, y);
   return y;
 }
 
 template <typename T>
-RmsNormShardedGrads<T> rms_norm_row_sharded_backward(const World<T>& world,
-                                                     const DistTensor<T>& dy,
-                                                     const DistTensor<T>& x,
-                                                     const DistTensor<T>* weight,
-                                                     const RmsNormShardedSaved<T>& saved,
-                                                     const RmsNormParams& params,
-                                                     const std::string& dx_name,
-                                                     const std::string& dweight_name) {
+RmsNormShardedGrads<T> rms_norm_row_sharded_backward(
+    const World<T>& world, const DistTensor<T>& dy, const DistTensor<T>& x,
+    const DistTensor<T>* weight, const RmsNormShardedSaved<T>& saved, const RmsNormParams& params,
+    const std::string& dx_name, const std::string& dweight_name) {
   const int ranks = world.size();
   RmsNormShardedGrads<T> grads;
   // A Replicate x with a Replicate dy: every rank holds every row and computes the whole
@@ -81,8 +78,8 @@ RmsNormShardedGrads<T> rms_norm_row_sharded_backward(const World<T>& world,
   if (weight) grads.dweight = make_dist<T>(dweight_name, weight->global, param_grad, ranks);
   world.for_each_rank([&](int r) {
     const RmsNormSaved<T> local{saved.rrms.local(r)};
-    rms_norm_backward(dy.local(r), x.local(r), weight ? &weight->local(r) : nullptr, local,
-                      params, grads.dx.local(r), weight ? &grads.dweight.local(r) : nullptr);
+    rms_norm_backward(dy.local(r), x.local(r), weight ? &weight->local(r) : nullptr, local, params,
+                      grads.dx.local(r), weight ? &grads.dweight.local(r) : nullptr);
   });
   zero_padding(grads.dx);
   return grads;
@@ -95,22 +92,27 @@ DistTensor<T> rms_norm_hidden_sharded(const World<T>& world, const DistTensor<T>
                                       const std::string& output, RmsNormShardedSaved<T>& saved) {
   SHARDSIM_ASSERT(x.placement.is_shard() && x.placement.axis == params.axis,
                   "hidden-sharded RMSNorm needs x sharded on the normalized axis");
-  using std::sqrt;
   const int ranks = world.size();
   const std::int64_t count = x.global.extent(params.axis);
   const std::vector<Slice> slices = x.slices();
   const Shape stats_shape = x.global.without(params.axis);
-  DistTensor<T> sums_sq = make_dist<T>(output + ".sumsq", stats_shape, Placement::partial(), ranks);
+  // (rows), Partial: each rank's sum of squares over its slice of every row.
+  DistTensor<T> sums_sq = make_dist<T>(part_name(output, rms_norm_parts::sum_sq), stats_shape,
+                                       Placement::partial(), ranks);
   world.for_each_rank([&](int r) {
     rms_norm_partial_sum_sq(x.local(r), params, slices[r].valid(), sums_sq.local(r));
   });
-  const DistTensor<T> total = world.all_reduce(
-      sums_sq, {.op = "all_reduce", .tensor = sums_sq.name, .inputs = {x.name}});
-  saved.rrms = make_dist<T>(output + ".rrms", stats_shape, Placement::replicate(), ranks);
-  DistTensor<T> y = make_dist<T>(output, x.global, x.placement, ranks);
+  // (rows), Replicate.
+  const DistTensor<T> total =
+      world.all_reduce(sums_sq, {.op = "all_reduce", .tensor = sums_sq.name, .inputs = {x.name}});
+  saved.rrms = make_dist<T>(part_name(output, rms_norm_parts::rrms), stats_shape,
+                            Placement::replicate(), ranks);
+  DistTensor<T> y = make_dist<T>(output, x.global, x.placement, ranks);  // x's placement
   world.for_each_rank([&](int r) {
+    const T row_length = T(count);
+    const T eps = T(params.eps);
     for (std::int64_t row = 0; row < stats_shape.numel(); ++row) {
-      saved.rrms.local(r)[row] = T(1) / sqrt(total.local(r)[row] / T(count) + T(params.eps));
+      saved.rrms.local(r)[row] = rms_norm_rrms(total.local(r)[row], row_length, eps);
     }
     rms_norm_apply(x.local(r), weight ? &weight->local(r) : nullptr,
                    RmsNormSaved<T>{saved.rrms.local(r)}, params, slices[r].valid(), y.local(r));
@@ -118,27 +120,25 @@ DistTensor<T> rms_norm_hidden_sharded(const World<T>& world, const DistTensor<T>
   zero_padding(y);
   std::vector<std::string> inputs{x.name};
   if (weight) inputs.push_back(weight->name);
-  world.compare_boundary({.op = "rms_norm", .tensor = saved.rrms.name, .inputs = {x.name}}, saved.rrms);
+  world.compare_boundary({.op = "rms_norm", .tensor = saved.rrms.name, .inputs = {x.name}},
+                         saved.rrms);
   world.compare_boundary({.op = "rms_norm", .tensor = output, .inputs = inputs}, y);
   return y;
 }
 
 template <typename T>
-RmsNormShardedGrads<T> rms_norm_hidden_sharded_backward(const World<T>& world,
-                                                        const DistTensor<T>& dy,
-                                                        const DistTensor<T>& x,
-                                                        const DistTensor<T>* weight,
-                                                        const RmsNormShardedSaved<T>& saved,
-                                                        const RmsNormParams& params,
-                                                        const std::string& dx_name,
-                                                        const std::string& dweight_name) {
+RmsNormShardedGrads<T> rms_norm_hidden_sharded_backward(
+    const World<T>& world, const DistTensor<T>& dy, const DistTensor<T>& x,
+    const DistTensor<T>* weight, const RmsNormShardedSaved<T>& saved, const RmsNormParams& params,
+    const std::string& dx_name, const std::string& dweight_name) {
   const int ranks = world.size();
   const std::int64_t count = x.global.extent(params.axis);
   const std::vector<Slice> slices = x.slices();
   RmsNormShardedGrads<T> grads;
   grads.dx = make_dist<T>(dx_name, x.global, x.placement, ranks);
   if (weight) grads.dweight = make_dist<T>(dweight_name, weight->global, weight->placement, ranks);
-  DistTensor<T> partial = make_dist<T>(dy.name + ".sum_dnorm_norm",
+  // (rows), Partial: each rank's sum(dnorm * norm) over its slice of every row.
+  DistTensor<T> partial = make_dist<T>(part_name(dy.name, rms_norm_parts::sum_dnorm_norm),
                                        x.global.without(params.axis), Placement::partial(), ranks);
   world.for_each_rank([&](int r) {
     rms_norm_backward_sum(dy.local(r), x.local(r), weight ? &weight->local(r) : nullptr,
@@ -147,8 +147,9 @@ RmsNormShardedGrads<T> rms_norm_hidden_sharded_backward(const World<T>& world,
   });
   std::vector<std::string> inputs{x.name, dy.name};
   if (weight) inputs.push_back(weight->name);
-  const DistTensor<T> total = world.all_reduce(
-      partial, {.op = "all_reduce", .tensor = partial.name, .inputs = inputs});
+  // (rows), Replicate.
+  const DistTensor<T> total =
+      world.all_reduce(partial, {.op = "all_reduce", .tensor = partial.name, .inputs = inputs});
   world.for_each_rank([&](int r) {
     rms_norm_backward_apply(dy.local(r), x.local(r), weight ? &weight->local(r) : nullptr,
                             RmsNormSaved<T>{saved.rrms.local(r)}, total.local(r), count, params,

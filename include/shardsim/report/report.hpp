@@ -6,14 +6,27 @@
 #include <vector>
 
 #include "shardsim/compare/compare.hpp"
+#include "shardsim/diagnosis/diagnosis.hpp"
 
 namespace shardsim {
 
 inline constexpr const char* kShardsimVersion = "0.1.0";
 
-// The whole replay: one entry in "runs" per precision.
+// The whole replay: one entry in "runs" per precision. A failed replay also carries
+// "diagnosis" (the probable causes, most likely first); a passing one has no such key, so its
+// report is unchanged. The three-argument form diagnoses a failed replay itself (with the
+// reports' reduce order and schedule).
 std::string report_json(const Scenario& scenario, const std::vector<RunReport>& reports,
                         const Outcome& outcome);
+std::string report_json(const Scenario& scenario, const std::vector<RunReport>& reports,
+                        const Outcome& outcome, const Diagnosis& diagnosis);
+
+// The probable causes after a divergence, numbered, each with its evidence (sim/report/
+// diagnosis_report.cpp). Empty when nothing was analysed.
+std::string format_diagnosis(const Diagnosis& diagnosis);
+// Every signature's measurement at the analysed boundary, then the probable causes
+// (`explain --diagnose`).
+std::string format_signature_analysis(const Diagnosis& diagnosis);
 
 // A per-boundary table for one precision, readable in an 100-column terminal.
 std::string format_run_table(const RunReport& report);

@@ -1,0 +1,158 @@
+// The per-block passes of the LayerNorm kernels (ops/layer_norm.hpp), over one RowBlock of
+// detail::for_each_row (norm_rows.hpp): the row statistics and the normalization of the
+// forward, the two row reductions and the elementwise pass of the backward. Each kernel in
+// layer_norm-inl.hpp is one or two of these over the rows, so every arithmetic operation of
+// LayerNorm is written once, here.
+//
+// Within a block, each row has its own accumulators, summed over ascending positions; work
+// that accumulates across rows (dweight, dbias) visits the block's rows in order. The forward
+// passes write through add_into/sub_into/mul_into into scratch made once per block, so an Mp
+// run allocates nothing per element (scalar.hpp); with floats these are the plain operators.
+#pragma once
+
+#include <cstdint>
+
+#include "shardsim/ops/layer_norm.hpp"
+#include "shardsim/ops/norm_rows.hpp"
+#include "shardsim/scalar.hpp"
+
+namespace shardsim {
+
+namespace detail {
+
+// What layer_norm_block_stats needs besides the rows, made once per call.
+template <typename T>
+struct LayerNormStatsPolicy {
+  const LayerNormFaults& faults;
+  const T* shared_mean;  // combine_token_means: the mean every row is centred on; else null
+  T count;               // H, the mean's divisor
+  T variance_divisor;    // faults.variance_divisor(H)
+  T eps;
+};
+
+template <typename T>
+LayerNormStatsPolicy<T> layer_norm_stats_policy(std::int64_t extent, const LayerNormParams& params,
+                                                const LayerNormFaults& faults,
+                                                const T* shared_mean) {
+  SHARDSIM_ASSERT((shared_mean != nullptr) == faults.combine_token_means,
+                  "a shared mean comes with combine_token_means, and only with it");
+  return {faults, shared_mean, T(extent), T(faults.variance_divisor(extent)), T(params.eps)};
+}
+
+// mean and rstd of the block's rows, each row's sums over ascending i. mean, rstd: (N), written.
+template <typename T, int N>
+void layer_norm_block_stats(RowBlock<N> block, const Tensor<T>& x, std::int64_t extent,
+                            const LayerNormStatsPolicy<T>& policy, RowValues<T, N>& mean,
+                            RowValues<T, N>& rstd) {
+  RowValues<T, N> row_sum, sum_sq, centered;  // (N), written through *_into
+  if (policy.faults.centres_on_own_mean()) {
+    for (int q = 0; q < N; ++q) row_sum[q] = T(0);
+    for (std::int64_t i = 0; i < extent; ++i) {
+      for (int q = 0; q < N; ++q) add_into(row_sum[q], row_sum[q], x[block.at(q, i)]);
+    }
+    for (int q = 0; q < N; ++q) mean[q] = row_sum[q] / policy.count;
+  } else {
+    for (int q = 0; q < N; ++q) mean[q] = policy.shared_mean ? *policy.shared_mean : T(0);
+  }
+  // What each row is centred on, as a local copy for the loop: reading the caller's array
+  // instead, GCC 12 compiles the f32 loop to markedly slower code.
+  const RowValues<T, N> centre = mean;
+  for (int q = 0; q < N; ++q) sum_sq[q] = T(0);
+  for (std::int64_t i = 0; i < extent; ++i) {
+    for (int q = 0; q < N; ++q) {
+      sub_into(centered[q], x[block.at(q, i)], centre[q]);
+      mul_into(centered[q], centered[q], centered[q]);
+      add_into(sum_sq[q], sum_sq[q], centered[q]);
+    }
+  }
+  for (int q = 0; q < N; ++q) {
+    const T var = sum_sq[q] / policy.variance_divisor;
+    rstd[q] = policy.faults.rstd(var, policy.eps);
+  }
+}
+
+// y on positions [0, valid) of the block's rows, 0 on [valid, extent), given the rows' mean and
+// rstd: (N).
+template <typename T, int N>
+void layer_norm_block_apply(RowBlock<N> block, const Tensor<T>& x, const Tensor<T>* weight,
+                            const Tensor<T>* bias, const RowValues<T, N>& mean,
+                            const RowValues<T, N>& rstd, const LayerNormFaults& faults,
+                            std::int64_t valid, std::int64_t extent, Tensor<T>& y) {
+  T out = T(0);  // scratch, written through *_into
+  for (int q = 0; q < N; ++q) {
+    // The row's values held in locals for the element loop: read through the arrays and the
+    // block instead, GCC 12 compiles the f32 loop to markedly slower code.
+    const T& row_mean = mean[q];
+    const T& row_rstd = rstd[q];
+    const std::int64_t base = block.base[q];
+    const std::int64_t stride = block.stride;
+    for (std::int64_t i = 0; i < valid; ++i) {
+      const std::int64_t at = base + i * stride;
+      sub_into(out, x[at], row_mean);
+      mul_into(out, out, row_rstd);
+      faults.round_normalized(out);
+      if (weight) mul_into(out, out, (*weight)[i]);
+      if (bias) add_into(out, out, (*bias)[i]);
+      y[at] = out;
+    }
+    for (std::int64_t i = valid; i < extent; ++i) y[block.at(q, i)] = T(0);
+  }
+}
+
+// The backward's two row reductions over [0, valid) of the block's rows, ascending i.
+// dnorm_total, dnorm_norm_total: (N), written.
+template <typename T, int N>
+void layer_norm_block_backward_sums(RowBlock<N> block, const Tensor<T>& dy, const Tensor<T>& x,
+                                    const Tensor<T>* weight, const LayerNormSaved<T>& stats,
+                                    std::int64_t valid, RowValues<T, N>& dnorm_total,
+                                    RowValues<T, N>& dnorm_norm_total) {
+  RowValues<T, N> mean, rstd;  // (N) local copies of the rows' statistics
+  for (int q = 0; q < N; ++q) {
+    mean[q] = stats.mean[block.row(q)];
+    rstd[q] = stats.rstd[block.row(q)];
+    dnorm_total[q] = T(0);
+    dnorm_norm_total[q] = T(0);
+  }
+  for (std::int64_t i = 0; i < valid; ++i) {
+    for (int q = 0; q < N; ++q) {
+      const std::int64_t at = block.at(q, i);
+      const T norm = (x[at] - mean[q]) * rstd[q];
+      const T dnorm = weight ? dy[at] * (*weight)[i] : dy[at];
+      dnorm_total[q] += dnorm;
+      dnorm_norm_total[q] += dnorm * norm;
+    }
+  }
+}
+
+// dx on [0, valid) of the block's rows (0 on [valid, extent)), given each row's mean(dnorm) and
+// mean(dnorm * norm) over the full row; dweight/dbias accumulate, one row after the other.
+template <typename T, int N>
+void layer_norm_block_backward_apply(RowBlock<N> block, const Tensor<T>& dy, const Tensor<T>& x,
+                                     const Tensor<T>* weight, const LayerNormSaved<T>& stats,
+                                     const RowValues<T, N>& dnorm_mean,
+                                     const RowValues<T, N>& dnorm_norm_mean, std::int64_t valid,
+                                     std::int64_t extent, Tensor<T>& dx, Tensor<T>* dweight,
+                                     Tensor<T>* dbias) {
+  for (int q = 0; q < N; ++q) {
+    // Local copies: stores into dx, dweight and dbias cannot alias them.
+    const T mean = stats.mean[block.row(q)];
+    const T rstd = stats.rstd[block.row(q)];
+    const T row_dnorm_mean = dnorm_mean[q];
+    const T row_dnorm_norm_mean = dnorm_norm_mean[q];
+    for (std::int64_t i = 0; i < valid; ++i) {
+      const std::int64_t at = block.at(q, i);
+      const T norm = (x[at] - mean) * rstd;
+      const T dnorm = weight ? dy[at] * (*weight)[i] : dy[at];
+      if (dbias) (*dbias)[i] += dy[at];
+      if (dweight) (*dweight)[i] += dy[at] * norm;
+      // term 1: dnorm; term 2: - mean(dnorm) (through the mean);
+      // term 3: - norm * mean(dnorm * norm) (through the variance).
+      dx[at] = ((dnorm - row_dnorm_mean) - norm * row_dnorm_norm_mean) * rstd;
+    }
+    for (std::int64_t i = valid; i < extent; ++i) dx[block.at(q, i)] = T(0);
+  }
+}
+
+}  // namespace detail
+
+}  // namespace shardsim

@@ -1,0 +1,58 @@
+// The diagnosis context: one captured run of a scenario and the look-ups the signatures need
+// (internal to sim/diagnosis).
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shardsim/diagnosis/signatures.hpp"
+
+namespace shardsim::diag {
+
+class Context {
+ public:
+  // REQUIRES: `run` was captured (RunOptions::capture_tensors).
+  Context(const Scenario& scenario, RunReport run);
+
+  const Scenario& scenario() const { return scenario_; }
+  const RunReport& run() const { return run_; }
+  const BoundaryResult& result(int id) const {
+    return run_.boundaries[static_cast<std::size_t>(id)];
+  }
+  const TraceEntry& entry(int id) const { return result(id).entry; }
+  // The boundary's values (converted once, then kept).
+  const Observed& observed(int id);
+  // The unit roundoff of the captured values: 2^-24 at f32, 2^-53 otherwise (f64 reads).
+  double unit() const;
+
+  // The latest boundary at or before `before` whose tensor or oracle name is `name` and that
+  // has oracle values; with `same_chunk`, only in `before`'s step and chunk.
+  std::optional<int> latest(const std::string& name, int before, bool same_chunk = false) const;
+  // The failing boundaries of `before`'s step and chunk whose oracle name is `name`.
+  std::optional<int> failing(const std::string& name, int near) const;
+  // The scenario step whose output `id`'s tensor derives from (NAME, NAME.PART, NAME@WHERE).
+  const StepSpec* owning_step(int id) const;
+  // Whether `id` is in a chunk >= 2 at a boundary chunk 1 of its step does not have.
+  bool carried_state(int id) const;
+
+ private:
+  const Scenario& scenario_;
+  RunReport run_;
+  std::map<int, Observed> observed_;
+};
+
+// The signatures that need more than the analysed boundary, with their inputs found in `ctx`.
+// Each returns an absent Finding ("n/a: ...") when the boundary is not of its kind.
+Finding replica_signature(Context& ctx, int id);
+Finding mask_signature(Context& ctx, int id);
+Finding rope_signature(Context& ctx, int id);
+Finding window_signature(Context& ctx, int id);
+Finding provenance_signature(Context& ctx, int id);
+Finding norm_signature(Context& ctx, int id);
+Finding loss_signature(Context& ctx, int id);
+// The counts a ratio may be: ranks, every axis extent of the program, batch*seq.
+std::vector<NamedCount> program_counts(const Scenario& scenario);
+
+}  // namespace shardsim::diag

@@ -1,0 +1,172 @@
+// The diagnosis orchestrator: replays the failing run with capture, measures every signature at
+// the analysed boundary, reads the trend over precisions and ranks the causes (diagnosis.hpp).
+#include <algorithm>
+#include <cmath>
+
+#include "shardsim/error.hpp"
+#include "sim/diagnosis/context.hpp"
+
+namespace shardsim {
+
+namespace {
+
+// The precisions of the trend, beside the ones the replay ran: f32, f64 and one mp level.
+const char* const kTrendLevels[] = {"f32", "f64", "mp128"};
+
+// The most values an mp analysis run captures (each with its f32, f64 and exact text).
+constexpr std::int64_t kMaxMpCapture = std::int64_t{1} << 20;
+
+// The values a capture of `run` holds: every boundary's oracle tensor and every rank's local one.
+std::int64_t captured_values(const RunReport& run) {
+  std::int64_t total = 0;
+  for (const BoundaryResult& b : run.boundaries) {
+    total += b.entry.global.numel();
+    for (const RankExtent& r : b.entry.ranks) total += r.local_shape.numel();
+  }
+  return total;
+}
+
+TrendPoint trend_point(const RunReport& run, int id) {
+  const BoundaryResult& b = run.boundaries[static_cast<std::size_t>(id)];
+  TrendPoint p{run.precision.name(), run.significand_bits};
+  p.gap = b.max_abs == 0 ? 0 : b.scale > 0 ? b.max_abs / b.scale : INFINITY;
+  if (b.status == Status::fail && b.first_bad && b.first_bad->reason == "NaN") p.gap = INFINITY;
+  p.bound = b.entry.exact ? 0 : b.rtol;
+  return p;
+}
+
+std::vector<TrendPoint> trend(const Scenario& scenario, const std::vector<RunReport>& known,
+                              const RunOptions& options, int id) {
+  std::vector<TrendPoint> points;
+  std::vector<std::string> done;
+  auto add = [&](const RunReport& run) {
+    if (std::find(done.begin(), done.end(), run.precision.name()) != done.end()) return;
+    if (static_cast<int>(run.boundaries.size()) <= id) return;
+    done.push_back(run.precision.name());
+    points.push_back(trend_point(run, id));
+  };
+  for (const RunReport& run : known) add(run);
+  bool has_mp = false;
+  for (const RunReport& run : known) has_mp = has_mp || run.precision.kind == ScalarKind::mp;
+  RunOptions plain = options;
+  plain.capture_tensors = false;
+  for (const char* level : kTrendLevels) {
+    const Precision precision = parse_precision(level);
+    if (precision.kind == ScalarKind::mp && has_mp) continue;
+    if (std::find(done.begin(), done.end(), precision.name()) != done.end()) continue;
+    try {
+      add(evaluate(scenario, precision, plain));
+    } catch (const InputError&) {
+      // Refused (over the memory limit): the trend has one level fewer.
+    }
+  }
+  return points;
+}
+
+std::vector<Finding> measure(diag::Context& ctx, int id, const std::vector<TrendPoint>& points) {
+  const Observed& o = ctx.observed(id);
+  const double unit = ctx.unit();
+  std::vector<TraceStatus> statuses;
+  for (const BoundaryResult& b : ctx.run().boundaries) {
+    statuses.push_back(
+        {b.entry.id, b.entry.step, b.entry.chunk, b.entry.op, b.entry.tensor, b.status});
+  }
+  return {constant_ratio(o, diag::program_counts(ctx.scenario()), unit),
+          constant_fill(o),
+          hidden_cast(o, ctx.run().significand_bits),
+          diag::replica_signature(ctx, id),
+          diag::mask_signature(ctx, id),
+          rank_offset_gap(o),
+          shard_edge_gap(o),
+          shifted_copy(o, unit),
+          diag::rope_signature(ctx, id),
+          diag::window_signature(ctx, id),
+          chunk_onset(statuses, id),
+          diag::provenance_signature(ctx, id),
+          diag::norm_signature(ctx, id),
+          diag::loss_signature(ctx, id),
+          precision_trend(points)};
+}
+
+// Up to kMaxCauses findings, one per cause, most confident first (ties: signature order).
+// A gap that vanishes with precision makes every bug less likely.
+std::vector<Finding> rank_causes(std::vector<Finding> findings) {
+  const bool rounding = std::any_of(findings.begin(), findings.end(), [](const Finding& f) {
+    return f.cause == Cause::rounding && f.present();
+  });
+  if (rounding) {
+    for (Finding& f : findings) {
+      if (f.cause != Cause::rounding) f.confidence *= 0.5;
+    }
+  }
+  std::stable_sort(findings.begin(), findings.end(),
+                   [](const Finding& a, const Finding& b) { return a.confidence > b.confidence; });
+  std::vector<Finding> causes;
+  for (const Finding& f : findings) {
+    if (causes.size() == kMaxCauses || f.confidence < 0.3) break;
+    const bool named = std::any_of(causes.begin(), causes.end(),
+                                   [&](const Finding& c) { return c.cause == f.cause; });
+    if (!named) causes.push_back(f);
+  }
+  return causes;
+}
+
+Diagnosis analyse(const Scenario& scenario, RunReport captured, int id,
+                  const std::vector<TrendPoint>& points) {
+  Diagnosis d;
+  d.analysed = true;
+  d.precision = captured.precision;
+  d.boundary = id;
+  diag::Context ctx(scenario, std::move(captured));
+  const TraceEntry& e = ctx.entry(id);
+  d.where = "step " + std::to_string(e.step) + " chunk " + std::to_string(e.chunk) + " boundary #" +
+            std::to_string(e.id) + " " + e.op + " -> " + e.tensor;
+  d.findings = measure(ctx, id, points);
+  d.causes = rank_causes(d.findings);
+  return d;
+}
+
+}  // namespace
+
+Diagnosis diagnose(const Scenario& scenario, const std::vector<RunReport>& reports,
+                   const RunOptions& options) {
+  const auto failed =
+      std::find_if(reports.begin(), reports.end(), [](const RunReport& r) { return !r.pass; });
+  if (failed == reports.end() || !failed->first_divergence) return {};
+  const int id = failed->first_divergence->boundary;
+  RunOptions capture = options;
+  capture.reduce_order = failed->reduce_order;
+  capture.schedule = failed->schedule;
+  const std::vector<TrendPoint> points = trend(scenario, reports, capture, id);
+  // Values are read in double: analyse at the most precise level where the boundary still
+  // fails, so that recomputed alternatives are told apart at 2^-53 rather than through the
+  // failing level's own rounding (a bug persists to mp; rounding noise does not).
+  // An mp capture also keeps every value's exact text: above kMaxMpCapture values the analysis
+  // stays at f64 or below.
+  Precision analysed = failed->precision;
+  unsigned bits = failed->significand_bits;
+  const unsigned most_bits = captured_values(*failed) > kMaxMpCapture ? 53 : ~0u;
+  for (const TrendPoint& p : points) {
+    if (p.gap > p.bound && p.bits > bits && p.bits <= most_bits) {
+      analysed = parse_precision(p.precision);
+      bits = p.bits;
+    }
+  }
+  capture.capture_tensors = true;
+  return analyse(scenario, evaluate(scenario, analysed, capture), id, points);
+}
+
+Diagnosis diagnose_boundary(const Scenario& scenario, const Precision& precision,
+                            const RunOptions& options, int boundary) {
+  RunOptions capture = options;
+  capture.capture_tensors = true;
+  RunReport run = evaluate(scenario, precision, capture);
+  if (boundary < 0 || boundary >= static_cast<int>(run.boundaries.size())) {
+    throw InputError("--diagnose: no boundary #" + std::to_string(boundary) + " (the trace has " +
+                     std::to_string(run.boundaries.size()) + ")");
+  }
+  const std::vector<TrendPoint> points = trend(scenario, {run}, options, boundary);
+  return analyse(scenario, std::move(run), boundary, points);
+}
+
+}  // namespace shardsim

@@ -1,0 +1,155 @@
+// Inputs from files: init = { file = "inputs.safetensors", tensor = "fc1.weight" } or
+// init = { file = "x.npy" }. The file is read whole and decoded by the codecs `shardsim compare`
+// uses (golden/tensor_file.hpp): every length in it is checked against the file's size before
+// anything is allocated, and a file that is truncated, has a hole or trailing bytes is rejected,
+// so a tensor is never read partially. The values are kept as doubles: F32, BF16 and F16 convert
+// exactly, F64 values are themselves (an f32 run rounds them once, in the runner).
+#include <cmath>
+#include <filesystem>
+
+#include "shardsim/golden/tensor_file.hpp"
+#include "shardsim/io.hpp"
+#include "shardsim/sha256.hpp"
+#include "sim/scenario/loader.hpp"
+
+namespace shardsim {
+
+struct Loader::InputFile {
+  std::string sha256;              // of the file's bytes
+  bool npy = false;                // one unnamed tensor
+  std::vector<RawTensor> tensors;  // in the file's data order
+};
+
+namespace {
+
+// `path` relative to the directory of the scenario file (as given); absolute paths unchanged.
+std::string resolve(const std::string& scenario_file, const std::string& path) {
+  if (path.starts_with('/')) return path;
+  const std::size_t slash = scenario_file.find_last_of('/');
+  return slash == std::string::npos ? path : scenario_file.substr(0, slash + 1) + path;
+}
+
+// "[32, 16]"
+std::string extents_str(const std::vector<std::int64_t>& shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    out += (i ? ", " : "") + std::to_string(shape[i]);
+  }
+  return out + "]";
+}
+
+// The row-major index of flat position `flat` in `shape`, e.g. "[0, 3, 7]".
+std::string index_str(const std::vector<std::int64_t>& shape, std::int64_t flat) {
+  std::vector<std::int64_t> index(shape.size());
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    index[d] = flat % shape[d];
+    flat /= shape[d];
+  }
+  return extents_str(index);
+}
+
+bool exact_input_dtype(format::Dtype dtype) {
+  using format::Dtype;
+  return dtype == Dtype::f64 || dtype == Dtype::f32 || dtype == Dtype::bf16 || dtype == Dtype::f16;
+}
+
+}  // namespace
+
+const Loader::InputFile& Loader::input_file(const toml::node& node, const std::string& path,
+                                            const std::string& resolved) const {
+  if (auto it = input_files_.find(resolved); it != input_files_.end()) return *it->second;
+  auto file = std::make_shared<InputFile>();
+  file->npy = resolved.ends_with(".npy");
+  if (!file->npy && !resolved.ends_with(".safetensors")) {
+    fail(node, path, "'" + resolved + "' is neither a .safetensors nor a .npy file");
+  }
+  // A FIFO or device (/dev/zero behind a .npy symlink) could be read forever: only regular
+  // files (after symlinks) are read. A missing file is left to read_file's message.
+  std::error_code error;
+  const auto status = std::filesystem::status(resolved, error);
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    fail(node, path, "'" + resolved + "' is not a regular file");
+  }
+  const std::string bytes = wrap(node, path, [&] { return read_file(resolved); });
+  wrap(node, path, [&] {
+    if (file->npy) {
+      file->tensors.push_back(decode_npy(bytes, resolved));
+    } else {
+      file->tensors = decode_safetensors(bytes, resolved).tensors;
+    }
+  });
+  file->sha256 = sha256_hex(bytes);
+  return *input_files_.emplace(resolved, std::move(file)).first->second;
+}
+
+InitSpec Loader::init_file(const toml::table& t, const std::string& path) const {
+  check_keys(t, path, {"file", "tensor"});
+  const toml::node& file_node = *t.get("file");
+  InitSpec spec;
+  spec.dist = InitDist::file;
+  spec.file = string(file_node, path + ".file");
+  if (spec.file.empty()) fail(file_node, path + ".file", "the file name must not be empty");
+  const std::string resolved = resolve(file_, spec.file);
+  const InputFile& file = input_file(file_node, path + ".file", resolved);
+  const RawTensor* raw = nullptr;
+  const toml::node* name_node = t.get("tensor");
+  if (file.npy) {
+    if (name_node) {
+      fail(*name_node, path + ".tensor",
+           "an .npy file holds one unnamed tensor: omit 'tensor' for '" + spec.file + "'");
+    }
+    raw = &file.tensors.front();
+  } else {
+    if (!name_node) fail(t, path, "a safetensors file needs 'tensor', the tensor's name");
+    spec.file_tensor = string(*name_node, path + ".tensor");
+    std::vector<std::string> names;
+    for (const RawTensor& candidate : file.tensors) {
+      if (candidate.name == spec.file_tensor) raw = &candidate;
+      names.push_back(candidate.name);
+    }
+    if (!raw) {
+      const std::string hint = nearest(spec.file_tensor, names);
+      fail(*name_node, path + ".tensor",
+           "no tensor '" + spec.file_tensor + "' in '" + spec.file + "'" +
+               (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
+    }
+  }
+  // Problems of the tensor itself are located at its name (at the file for an npy).
+  const toml::node& at = name_node ? *name_node : file_node;
+  const std::string at_path = path + (name_node ? ".tensor" : ".file");
+  const std::string what =
+      (file.npy ? "" : "'" + spec.file_tensor + "' in ") + "'" + spec.file + "'";
+  const format::DtypeInfo& info = format::dtype_info(raw->dtype);
+  if (!exact_input_dtype(raw->dtype)) {
+    fail(at, at_path,
+         what + " has dtype " + std::string(info.safetensors) +
+             "; inputs are read exactly from F64, F32, BF16 or F16");
+  }
+  std::vector<double> values = raw_values(*raw);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (std::isfinite(values[i])) continue;
+    fail(at, at_path,
+         "element " + index_str(raw->shape, static_cast<std::int64_t>(i)) + " of " + what + " is " +
+             format_number(values[i]) + ": inputs must be finite");
+  }
+  spec.values = std::make_shared<const std::vector<double>>(std::move(values));
+  spec.file_dtype = std::string(info.safetensors);
+  spec.file_sha256 = file.sha256;
+  spec.file_shape = raw->shape;
+  return spec;
+}
+
+void Loader::check_init_file_shape(const toml::node& node, const std::string& path,
+                                   const TensorSpec& spec) const {
+  std::vector<std::int64_t> declared;
+  for (const Axis& axis : spec.shape.axes()) declared.push_back(axis.extent);
+  if (declared == spec.init.file_shape) return;
+  const std::string what =
+      (spec.init.file_tensor.empty() ? "" : "'" + spec.init.file_tensor + "' in ") + "'" +
+      spec.init.file + "'";
+  fail(node, path,
+       what + " has shape " + extents_str(spec.init.file_shape) + ", but '" + spec.name +
+           "' declares " + spec.shape.str());
+}
+
+}  // namespace shardsim
