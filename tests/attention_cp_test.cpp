@@ -42,15 +42,15 @@ double to_double(const T& v) {
 // The global tensor a DistTensor holds (Replicate: rank 0's copy, checked equal on every rank).
 template <typename T>
 Tensor<T> global_of(const DistTensor<T>& d) {
-  if (d.placement.is_replicate()) {
+  if (d.layout.on(0).is_replicate()) {
     for (int r = 1; r < d.ranks(); ++r) REQUIRE(d.local(r).values() == d.local(0).values());
     return d.local(0);
   }
-  REQUIRE(d.placement.is_shard());
+  REQUIRE(d.layout.on(0).is_shard());
   Tensor<T> out(d.global);
-  const std::vector<shardsim::Slice> slices = d.slices();
   for (int r = 0; r < d.ranks(); ++r) {
-    shardsim::copy_along(d.local(r), d.placement.axis, 0, out, slices[r].begin, slices[r].valid());
+    const shardsim::Slice slice = d.slice(r, d.layout.on(0).axis);
+    shardsim::copy_along(d.local(r), d.layout.on(0).axis, 0, out, slice.begin, slice.valid());
   }
   return out;
 }
@@ -271,7 +271,7 @@ TEST_CASE("the KV axis is split with torch.chunk semantics", "[attention_cp]") {
     shardsim::cp_attention_forward(
         world, dist("x", x_shape), dist("wq", w_shape), dist("wk", w_shape), dist("wv", w_shape),
         dist("wo", Shape({{"head", 1}, {"head_dim", 2}, {"hidden", 2}})), config, cache, saved);
-    REQUIRE(saved.k_shard.placement == Placement::shard("kv"));
+    REQUIRE(saved.k_shard.layout.on(0) == Placement::shard("kv"));
     for (int r = 0; r < 4; ++r) {
       INFO("rank " << r);
       CHECK(saved.k_shard.local(r).shape().extent("kv") == expected[static_cast<std::size_t>(r)]);

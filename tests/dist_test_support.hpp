@@ -22,7 +22,7 @@ using shardsim::Tensor;
 // in rank order.
 template <typename T>
 Tensor<T> assemble(const DistTensor<T>& dist) {
-  const Placement& p = dist.placement;
+  const Placement& p = dist.layout.on(0);
   for (int r = 0; r < dist.ranks(); ++r) {
     REQUIRE(dist.local(r).shape() == shardsim::local_shape(dist.global, p, dist.ranks(), r));
   }
@@ -78,13 +78,13 @@ template <typename T, typename Visit>
 void for_each_valid(const DistTensor<T>& dist, Visit visit) {
   for (int r = 0; r < dist.ranks(); ++r) {
     const Tensor<T>& local = dist.local(r);
-    if (!dist.placement.is_shard()) {
+    if (!dist.layout.on(0).is_shard()) {
       for (std::int64_t e = 0; e < local.numel(); ++e) visit(r, e, e);
       continue;
     }
-    const auto slice = shardsim::rank_slice(dist.global, dist.placement, dist.ranks(), r);
-    const auto lv = shardsim::AxisView::of(local.shape(), dist.placement.axis);
-    const auto gv = shardsim::AxisView::of(dist.global, dist.placement.axis);
+    const auto slice = shardsim::rank_slice(dist.global, dist.layout.on(0), dist.ranks(), r);
+    const auto lv = shardsim::AxisView::of(local.shape(), dist.layout.on(0).axis);
+    const auto gv = shardsim::AxisView::of(dist.global, dist.layout.on(0).axis);
     for (std::int64_t o = 0; o < lv.outer; ++o) {
       for (std::int64_t i = 0; i < slice.valid(); ++i) {
         for (std::int64_t j = 0; j < lv.inner; ++j) {

@@ -40,9 +40,10 @@ DropoutParams params(double p) {
 std::vector<shardsim::DrawnWords> rank_words(DropoutPolicy policy, int ranks, double p) {
   const Shape shape({{"batch", 2}, {"seq", 13}, {"hidden", 16}});
   std::vector<shardsim::DrawnWords> words;
+  const auto x = shardsim::make_dist<double>("x", shape, Placement::shard("seq"), ranks);
   for (int r = 0; r < ranks; ++r) {
-    const auto frame = shardsim::dropout_frame(shape, Placement::shard("seq"), ranks, r);
-    const Shape local = shardsim::local_shape(shape, Placement::shard("seq"), ranks, r);
+    const auto frame = shardsim::dropout_frame(x, r);
+    const Shape local = x.local(r).shape();
     words.push_back(shardsim::dropout_words(local, frame, params(p), policy));
   }
   return words;
@@ -130,7 +131,7 @@ TEST_CASE("the verdict tensor is one row per rank: k^2 values in all", "[dropout
   std::vector<std::string> notes;
   const auto check = shardsim::repetition_check<float>(
       rank_words(DropoutPolicy::global, 13, 0.5), shardsim::dropout_threshold(0.5), "c", notes);
-  CHECK(check.placement == Placement::shard("rank"));
+  CHECK(check.layout.on(0) == Placement::shard("rank"));
   std::int64_t held = 0;
   for (const auto& local : check.locals) held += local.numel();
   CHECK(held == 13 * 13);
@@ -141,7 +142,8 @@ TEST_CASE("replicas drawing different words get a note on the mask boundary",
   const Shape shape({{"seq", 4}, {"hidden", 8}});
   std::vector<shardsim::DrawnWords> words;
   for (int r = 0; r < 3; ++r) {
-    const auto frame = shardsim::dropout_frame(shape, Placement::replicate(), 3, r);
+    const auto frame = shardsim::dropout_frame(
+        shardsim::make_dist<double>("x", shape, Placement::replicate(), 3), r);
     words.push_back(shardsim::dropout_words(shape, frame, params(0.1), DropoutPolicy::rank_offset));
   }
   const auto notes = shardsim::replica_word_notes(words, shardsim::dropout_threshold(0.1));

@@ -164,9 +164,9 @@ TEMPLATE_TEST_CASE("sharded gelu equals the dense oracle bitwise under every pla
       // A Partial gradient of a Replicate input stays Partial: gelu' is applied to each addend.
       const auto sx = shardsim::distribute("x", x, Placement::replicate(), ranks);
       const auto sdy = shardsim::distribute("grad(y)", dy, Placement::partial(), ranks);
-      REQUIRE(shardsim::elementwise_grad_target(sx.placement, sdy.placement).is_partial());
+      REQUIRE(shardsim::elementwise_grad_target(sx.layout.on(0), sdy.layout.on(0)).is_partial());
       const auto sdx = shardsim::gelu_backward_sharded(world, sdy, sx, form(approx), "grad(x)");
-      CHECK(sdx.placement.is_partial());
+      CHECK(sdx.layout.on(0).is_partial());
       // distribute() puts the whole Partial value on rank 0 and zeros elsewhere, and
       // gelu'(x) * 0 = 0, so the addends still sum to dx exactly.
       CHECK(bitwise_equal(assemble(sdx), dx));

@@ -103,26 +103,26 @@ TEMPLATE_TEST_CASE("hidden-sharded LayerNorm agrees with the dense oracle in eve
         shardsim::LayerNormHiddenSaved<TestType> saved;
         const DistTensor<TestType> y_dist = shardsim::layer_norm_hidden_sharded(
             world, x_dist, &w_dist, &b_dist, params, mode, "seq", {}, "y", saved);
-        CHECK(y_dist.placement == placement);
+        CHECK(y_dist.layout.on(0) == placement);
         const auto grads = shardsim::layer_norm_hidden_sharded_backward(
             world, dy_dist, x_dist, &w_dist, &b_dist, params, mode, "seq", {}, saved, "dx", "dw",
             "db", "dx");
-        CHECK(grads.dx.placement == placement);
+        CHECK(grads.dx.layout.on(0) == placement);
         if (mode == HiddenStats::redistribute) {
           // Data movement plus the row-sharded plan: the dense arithmetic, bit for bit.
           CHECK(norm_test::matches_bitwise(y_dist, dense.y));
           CHECK(norm_test::matches_bitwise(saved.stats.mean, dense.saved.mean));
           CHECK(norm_test::matches_bitwise(saved.stats.rstd, dense.saved.rstd));
           CHECK(norm_test::matches_bitwise(grads.dx, dense.dx));
-          CHECK(grads.dweight.placement.is_partial());  // token-slice shares
+          CHECK(grads.dweight.layout.on(0).is_partial());  // token-slice shares
         } else {
           CHECK(norm_test::normwise_error(saved.stats.mean, dense.saved.mean) <= tol);
           CHECK(norm_test::normwise_error(saved.stats.rstd, dense.saved.rstd) <= tol);
           CHECK(norm_test::normwise_error(y_dist, dense.y) <= tol);
           CHECK(norm_test::normwise_error(grads.dx, dense.dx) <= tol);
           // Parameter grads reduce over tokens only, locally: Shard(hidden) like the weight.
-          CHECK(grads.dweight.placement == placement);
-          CHECK(grads.dbias.placement == placement);
+          CHECK(grads.dweight.layout.on(0) == placement);
+          CHECK(grads.dbias.layout.on(0) == placement);
           // dbias is the row-order sum of dy over each rank's own features: the dense order.
           CHECK(norm_test::matches_bitwise(grads.dbias, dense.dbias));
         }

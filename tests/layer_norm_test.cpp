@@ -366,7 +366,7 @@ TEMPLATE_TEST_CASE("row-sharded LayerNorm equals the dense oracle bitwise, forwa
       shardsim::LayerNormShardedSaved<TestType> sharded_saved;
       const DistTensor<TestType> y_dist = shardsim::layer_norm_row_sharded(
           world, x_dist, &w_dist, &b_dist, params, "y", sharded_saved);
-      CHECK(y_dist.placement == placement);
+      CHECK(y_dist.layout.on(0) == placement);
       CHECK(norm_test::matches_bitwise(y_dist, y));
       CHECK(norm_test::matches_bitwise(sharded_saved.mean, saved.mean));
       CHECK(norm_test::matches_bitwise(sharded_saved.rstd, saved.rstd));

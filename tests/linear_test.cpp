@@ -161,14 +161,14 @@ void check_form(int ranks, std::int64_t seq, std::int64_t ffn, const Placement& 
   const DistTensor<T> sw = shardsim::distribute("w", w, w_place, ranks);
   const DistTensor<T> sb = shardsim::distribute("b", b, b_place, ranks);
   const DistTensor<T> sy = shardsim::linear_sharded(world, sx, sw, &sb, p, "y");
-  Placement y_place = sy.placement;
+  Placement y_place = sy.layout.on(0);
   // Reordered sums: a sum of n terms of magnitude <= 1 computed in two orders differs by at
   // most 2 (n - 1) u sum|t| <= 2 n^2 u; here n <= 14 (2 * 7 rows for dW), so <= 392 u absolute,
   // and the normwise denominator (the largest |value| of the seeded tensor) is above 1/2 for
   // these sizes. 1024 u is a bound with room, far below any semantic error.
   const double reordered = 1024 * mlp_test::unit_roundoff<T>();
   if (form == shardsim::LinearParallel::row) {
-    CHECK(sy.placement.is_partial());
+    CHECK(sy.layout.on(0).is_partial());
     CHECK(mlp_test::normwise_relative_error(assemble(sy), y) <= reordered);
   } else {
     CHECK(bitwise_equal(assemble(sy), y));  // the dense arithmetic, per output feature
@@ -178,10 +178,10 @@ void check_form(int ranks, std::int64_t seq, std::int64_t ffn, const Placement& 
       "grad(y)", dy, y_place.is_partial() ? Placement::replicate() : y_place, ranks);
   auto grads = shardsim::linear_backward_sharded(world, sdy, sx, sw, &sb, p, "grad(x)",
                                                  "grad(w)", "grad(b)");
-  if (form != shardsim::LinearParallel::none) CHECK(grads.dweight.placement == w_place);
+  if (form != shardsim::LinearParallel::none) CHECK(grads.dweight.layout.on(0) == w_place);
   auto check = [&](const DistTensor<T>& got, const Tensor<T>& want, bool exact) {
-    INFO(got.name << " " << got.placement.str());
-    CHECK(exact == !got.placement.is_partial());
+    INFO(got.name << " " << got.layout.on(0).str());
+    CHECK(exact == !got.layout.on(0).is_partial());
     if (exact) {
       CHECK(bitwise_equal(assemble(got), want));
     } else {
@@ -251,7 +251,7 @@ TEST_CASE("the loader places linear outputs and rejects misplaced inputs with a 
   const shardsim::TraceEntry& y = run.boundaries.back().entry;
   CHECK(y.tensor == "y");
   CHECK(y.global == Shape({{"seq", 4}, {"ffn", 6}}));
-  CHECK(y.placement == Placement::shard("ffn"));
+  CHECK(y.layout.on(0) == Placement::shard("ffn"));
   CHECK(y.ranks[1].local_shape == Shape({{"seq", 4}, {"ffn", 3}}));
 
   // A sequence-sharded input reaching a column-parallel layer (the missing all-gather).

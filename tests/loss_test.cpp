@@ -176,7 +176,7 @@ TEST_CASE("an explicit token mask follows the token's global identity across sha
   std::int64_t rank3_count = 0;
   double rank3_sum;
   shardsim::masked_mse_partial(y_dist.local(3), t_dist.local(3), params,
-                               shardsim::frame_of(shape, Placement::shard("seq"), 4, 3),
+                               shardsim::frame_of(y_dist, params, 3),
                                rank3_sum, rank3_count);
   CHECK(rank3_count == 1);  // token (0, 12) only
 }

@@ -55,29 +55,29 @@ TEST_CASE("the SP MLP block trains for 2 steps against the dense block at every 
       // Forward: LayerNorm on sequence shards, all-gather, ..., reduce-scatter back.
       const BoundaryResult& gathered = find(run, step, "all_gather", "ln.full");
       CHECK(gathered.entry.global == kTokens);
-      CHECK(gathered.entry.placement == Placement::replicate());
+      CHECK(gathered.entry.layout.on(0) == Placement::replicate());
       CHECK(local_seq(gathered) == std::vector<std::int64_t>{13, 13, 13, 13});
       const BoundaryResult& scattered = find(run, step, "reduce_scatter", "o.seq");
       CHECK(scattered.entry.global == kTokens);
-      CHECK(scattered.entry.placement == Placement::shard("seq"));
+      CHECK(scattered.entry.layout.on(0) == Placement::shard("seq"));
       CHECK(local_seq(scattered) == std::vector<std::int64_t>{4, 4, 4, 1});
       CHECK(scattered.entry.ranks[3].slice == "seq[12:13)");
-      CHECK(find(run, step, "linear", "o").entry.placement == Placement::partial());
-      CHECK(find(run, step, "linear", "h").entry.placement == Placement::shard("ffn"));
+      CHECK(find(run, step, "linear", "o").entry.layout.on(0) == Placement::partial());
+      CHECK(find(run, step, "linear", "h").entry.layout.on(0) == Placement::shard("ffn"));
       // Backward conjugates: the gradient of the reduce-scattered (Partial) output is
       // all-gathered; the Partial gradient of the all-gathered input is reduce-scattered.
       const BoundaryResult& back_gather = find(run, step, "all_gather", "grad(o)@o.seq");
       CHECK(back_gather.entry.dense == "grad(o.seq)");
-      CHECK(back_gather.entry.placement == Placement::replicate());
+      CHECK(back_gather.entry.layout.on(0) == Placement::replicate());
       CHECK(local_seq(back_gather) == std::vector<std::int64_t>{13, 13, 13, 13});
       const BoundaryResult& back_scatter = find(run, step, "reduce_scatter", "grad(ln)@ln.full");
-      CHECK(back_scatter.entry.placement == Placement::shard("seq"));
+      CHECK(back_scatter.entry.layout.on(0) == Placement::shard("seq"));
       CHECK(local_seq(back_scatter) == std::vector<std::int64_t>{4, 4, 4, 1});
-      CHECK(find(run, step, "linear_backward", "grad(ln.full)").entry.placement ==
+      CHECK(find(run, step, "linear_backward", "grad(ln.full)").entry.layout.on(0) ==
             Placement::partial());
       // Sharded parameters keep their placement through SGD; Replicate ones are all-reduced.
-      CHECK(find(run, step, "sgd", "fc1.weight").entry.placement == Placement::shard("ffn"));
-      CHECK(find(run, step, "all_reduce", "grad(fc2.bias)").entry.placement ==
+      CHECK(find(run, step, "sgd", "fc1.weight").entry.layout.on(0) == Placement::shard("ffn"));
+      CHECK(find(run, step, "all_reduce", "grad(fc2.bias)").entry.layout.on(0) ==
             Placement::replicate());
       CHECK(find(run, step, "replica_check", "fc2.bias@replicas").status == Status::exact);
     }
@@ -111,9 +111,9 @@ TEST_CASE("the MLP blocks without dropout and without sequence parallelism pass 
   // Plain TP: Megatron's f (identity forward) and g (all-reduce forward).
   const RunReport tp = shardsim::evaluate(scenario("mlp_tensor_parallel.toml"),
                                           shardsim::parse_precision("f64"));
-  CHECK(find(tp, 1, "identity", "ln.tp").entry.placement == Placement::replicate());
-  CHECK(find(tp, 1, "all_reduce", "o.full").entry.placement == Placement::replicate());
-  CHECK(find(tp, 1, "all_reduce", "grad(ln)@ln.tp").entry.placement == Placement::replicate());
+  CHECK(find(tp, 1, "identity", "ln.tp").entry.layout.on(0) == Placement::replicate());
+  CHECK(find(tp, 1, "all_reduce", "o.full").entry.layout.on(0) == Placement::replicate());
+  CHECK(find(tp, 1, "all_reduce", "grad(ln)@ln.tp").entry.layout.on(0) == Placement::replicate());
 }
 
 TEST_CASE("the SP MLP block's report does not depend on the rank schedule", "[mlp][scheduler]") {

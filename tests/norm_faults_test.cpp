@@ -43,7 +43,7 @@ void require_twins(const Scenario& faulty, const Scenario& clean) {
     const auto& b = clean.tensors[i];
     CHECK(a.name == b.name);
     CHECK(a.shape == b.shape);
-    CHECK(a.placement == b.placement);
+    CHECK(a.layout.on(0) == b.layout.on(0));
     CHECK(a.init_seed == b.init_seed);
   }
   REQUIRE(faulty.steps.size() == clean.steps.size());
@@ -51,7 +51,7 @@ void require_twins(const Scenario& faulty, const Scenario& clean) {
     CHECK(faulty.steps[i].kind == clean.steps[i].kind);
     CHECK(faulty.steps[i].params.size() == clean.steps[i].params.size());
   }
-  CHECK(faulty.mesh.ranks == clean.mesh.ranks);
+  CHECK(faulty.mesh.ranks() == clean.mesh.ranks());
   CHECK(faulty.train_steps == clean.train_steps);
   CHECK(faulty.precisions == clean.precisions);
   CHECK(clean.faults.empty());
@@ -90,7 +90,7 @@ TEST_CASE("each normalization fault fails where its scenario says and its clean 
     CHECK(bad.first_divergence->tensor == *faulty.expect.tensor);
     // It names a rank and, for a non-scalar tensor, the global index by named axis.
     CHECK(bad.first_divergence->rank >= 0);
-    CHECK(bad.first_divergence->rank < faulty.mesh.ranks);
+    CHECK(bad.first_divergence->rank < faulty.mesh.ranks());
 
     const shardsim::Outcome good = shardsim::judge(clean, run_all(clean));
     INFO(good.why);

@@ -111,9 +111,9 @@ double normwise_error(const DistTensor<T>& dist, const Tensor<T>& dense) {
   double worst = 0;
   const DistTensor<T>* source = &dist;
   DistTensor<T> summed;
-  if (dist.placement.is_partial()) {
+  if (dist.layout.on(0).is_partial()) {
     summed = dist;
-    summed.placement = shardsim::Placement::replicate();
+    summed.layout = shardsim::Layout({shardsim::Placement::replicate()});
     summed.locals.assign(1, partial_sum(dist));
     source = &summed;
   }

@@ -160,11 +160,11 @@ TEMPLATE_TEST_CASE("row-sharded RMSNorm equals the dense oracle bitwise, forward
       CHECK(norm_test::matches_bitwise(grads.dx, dx));
       if (placement.is_replicate()) {
         // Every rank holds every row and computes the whole dense dweight: a Replicate.
-        CHECK(grads.dweight.placement.is_replicate());
+        CHECK(grads.dweight.layout.on(0).is_replicate());
         CHECK(norm_test::matches_bitwise(grads.dweight, dw));
         continue;
       }
-      CHECK(grads.dweight.placement.is_partial());
+      CHECK(grads.dweight.layout.on(0).is_partial());
       // dweight: the same 26 row terms (pad rows add exact zeros), grouped by rank, then summed
       // in rank order. Any summation order of n terms errs by at most gamma_{n-1} sum|terms|
       // (Higham, Accuracy and Stability, 4.2), so two orders differ by at most
@@ -214,12 +214,12 @@ TEMPLATE_TEST_CASE("hidden-sharded RMSNorm agrees with the dense oracle", "[rms_
       shardsim::RmsNormShardedSaved<TestType> sharded_saved;
       const auto y_dist =
           shardsim::rms_norm_hidden_sharded(world, x_dist, &w_dist, params, "y", sharded_saved);
-      CHECK(y_dist.placement == placement);
+      CHECK(y_dist.layout.on(0) == placement);
       CHECK(norm_test::normwise_error(sharded_saved.rrms, saved.rrms) <= tol);
       CHECK(norm_test::normwise_error(y_dist, y) <= tol);
       const auto grads = shardsim::rms_norm_hidden_sharded_backward(
           world, dy_dist, x_dist, &w_dist, sharded_saved, params, "dx", "dw");
-      CHECK(grads.dweight.placement == placement);  // local: every token of its features
+      CHECK(grads.dweight.layout.on(0) == placement);  // local: every token of its features
       CHECK(norm_test::normwise_error(grads.dx, dx) <= tol);
       CHECK(norm_test::normwise_error(grads.dweight, dw) <= tol);
       if (ranks == 1) CHECK(norm_test::matches_bitwise(y_dist, y));  // one shard: same order

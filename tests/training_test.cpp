@@ -47,7 +47,7 @@ class Recorder final : public shardsim::BoundarySink<double> {
                    const DistTensor<double>& sharded) override {
     seen.push_back({entry, dense ? *dense : Tensor<double>(), sharded});
     if (!dense) return false;
-    if (sharded.placement.is_partial()) {
+    if (sharded.layout.on(0).is_partial()) {
       const Tensor<double> sum = norm_test::partial_sum(sharded);
       for (std::int64_t e = 0; e < sum.numel(); ++e) {
         if (!shardsim::ScalarTraits<double>::identical(sum[e], (*dense)[e])) return false;
@@ -111,7 +111,7 @@ TEST_CASE("training scenarios pass and trace every step's loss, reduction, updat
       for (const std::string& p : c.sharded) {
         const BoundaryResult* update = find(report.boundaries, step, "sgd", p);
         REQUIRE(update != nullptr);
-        CHECK(update->entry.placement.is_shard());
+        CHECK(update->entry.layout.on(0).is_shard());
         CHECK(find(report.boundaries, step, "replica_check", p + "@replicas") == nullptr);
       }
     }

@@ -60,11 +60,11 @@ TEMPLATE_TEST_CASE("redistribute between every pair of placements and back is ex
             INFO("order " << shardsim::reduce_order_name(order) << ", ranks " << ranks << ", seq "
                           << seq << ": " << from.str() << " -> " << to.str());
             const DistTensor<TestType> there = world.redistribute(start, to, {});
-            CHECK(there.placement == to);
+            CHECK(there.layout.on(0) == to);
             CHECK(there.global == original.shape());
             CHECK(bitwise_equal(assemble(there), original));
             const DistTensor<TestType> back = world.redistribute(there, from, {});
-            CHECK(back.placement == from);
+            CHECK(back.layout.on(0) == from);
             CHECK(bitwise_equal(assemble(back), original));
           }
         }
@@ -77,7 +77,7 @@ TEST_CASE("redistribute reports each collective to the hook with its metadata", 
   World<double> world(4, ReduceOrder::rank, Schedule{});
   std::vector<std::string> seen;
   world.set_hook([&](const shardsim::BoundaryLabel& label, const DistTensor<double>& t) {
-    seen.push_back(label.op + ":" + label.tensor + ":" + t.placement.str());
+    seen.push_back(label.op + ":" + label.tensor + ":" + t.layout.on(0).str());
     return true;
   });
   const auto start = shardsim::distribute("x", distinct_tensor<double>(13), Placement::shard("seq"), 4);
@@ -101,7 +101,7 @@ TEMPLATE_TEST_CASE("all_reduce gives every rank bitwise rank 0's result", "[worl
         }
       }
       const DistTensor<TestType> reduced = world.all_reduce(partial, {});
-      REQUIRE(reduced.placement.is_replicate());
+      REQUIRE(reduced.layout.on(0).is_replicate());
       for (int r = 1; r < ranks; ++r) {
         for (std::int64_t e = 0; e < reduced.local(0).numel(); ++e) {
           CHECK(shardsim::ScalarTraits<TestType>::identical(reduced.local(r)[e],
@@ -171,11 +171,13 @@ TEST_CASE("tree order splits at mid = lo + ceil((hi - lo) / 2)", "[world]") {
 
 namespace {
 
+const std::vector<int> kAll4{0, 1, 2, 3};  // the group of a 1-D world of 4
+
 // The calls every rank would make for an all_gather of `t` (all consistent).
 std::vector<shardsim::CallDesc> good_calls(const DistTensor<double>& t) {
   std::vector<shardsim::CallDesc> calls;
   for (int r = 0; r < t.ranks(); ++r) {
-    calls.push_back({r, "all_gather", "f64", t.global, t.placement, Placement::replicate(),
+    calls.push_back({r, "all_gather", "f64", t.global, t.layout, shardsim::Layout({Placement::replicate()}),
                      t.local(r).shape()});
   }
   return calls;
@@ -187,51 +189,51 @@ TEST_CASE("rendezvous rejects mismatched calls and names the ranks", "[world]") 
   using Catch::Contains;
   const World<double> world(4, ReduceOrder::rank, Schedule{});
   const auto t = shardsim::distribute("x", distinct_tensor<double>(13), Placement::shard("seq"), 4);
-  REQUIRE_NOTHROW(world.rendezvous(good_calls(t)));
+  REQUIRE_NOTHROW(world.rendezvous(kAll4, good_calls(t)));
 
   SECTION("a different collective on one rank") {
     auto calls = good_calls(t);
     calls[2].collective = "all_reduce";
-    CHECK_THROWS_AS(world.rendezvous(calls), shardsim::RendezvousError);
-    CHECK_THROWS_WITH(world.rendezvous(calls),
+    CHECK_THROWS_AS(world.rendezvous(kAll4, calls), shardsim::RendezvousError);
+    CHECK_THROWS_WITH(world.rendezvous(kAll4, calls),
                       Contains("ranks 0,1,3 called") && Contains("ranks 2 called all_reduce"));
   }
   SECTION("rank 0 is the odd one out: the majority is the reference, rank 0 is blamed") {
     auto calls = good_calls(t);
     calls[0].collective = "broadcast";
-    CHECK_THROWS_WITH(world.rendezvous(calls), Contains("ranks 1,2,3 called all_gather") &&
+    CHECK_THROWS_WITH(world.rendezvous(kAll4, calls), Contains("ranks 1,2,3 called all_gather") &&
                                                    Contains("ranks 0 called broadcast"));
   }
   SECTION("a different global shape on one rank") {
     auto calls = good_calls(t);
     calls[1].global = t.global.with_extent("seq", 12);
     calls[1].local = calls[1].global.with_extent("seq", 3);
-    CHECK_THROWS_WITH(world.rendezvous(calls),
+    CHECK_THROWS_WITH(world.rendezvous(kAll4, calls),
                       Contains("ranks 1 called") && Contains("seq=12"));
   }
   SECTION("a local shape that does not match the placement") {
     auto calls = good_calls(t);
     calls[3].local = t.global.with_extent("seq", 4);  // rank 3 owns seq[12:13): 1 position
-    CHECK_THROWS_WITH(world.rendezvous(calls),
+    CHECK_THROWS_WITH(world.rendezvous(kAll4, calls),
                       Contains("rank 3 contributes local [batch=2, seq=4, hidden=3]") &&
                           Contains("[batch=2, seq=1, hidden=3]"));
   }
   SECTION("a missing rank") {
     auto calls = good_calls(t);
     calls.erase(calls.begin() + 1);
-    CHECK_THROWS_WITH(world.rendezvous(calls), Contains("missing ranks: 1"));
+    CHECK_THROWS_WITH(world.rendezvous(kAll4, calls), Contains("missing ranks: 1"));
   }
   SECTION("a rank that arrives twice while another is missing") {
     auto calls = good_calls(t);
     calls[3] = calls[0];
-    CHECK_THROWS_AS(world.rendezvous(calls), shardsim::RendezvousError);
-    CHECK_THROWS_WITH(world.rendezvous(calls), Contains("missing ranks: 3") &&
+    CHECK_THROWS_AS(world.rendezvous(kAll4, calls), shardsim::RendezvousError);
+    CHECK_THROWS_WITH(world.rendezvous(kAll4, calls), Contains("missing ranks: 3") &&
                                                    Contains("more than once: 0"));
   }
   SECTION("a rank outside the group") {
     auto calls = good_calls(t);
     calls[3].rank = 7;
-    CHECK_THROWS_WITH(world.rendezvous(calls),
+    CHECK_THROWS_WITH(world.rendezvous(kAll4, calls),
                       Contains("missing ranks: 3") && Contains("outside the group: 7"));
   }
   SECTION("a collective on a tensor whose local disagrees with its placement") {

@@ -181,4 +181,18 @@ void copy_overlap(const Tensor<T>& src, const std::vector<Slice>& src_box, Tenso
   }
 }
 
+// 1-D conveniences: `placement` over a 1-D mesh of `ranks` (dim "world").
+template <typename T>
+DistTensor<T> make_dist(std::string name, const Shape& global, const Placement& placement,
+                        int ranks) {
+  return make_dist<T>(std::move(name), global, Layout({placement}),
+                      std::make_shared<const Mesh>(ranks));
+}
+template <typename T>
+DistTensor<T> distribute(std::string name, const Tensor<T>& global, const Placement& placement,
+                         int ranks) {
+  return distribute(std::move(name), global, Layout({placement}),
+                    std::make_shared<const Mesh>(ranks));
+}
+
 }  // namespace shardsim

@@ -222,7 +222,10 @@ int explain_command(const Args& args) {
   }
   const Scenario scenario = load_scenario(vm["scenario"].as<std::string>());
   const RunReport report = evaluate(scenario, parse_precision("f64"), run_options(vm));
-  std::cout << scenario.name << ": " << scenario.mesh.ranks << " ranks, reduce order "
+  std::cout << scenario.name << ": " << scenario.mesh.ranks() << " ranks"
+            << (scenario.mesh.devices.ndim() > 1 ? " (mesh " + scenario.mesh.devices.str() + ")"
+                                                 : std::string())
+            << ", reduce order "
             << reduce_order_name(report.reduce_order) << ", schedule " << report.schedule.str()
             << "\n";
   if (!scenario.description.empty()) std::cout << scenario.description << "\n";
@@ -240,8 +243,10 @@ int validate_command(const Args& args) {
   if (!parse_scenario_args(args, options, vm, "usage: shardsim validate SCENARIO")) return 0;
   const Scenario scenario = load_scenario(vm["scenario"].as<std::string>());
   std::cout << scenario.file << ": ok: '" << scenario.name << "', " << scenario.tensors.size()
-            << " tensors, " << scenario.steps.size() << " steps, " << scenario.mesh.ranks
-            << " ranks\n";
+            << " tensors, " << scenario.steps.size() << " steps, " << scenario.mesh.ranks() << " ranks"
+            << (scenario.mesh.devices.ndim() > 1 ? " (mesh " + scenario.mesh.devices.str() + ")"
+                                                 : std::string())
+            << "\n";
   return 0;
 }
 

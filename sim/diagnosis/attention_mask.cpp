@@ -103,7 +103,7 @@ Finding window_mask(const AttentionCase& c, double unit) {
   const double tolerance = kFitUlps * unit;
   const double spec_residual = residual(*c.lse, lse_under(*c.q, *c.k, spec.allowed));
   Observed dense_as_sharded = *c.lse;  // does the specified mask reproduce the oracle?
-  dense_as_sharded.entry.placement = Placement::replicate();
+  dense_as_sharded.entry.layout = Layout({Placement::replicate()});
   dense_as_sharded.ranks.assign(1, c.lse->dense);
   if (residual(dense_as_sharded, lse_under(*c.q, *c.k, spec.allowed)) > tolerance) {
     f.evidence = "the specified mask does not reproduce the dense lse: geometry unknown";

@@ -71,9 +71,9 @@ bool Context::carried_state(int id) const {
 }
 
 std::vector<NamedCount> program_counts(const Scenario& scenario) {
-  std::vector<NamedCount> counts{{"ranks", scenario.mesh.ranks}};
+  std::vector<NamedCount> counts{{"ranks", scenario.mesh.ranks()}};
   std::set<std::pair<std::string, std::int64_t>> seen;
-  for (const auto& [name, layout] : scenario.layouts) {
+  for (const auto& [name, layout] : scenario.tensor_layouts) {
     for (const Axis& axis : layout.shape.axes()) {
       if (seen.insert({axis.name, axis.extent}).second) counts.push_back({axis.name, axis.extent});
     }
@@ -102,7 +102,7 @@ Finding replica_signature(Context& ctx, int id) {
   const std::string suffix = "@replicas";
   if (name.ends_with(suffix)) name.resize(name.size() - suffix.size());
   const TensorSpec* spec = ctx.scenario().find_tensor(name);
-  if (!spec || spec->role != TensorRole::parameter || !e.placement.is_replicate()) {
+  if (!spec || spec->role != TensorRole::parameter || !e.layout.is_replicate()) {
     return {.signature = "replica_drift",
             .cause = Cause::unreduced_gradients,
             .evidence = "n/a: not a replicated parameter"};
@@ -115,7 +115,7 @@ Finding replica_signature(Context& ctx, int id) {
         ctx.result(b).captured->has_dense) {
       before = &ctx.observed(b);
     }
-    if (!shares && earlier.tensor == grad_name(name) && earlier.placement.is_partial()) {
+    if (!shares && earlier.tensor == grad_name(name) && earlier.layout.has_partial()) {
       shares = &ctx.observed(b);
     }
   }

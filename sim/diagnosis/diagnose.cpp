@@ -133,6 +133,7 @@ Diagnosis diagnose(const Scenario& scenario, const std::vector<RunReport>& repor
   const auto failed =
       std::find_if(reports.begin(), reports.end(), [](const RunReport& r) { return !r.pass; });
   if (failed == reports.end() || !failed->first_divergence) return {};
+  if (scenario.mesh.devices.ndim() != 1) return {};  // the signatures read 1-D placements
   const int id = failed->first_divergence->boundary;
   RunOptions capture = options;
   capture.reduce_order = failed->reduce_order;

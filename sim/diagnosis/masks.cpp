@@ -143,7 +143,7 @@ Finding mask_pattern(const Observed& mask, const Observed* check) {
       if (note.find("not reproducible") != std::string::npos) detector = note;
     }
   }
-  const bool replicas = mask.entry.placement.is_replicate();
+  const bool replicas = mask.entry.layout.is_replicate();
   if (at_chance == differing || !detector.empty()) {
     // At small p independent masks agree almost everywhere: without the detector's word-level
     // verdict the masks alone are weak evidence.

@@ -52,7 +52,7 @@ struct Rows {
 
 Rows rows_of(const NormCase& c) {
   Rows rows{c, AxisView::of(c.x->entry.global, c.axis), {}, {}};
-  const Placement& p = c.x->entry.placement;
+  const Placement& p = placement_1d(c.x->entry);
   const int ranks = static_cast<int>(c.x->ranks.size());
   if (p.is_shard() && p.axis == c.axis) {
     rows.slices = shard_slices(rows.view.extent, ranks, p.split);
@@ -165,7 +165,7 @@ std::vector<Convention> alternatives(const NormCase& c) {
       {"no eps: 1/sqrt(var)", !c.rms, false, Eps::none},
       {"each rank's slice of " + c.axis + " alone (local instead of global statistics)", !c.rms,
        false, Eps::inside, true}};
-  const Placement& placement = c.x->entry.placement;
+  const Placement& placement = placement_1d(c.x->entry);
   if (placement.is_shard() && placement.axis == c.axis && placement.split == SplitPolicy::padded) {
     Convention padded{
         "each rank's padded slice of " + c.axis +

@@ -86,7 +86,7 @@ namespace {
 // Visits (rank, local flat, global flat) for every element a Shard or Replicate rank holds.
 template <typename Visit>
 void for_each_slot(const Observed& o, Visit visit) {
-  const Placement& placement = o.entry.placement;
+  const Placement& placement = placement_1d(o.entry);
   const int ranks = static_cast<int>(o.ranks.size());
   for (int r = 0; r < ranks; ++r) {
     if (placement.is_replicate()) {
@@ -117,8 +117,9 @@ Observed observed_of(const std::string& tensor, const Shape& global, const Place
   o.entry.tensor = tensor;
   o.entry.dense = tensor;
   o.entry.global = global;
-  o.entry.placement = placement;
-  o.entry.ranks = rank_extents(global, placement, ranks);
+  o.entry.layout = Layout({placement});
+  o.entry.mesh = std::make_shared<const Mesh>(ranks);
+  o.entry.ranks = rank_extents(global, o.entry.layout, *o.entry.mesh);
   o.dense = std::move(dense);
   for (int r = 0; r < ranks; ++r) {
     const Shape local = local_shape(global, placement, ranks, r);
@@ -138,7 +139,7 @@ Observed observed_of(const std::string& tensor, const Shape& global, const Place
 std::vector<Held> held_elements(const Observed& o) {
   std::vector<Held> out;
   if (o.ranks.empty()) return out;
-  if (o.entry.placement.is_partial()) {
+  if (o.entry.layout.has_partial()) {
     std::vector<double> sum = o.ranks[0];
     for (std::size_t r = 1; r < o.ranks.size(); ++r) {
       for (std::size_t e = 0; e < sum.size(); ++e) sum[e] += o.ranks[r][e];
@@ -156,7 +157,7 @@ std::vector<Held> held_elements(const Observed& o) {
 }
 
 void set_held(Observed& o, int rank, std::int64_t global, double value) {
-  SHARDSIM_ASSERT(!o.entry.placement.is_partial(), "set_held: a Partial tensor has no holder");
+  SHARDSIM_ASSERT(!o.entry.layout.has_partial(), "set_held: a Partial tensor has no holder");
   bool found = false;
   for_each_slot(o, [&](int r, std::int64_t local, std::int64_t g) {
     if (r != rank || g != global) return;

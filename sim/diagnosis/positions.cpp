@@ -20,15 +20,15 @@ std::int64_t position_of(const Shape& shape, const std::string& axis, std::int64
 }
 
 std::vector<Slice> slices_of(const Observed& o) {
-  return shard_slices(o.entry.global.extent(o.entry.placement.axis),
-                      static_cast<int>(o.ranks.size()), o.entry.placement.split);
+  return shard_slices(o.entry.global.extent(placement_1d(o.entry).axis),
+                      static_cast<int>(o.ranks.size()), placement_1d(o.entry).split);
 }
 
 }  // namespace
 
 Finding rank_offset_gap(const Observed& o) {
   Finding f{.signature = "rank_offset_gap", .cause = Cause::position_offset};
-  if (!o.entry.placement.is_shard() || o.dense.empty()) {
+  if (!placement_1d(o.entry).is_shard() || o.dense.empty()) {
     f.evidence = "n/a: not a sharded tensor";
     return f;
   }
@@ -51,7 +51,7 @@ Finding rank_offset_gap(const Observed& o) {
     offset_bad += g > 0 ? 1 : 0;
     by_offset.emplace_back(slice.begin, g);
     if (g > 0 && example.empty()) {
-      example = "rank " + std::to_string(rank) + " at " + o.entry.placement.axis + "=" +
+      example = "rank " + std::to_string(rank) + " at " + placement_1d(o.entry).axis + "=" +
                 std::to_string(slice.begin) + ": " + num(g);
     }
   }
@@ -76,11 +76,11 @@ Finding rank_offset_gap(const Observed& o) {
 
 Finding shard_edge_gap(const Observed& o) {
   Finding f{.signature = "shard_edge_gap", .cause = Cause::position_offset};
-  if (!o.entry.placement.is_shard() || o.dense.empty()) {
+  if (!placement_1d(o.entry).is_shard() || o.dense.empty()) {
     f.evidence = "n/a: not a sharded tensor";
     return f;
   }
-  const std::string& axis = o.entry.placement.axis;
+  const std::string& axis = placement_1d(o.entry).axis;
   const std::int64_t extent = o.entry.global.extent(axis);
   std::set<std::int64_t> edges;  // positions next to an edge between two non-empty shards
   bool seen = false;
@@ -123,8 +123,8 @@ Finding shifted_copy(const Observed& o, double unit) {
   }
   const std::vector<Held> held = held_elements(o);
   std::vector<std::string> axes;
-  if (o.entry.placement.is_shard()) {
-    axes.push_back(o.entry.placement.axis);
+  if (placement_1d(o.entry).is_shard()) {
+    axes.push_back(placement_1d(o.entry).axis);
   } else {
     for (const Axis& axis : o.entry.global.axes()) axes.push_back(axis.name);
   }

@@ -52,7 +52,7 @@ Values group_sums(const Values& shares, const std::function<bool(int, int)>& mem
 Finding replica_drift(const Observed& after, const Observed* before, const Observed* shares,
                       double unit) {
   Finding f{.signature = "replica_drift", .cause = Cause::unreduced_gradients};
-  if (!after.entry.placement.is_replicate() || after.ranks.size() < 2) {
+  if (!after.entry.layout.is_replicate() || after.ranks.size() < 2) {
     f.evidence = "n/a: not a replicated tensor";
     return f;
   }

@@ -6,23 +6,31 @@ namespace {
 
 // Visits every local position of a rank's tensor as visit(local_flat, pad, drawn_index,
 // global_index): the flat index the policy draws with and the element's flat index in the
-// global shape. Local positions run as (outer, i, inner) around the sharded axis; the whole
-// tensor is one "axis" of extent 1 when the local tensor is the global one.
+// global shape (-1 on padding). Local positions run row-major over the local shape.
 template <typename Visit>
 void for_each_position(const Shape& local, const DropoutFrame& frame, DropoutPolicy policy,
                        Visit visit) {
-  const bool sharded = !frame.axis.empty();
-  const AxisView lv = sharded ? AxisView::of(local, frame.axis) : AxisView{1, 1, local.numel()};
-  const AxisView gv =
-      sharded ? AxisView::of(frame.global, frame.axis) : AxisView{1, 1, local.numel()};
-  for (std::int64_t o = 0; o < lv.outer; ++o) {
-    for (std::int64_t i = 0; i < lv.extent; ++i) {
-      const bool pad = sharded && i >= frame.valid;
-      for (std::int64_t j = 0; j < lv.inner; ++j) {
-        const std::int64_t at = lv.flat(o, i, j);
-        const std::int64_t global = pad ? -1 : gv.flat(o, frame.begin + i, j);
-        visit(at, pad, policy == DropoutPolicy::global ? global : at, global);
-      }
+  const std::int64_t n = local.numel();
+  if (frame.box.empty()) {
+    for (std::int64_t at = 0; at < n; ++at) visit(at, false, at, at);
+    return;
+  }
+  const std::size_t axes = frame.box.size();
+  std::vector<std::int64_t> stride(axes, 1);  // of the global shape
+  for (std::size_t a = axes; a-- > 1;) stride[a - 1] = stride[a] * frame.global.axes()[a].extent;
+  std::vector<std::int64_t> index(axes, 0);  // the local multi-index of `at`
+  for (std::int64_t at = 0; at < n; ++at) {
+    bool pad = false;
+    std::int64_t global = 0;
+    for (std::size_t a = 0; a < axes; ++a) {
+      pad = pad || index[a] >= frame.box[a].valid();
+      global += (frame.box[a].begin + index[a]) * stride[a];
+    }
+    if (pad) global = -1;
+    visit(at, pad, policy == DropoutPolicy::global ? global : at, global);
+    for (std::size_t a = axes; a-- > 0;) {
+      if (++index[a] < local.axes()[a].extent) break;
+      index[a] = 0;
     }
   }
 }

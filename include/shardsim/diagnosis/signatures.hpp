@@ -20,6 +20,10 @@ namespace shardsim {
 inline constexpr double kFitUlps = 4096;  // 2^12 u: a dozen roundings of a row of ~100 terms
 
 // One boundary's values as the signatures read them, in double.
+// The one placement of a boundary on a 1-D mesh: the signatures read positions through it, so
+// diagnose() runs on 1-D meshes only (N-D meshes get no diagnosis yet).
+inline const Placement& placement_1d(const TraceEntry& e) { return e.layout.on(0); }
+
 struct Observed {
   TraceEntry entry;                        // global shape, placement, each rank's slice
   std::vector<double> dense;               // the oracle's global tensor; empty: none

@@ -30,6 +30,26 @@ inline Layout elementwise_grad_target(const Layout& x, const Layout& dy) {
   return target;
 }
 
+// The gradient of a parameter summed over the rows a rank holds (a row-wise op's weight): on
+// each mesh dim Replicate where x and dy are whole there (every member holds every row), else
+// Partial (each member's share of the sum).
+inline Layout row_sum_grad_layout(const Layout& x, const Layout& dy) {
+  Layout grad = Layout::uniform(x.ndim(), Placement::replicate());
+  for (int d = 0; d < x.ndim(); ++d) {
+    if (!(x.on(d).is_replicate() && dy.on(d).is_replicate())) grad.dims[d] = Placement::partial();
+  }
+  return grad;
+}
+
+// dx of a row-wise op (linear in dy): Partial where dy is Partial, x's placement elsewhere.
+inline Layout row_dx_layout(const Layout& x, const Layout& dy) {
+  Layout dx = x;
+  for (int d = 0; d < x.ndim(); ++d) {
+    if (dy.on(d).is_partial()) dx.dims[d] = Placement::partial();
+  }
+  return dx;
+}
+
 // Moves a gradient to `target` through the world's collectives (every dim that differs, in
 // mesh-dim order), recording the boundary "NAME@TARGET" (compared with the oracle's NAME: moving
 // data does not change values). Returns `dy` itself when it is already held that way.

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "shardsim/placement.hpp"
 #include "shardsim/rng.hpp"
 #include "shardsim/tensor.hpp"
 
@@ -31,9 +32,9 @@ struct DropoutParams {
 // the whole global tensor (Replicate, or the dense oracle).
 struct DropoutFrame {
   Shape global;
-  std::string axis;        // the sharded axis
-  std::int64_t begin = 0;  // global position of local position 0 along axis
-  std::int64_t valid = 0;  // local positions >= valid along axis are padding
+  // Per axis of `global`: the global range the local tensor holds (begin, end) and its local
+  // extent (positions >= end - begin are padding). Empty: the local tensor is the global one.
+  std::vector<Slice> box;
   int rank = 0;
 };
 

@@ -33,17 +33,13 @@ struct DropoutShardedSaved {
 };
 
 // Rank `rank`'s frame: where its local tensor of `x` sits in the global one.
-inline DropoutFrame dropout_frame(const Shape& global, const Placement& placement, int ranks,
-                                  int rank) {
+template <typename T>
+DropoutFrame dropout_frame(const DistTensor<T>& x, int rank) {
   DropoutFrame frame;
-  frame.global = global;
+  frame.global = x.global;
   frame.rank = rank;
-  if (placement.is_shard()) {
-    const Slice slice = rank_slice(global, placement, ranks, rank);
-    frame.axis = placement.axis;
-    frame.begin = slice.begin;
-    frame.valid = slice.valid();
-  }
+  if (x.layout.is_replicate()) return frame;
+  frame.box = local_box(x, rank);
   return frame;
 }
 
@@ -93,7 +89,9 @@ DistTensor<T> repetition_check(const std::vector<DrawnWords>& words, std::uint32
                                const std::string& name, std::vector<std::string>& notes) {
   const int ranks = static_cast<int>(words.size());
   const Shape shape({{"rank", ranks}, {"peer", ranks}});
-  DistTensor<T> out = make_dist<T>(name, shape, Placement::shard("rank"), ranks);
+  // Over every rank of the mesh, flattened: a 1-D mesh of `ranks` (global rank order).
+  DistTensor<T> out = make_dist<T>(name, shape, Layout({Placement::shard("rank")}),
+                                   std::make_shared<const Mesh>(ranks));
   if (threshold == 0) {
     notes.push_back("words: p = 0, every element is kept; nothing to repeat");
     return out;
@@ -161,15 +159,15 @@ template <typename T>
 DistTensor<T> dropout_sharded(const World<T>& world, const DistTensor<T>& x,
                               const DropoutParams& params, DropoutPolicy policy,
                               const std::string& output, DropoutShardedSaved& saved) {
-  SHARDSIM_ASSERT(!x.placement.is_partial(), "dropout needs a Shard or Replicate input");
+  SHARDSIM_ASSERT(!x.layout.has_partial(), "dropout needs a Shard or Replicate input");
   const int ranks = world.size();
   saved.masks.assign(static_cast<std::size_t>(ranks), {});
-  DistTensor<T> mask = make_dist<T>(output + ".mask", x.global, x.placement, ranks);
-  DistTensor<T> y = make_dist<T>(output, x.global, x.placement, ranks);
+  DistTensor<T> mask = world.make(output + ".mask", x.global, x.layout);
+  DistTensor<T> y = world.make(output, x.global, x.layout);
   world.for_each_rank([&](int r) {
     DropoutMask& local = saved.masks[static_cast<std::size_t>(r)];
     local = dropout_mask(x.local(r).shape(),
-                         dropout_frame(x.global, x.placement, ranks, r), params, policy);
+                         dropout_frame(x, r), params, policy);
     mask.local(r) = mask_values<T>(x.local(r).shape(), local);
     dropout_forward(x.local(r), local, params.p, y.local(r));
   });
@@ -179,10 +177,10 @@ DistTensor<T> dropout_sharded(const World<T>& world, const DistTensor<T>& x,
   std::vector<DrawnWords> words;
   for (int r = 0; r < ranks; ++r) {
     words.push_back(dropout_words(x.local(r).shape(),
-                                  dropout_frame(x.global, x.placement, ranks, r), params, policy));
+                                  dropout_frame(x, r), params, policy));
   }
   const std::uint32_t threshold = dropout_threshold(params.p);
-  if (x.placement.is_shard()) {
+  if (!x.layout.is_replicate()) {
     std::vector<std::string> notes;
     const DistTensor<T> check =
         repetition_check<T>(words, threshold, output + ".mask@repetition", notes);
@@ -192,7 +190,7 @@ DistTensor<T> dropout_sharded(const World<T>& world, const DistTensor<T>& x,
   }
   world.compare_boundary(
       {.op = "dropout", .tensor = mask.name, .exact = true,
-       .notes = x.placement.is_replicate() ? replica_word_notes(words, threshold)
+       .notes = x.layout.is_replicate() ? replica_word_notes(words, threshold)
                                            : std::vector<std::string>{}},
       mask);
   world.compare_boundary({.op = "dropout", .tensor = output, .exact = true, .inputs = {x.name, mask.name}},
@@ -206,7 +204,7 @@ template <typename T>
 DistTensor<T> dropout_backward_sharded(const World<T>& world, const DistTensor<T>& dy,
                                        const DropoutShardedSaved& saved, double p,
                                        const std::string& name) {
-  DistTensor<T> dx = make_dist<T>(name, dy.global, dy.placement, world.size());
+  DistTensor<T> dx = world.make(name, dy.global, dy.layout);
   world.for_each_rank([&](int r) {
     dropout_backward(dy.local(r), saved.masks[static_cast<std::size_t>(r)], p, dx.local(r));
   });

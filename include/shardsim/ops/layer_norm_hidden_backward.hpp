@@ -9,6 +9,7 @@
 #include "shardsim/ops/layer_norm_faults.hpp"
 #include "shardsim/ops/layer_norm_hidden_forward.hpp"
 #include "shardsim/ops/layer_norm_plan.hpp"
+#include "shardsim/ops/add_plan.hpp"
 #include "shardsim/world.hpp"
 
 namespace shardsim {
@@ -26,7 +27,7 @@ LayerNormShardedGrads<T> hidden_backward_redistribute(
   const std::string dy_tokens_name = moved_name(dy.name, token_axis);
   // x.global, Shard(token_axis).
   DistTensor<T> dy_tokens = world.all_to_all(
-      dy, saved.x_tokens.placement,
+      dy, world.placement(saved.x_tokens),
       {.tensor = dy_tokens_name, .dense = dy.name, .exact = true, .inputs = {dy.name}});
   dy_tokens.name = dy_tokens_name;
   LayerNormShardedGrads<T> grads = layer_norm_row_sharded_backward(
@@ -35,7 +36,7 @@ LayerNormShardedGrads<T> hidden_backward_redistribute(
       dweight_name, dbias_name);
   std::vector<std::string> inputs{dy_tokens_name, saved.x_tokens.name};
   if (weight) inputs.push_back(saved.weight_full.name);
-  grads.dx = world.all_to_all(grads.dx, x.placement,
+  grads.dx = world.all_to_all(grads.dx, world.placement(x),
                               {.tensor = dense_dx, .exact = true, .inputs = inputs});
   grads.dx.name = dx_name;
   return grads;
@@ -50,22 +51,20 @@ void hidden_backward_from_row_sums(const World<T>& world, const DistTensor<T>& d
                                    const DistTensor<T>* bias, const LayerNormParams& params,
                                    const LayerNormShardedSaved<T>& stats,
                                    LayerNormShardedGrads<T>& grads) {
-  const int ranks = world.size();
   const std::int64_t count = x.global.extent(params.axis);
-  const std::vector<Slice> slices = x.slices();
   const Shape stats_shape = x.global.without(params.axis);  // (rows)
   auto local_of = [](const DistTensor<T>* t, int r) { return t ? &t->local(r) : nullptr; };
   auto stats_of = [&](int r) {
     return LayerNormSaved<T>{stats.mean.local(r), stats.rstd.local(r)};  // (rows)
   };
   // (rows), Partial: each rank's reductions over its slice of every row.
-  DistTensor<T> sum_dnorm = make_dist<T>(part_name(dy.name, layer_norm_parts::sum_dnorm),
-                                         stats_shape, Placement::partial(), ranks);
-  DistTensor<T> sum_dnorm_norm = make_dist<T>(part_name(dy.name, layer_norm_parts::sum_dnorm_norm),
-                                              stats_shape, Placement::partial(), ranks);
+  DistTensor<T> sum_dnorm = world.make(part_name(dy.name, layer_norm_parts::sum_dnorm),
+                                         stats_shape, x.layout.with(world.dim(), Placement::partial()));
+  DistTensor<T> sum_dnorm_norm = world.make(part_name(dy.name, layer_norm_parts::sum_dnorm_norm),
+                                              stats_shape, x.layout.with(world.dim(), Placement::partial()));
   world.for_each_rank([&](int r) {
     layer_norm_backward_sums(dy.local(r), x.local(r), local_of(weight, r), stats_of(r), params,
-                             slices[r].valid(), sum_dnorm.local(r), sum_dnorm_norm.local(r));
+                             x.slice(r, params.axis).valid(), sum_dnorm.local(r), sum_dnorm_norm.local(r));
   });
   std::vector<std::string> inputs{x.name, dy.name};
   if (weight) inputs.push_back(weight->name);
@@ -76,7 +75,7 @@ void hidden_backward_from_row_sums(const World<T>& world, const DistTensor<T>& d
       sum_dnorm_norm, {.op = "all_reduce", .tensor = sum_dnorm_norm.name, .inputs = inputs});
   world.for_each_rank([&](int r) {
     layer_norm_backward_apply(dy.local(r), x.local(r), local_of(weight, r), stats_of(r),
-                              total.local(r), total_norm.local(r), count, params, slices[r].valid(),
+                              total.local(r), total_norm.local(r), count, params, x.slice(r, params.axis).valid(),
                               grads.dx.local(r), weight ? &grads.dweight.local(r) : nullptr,
                               bias ? &grads.dbias.local(r) : nullptr);
   });
@@ -99,11 +98,12 @@ LayerNormShardedGrads<T> layer_norm_hidden_sharded_backward(
     return detail::hidden_backward_redistribute(world, dy, x, weight, bias, params, token_axis,
                                                 saved, dx_name, dweight_name, dbias_name, dense_dx);
   }
-  const int ranks = world.size();
   LayerNormShardedGrads<T> grads;
-  grads.dx = make_dist<T>(dx_name, x.global, x.placement, ranks);
-  if (weight) grads.dweight = make_dist<T>(dweight_name, weight->global, weight->placement, ranks);
-  if (bias) grads.dbias = make_dist<T>(dbias_name, bias->global, bias->placement, ranks);
+  grads.dx = world.make(dx_name, x.global, x.layout);
+  if (weight) grads.dweight = world.make(dweight_name, weight->global,
+                                        row_sum_grad_layout(x.layout, dy.layout).with(world.dim(), world.placement(*weight)));
+  if (bias) grads.dbias = world.make(dbias_name, bias->global,
+                                    row_sum_grad_layout(x.layout, dy.layout).with(world.dim(), world.placement(*bias)));
   if (faults.hidden_shard_local_stats) {
     // The plan believes its slice is the whole row: the kernel backward on the slice.
     world.for_each_rank([&](int r) {

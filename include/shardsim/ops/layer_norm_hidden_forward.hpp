@@ -42,17 +42,13 @@ template <typename T>
 void hidden_stats_sum_sumsq(const World<T>& world, const DistTensor<T>& x,
                             const LayerNormParams& params, const LayerNormFaults& faults,
                             const std::string& output, LayerNormShardedSaved<T>& stats) {
-  const int ranks = world.size();
   const std::int64_t count = x.global.extent(params.axis);
-  const std::vector<Slice> slices = x.slices();
   const Shape stats_shape = x.global.without(params.axis);  // (rows)
   // (rows), Partial: each rank's sums over its slice of every row.
-  DistTensor<T> sums = make_dist<T>(part_name(output, layer_norm_parts::sum), stats_shape,
-                                    Placement::partial(), ranks);
-  DistTensor<T> sums_sq = make_dist<T>(part_name(output, layer_norm_parts::sum_sq), stats_shape,
-                                       Placement::partial(), ranks);
+  DistTensor<T> sums = world.make(part_name(output, layer_norm_parts::sum), stats_shape, x.layout.with(world.dim(), Placement::partial()));
+  DistTensor<T> sums_sq = world.make(part_name(output, layer_norm_parts::sum_sq), stats_shape, x.layout.with(world.dim(), Placement::partial()));
   world.for_each_rank([&](int r) {
-    layer_norm_partial_sums(x.local(r), params, slices[r].valid(), sums.local(r), sums_sq.local(r));
+    layer_norm_partial_sums(x.local(r), params, x.slice(r, params.axis).valid(), sums.local(r), sums_sq.local(r));
   });
   // (rows), Replicate: the full-row sums.
   const DistTensor<T> total =
@@ -79,23 +75,21 @@ template <typename T>
 void hidden_stats_welford(const World<T>& world, const DistTensor<T>& x,
                           const LayerNormParams& params, const LayerNormFaults& faults,
                           const std::string& output, LayerNormShardedSaved<T>& stats) {
-  const int ranks = world.size();
+  const int ranks = world.group_size();
   const std::int64_t count = x.global.extent(params.axis);
-  const std::vector<Slice> slices = x.slices();
   const Shape stats_shape = x.global.without(params.axis);  // (rows)
   std::vector<Axis> axes = stats_shape.axes();
   axes.push_back({"shard", ranks});
   axes.push_back({"moment", 3});  // count, mean, M2
   // (rows..., shard=k, moment=3), Shard(shard): each rank's triple is its shard=1 slice.
-  DistTensor<T> moments = make_dist<T>(part_name(output, layer_norm_parts::moments), Shape(axes),
-                                       Placement::shard("shard"), ranks);
+  DistTensor<T> moments = world.make(part_name(output, layer_norm_parts::moments), Shape(axes), x.layout.with(world.dim(), Placement::shard("shard")));
   world.for_each_rank([&](int r) {
     Tensor<T> mean;  // (rows) of this rank's slice
     Tensor<T> m2;    // (rows)
-    layer_norm_partial_moments(x.local(r), params, slices[r].valid(), mean, m2);
+    layer_norm_partial_moments(x.local(r), params, x.slice(r, params.axis).valid(), mean, m2);
     Tensor<T>& local = moments.local(r);  // (rows..., shard=1, moment=3)
     for (std::int64_t row = 0; row < mean.numel(); ++row) {
-      local[row * 3 + 0] = T(slices[r].valid());
+      local[row * 3 + 0] = T(x.slice(r, params.axis).valid());
       local[row * 3 + 1] = mean[row];
       local[row * 3 + 2] = m2[row];
     }
@@ -152,7 +146,7 @@ DistTensor<T> hidden_forward_redistribute(const World<T>& world, const DistTenso
                              bias ? &saved.bias_full : nullptr, params,
                              moved_name(output, token_axis), saved.stats, faults, output);
   // x.global, x's placement.
-  DistTensor<T> y = world.all_to_all(y_tokens, x.placement,
+  DistTensor<T> y = world.all_to_all(y_tokens, world.placement(x),
                                      {.tensor = output, .exact = true, .inputs = {y_tokens.name}});
   y.name = output;
   return y;
@@ -169,22 +163,18 @@ DistTensor<T> layer_norm_hidden_sharded(const World<T>& world, const DistTensor<
                                         const std::string& token_axis,
                                         const LayerNormFaults& faults, const std::string& output,
                                         LayerNormHiddenSaved<T>& saved) {
-  SHARDSIM_ASSERT(x.placement.is_shard() && x.placement.axis == params.axis,
+  SHARDSIM_ASSERT(world.placement(x).is_shard() && world.placement(x).axis == params.axis,
                   "hidden-sharded LayerNorm needs x sharded on the normalized axis");
   if (mode == HiddenStats::redistribute && !faults.hidden_shard_local_stats) {
     return detail::hidden_forward_redistribute(world, x, weight, bias, params, token_axis, faults,
                                                output, saved);
   }
-  const int ranks = world.size();
-  const std::vector<Slice> slices = x.slices();
   const Shape stats_shape = x.global.without(params.axis);  // (rows)
   auto local_of = [](const DistTensor<T>* t, int r) { return t ? &t->local(r) : nullptr; };
-  DistTensor<T> y = make_dist<T>(output, x.global, x.placement, ranks);  // x's placement
+  DistTensor<T> y = world.make(output, x.global, x.layout);  // x's placement
   LayerNormShardedSaved<T>& stats = saved.stats;                         // (rows), Replicate
-  stats.mean = make_dist<T>(part_name(output, layer_norm_parts::mean), stats_shape,
-                            Placement::replicate(), ranks);
-  stats.rstd = make_dist<T>(part_name(output, layer_norm_parts::rstd), stats_shape,
-                            Placement::replicate(), ranks);
+  stats.mean = world.make(part_name(output, layer_norm_parts::mean), stats_shape, x.layout.with(world.dim(), Placement::replicate()));
+  stats.rstd = world.make(part_name(output, layer_norm_parts::rstd), stats_shape, x.layout.with(world.dim(), Placement::replicate()));
   if (faults.hidden_shard_local_stats) {
     // The bug: each rank normalizes its slice of a token with the slice's own statistics.
     world.for_each_rank([&](int r) {
@@ -210,7 +200,7 @@ DistTensor<T> layer_norm_hidden_sharded(const World<T>& world, const DistTensor<
     world.for_each_rank([&](int r) {
       const LayerNormSaved<T> local{stats.mean.local(r), stats.rstd.local(r)};  // (rows)
       layer_norm_apply(x.local(r), local_of(weight, r), local_of(bias, r), local, params,
-                       LayerNormFaults{}, slices[r].valid(), y.local(r));
+                       LayerNormFaults{}, x.slice(r, params.axis).valid(), y.local(r));
     });
   }
   zero_padding(y);

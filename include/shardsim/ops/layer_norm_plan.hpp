@@ -10,6 +10,7 @@
 
 #include "shardsim/ops/layer_norm.hpp"
 #include "shardsim/ops/layer_norm_faults.hpp"
+#include "shardsim/ops/add_plan.hpp"
 #include "shardsim/world.hpp"
 
 namespace shardsim {
@@ -50,22 +51,23 @@ std::vector<std::string> layer_norm_input_names(const DistTensor<T>& x, const Di
 template <typename T>
 DistTensor<T> combined_token_mean(const World<T>& world, const DistTensor<T>& x,
                                   const LayerNormParams& params, const std::string& output) {
-  const int ranks = world.size();
   const Shape scalar;
+  // Partial over the world's group; a scalar is Replicate on the other dims.
+  const Layout group_partial =
+      Layout::uniform(x.layout.ndim(), Placement::replicate()).with(world.dim(), Placement::partial());
   // scalar, Partial: each rank's sum of its token means and its token count.
-  DistTensor<T> mean_sum = make_dist<T>(part_name(output, layer_norm_parts::token_mean_sum), scalar,
-                                        Placement::partial(), ranks);
-  DistTensor<T> token_count = make_dist<T>(part_name(output, layer_norm_parts::token_count), scalar,
-                                           Placement::partial(), ranks);
+  DistTensor<T> mean_sum = world.make(part_name(output, layer_norm_parts::token_mean_sum), scalar, x.layout.with(world.dim(), Placement::partial()));
+  DistTensor<T> token_count = world.make(part_name(output, layer_norm_parts::token_count), scalar, x.layout.with(world.dim(), Placement::partial()));
   world.for_each_rank([&](int r) {
     LayerNormSaved<T> local;  // (local rows)
     layer_norm_stats(x.local(r), params, LayerNormFaults{}, local);
     // The rank's tokens along the sharded axis of its (local rows); all of them when Replicate.
     AxisView tokens{1, local.mean.numel(), 1};
     std::int64_t real_tokens = tokens.extent;
-    if (x.placement.is_shard()) {
-      tokens = AxisView::of(local.mean.shape(), x.placement.axis);
-      real_tokens = rank_slice(x.global, x.placement, ranks, r).valid();
+    if (world.placement(x).is_shard()) {
+      const std::string& axis = world.placement(x).axis;
+      tokens = AxisView::of(local.mean.shape(), axis);
+      real_tokens = x.slice(r, axis).valid();
     }
     T sum = T(0);
     for (std::int64_t outer = 0; outer < tokens.outer; ++outer) {
@@ -110,17 +112,16 @@ DistTensor<T> layer_norm_row_sharded(const World<T>& world, const DistTensor<T>&
                                      const LayerNormFaults& faults = {},
                                      const std::string& dense_output = "") {
   SHARDSIM_ASSERT(
-      !x.placement.is_partial() && !(x.placement.is_shard() && x.placement.axis == params.axis),
+      !x.layout.has_partial() && !x.layout.shards(params.axis),
       "row-sharded LayerNorm needs whole rows on every rank");
   const std::string dense = dense_output.empty() ? output : dense_output;
-  const int ranks = world.size();
   const Shape stats_shape = x.global.without(params.axis);               // (rows)
-  DistTensor<T> y = make_dist<T>(output, x.global, x.placement, ranks);  // x's placement
+  DistTensor<T> y = world.make(output, x.global, x.layout);  // x's placement
   // (rows), x's placement.
   saved.mean =
-      make_dist<T>(part_name(output, layer_norm_parts::mean), stats_shape, x.placement, ranks);
+      world.make(part_name(output, layer_norm_parts::mean), stats_shape, x.layout);
   saved.rstd =
-      make_dist<T>(part_name(output, layer_norm_parts::rstd), stats_shape, x.placement, ranks);
+      world.make(part_name(output, layer_norm_parts::rstd), stats_shape, x.layout);
   DistTensor<T> shared_mean;  // scalar, Replicate: combine_token_means only
   if (faults.combine_token_means)
     shared_mean = detail::combined_token_mean(world, x, params, output);
@@ -166,19 +167,15 @@ LayerNormShardedGrads<T> layer_norm_row_sharded_backward(
     const DistTensor<T>* weight, const DistTensor<T>* bias, const LayerNormShardedSaved<T>& saved,
     const LayerNormParams& params, const std::string& dx_name, const std::string& dweight_name,
     const std::string& dbias_name) {
-  const int ranks = world.size();
   const Shape param_shape(std::vector<Axis>{{params.axis, x.global.extent(params.axis)}});  // (H)
   LayerNormShardedGrads<T> grads;
   // A Replicate x with a Replicate dy (plain tensor parallelism): every rank holds every row and
   // computes the whole parameter gradient, so it is Replicate, not a Partial share. A Partial dy
   // (linear in dy) gives Partial addends of dx.
-  const Placement param_grad = x.placement.is_replicate() && dy.placement.is_replicate()
-                                   ? Placement::replicate()
-                                   : Placement::partial();
-  grads.dx = make_dist<T>(dx_name, x.global,
-                          dy.placement.is_partial() ? Placement::partial() : x.placement, ranks);
-  if (weight) grads.dweight = make_dist<T>(dweight_name, param_shape, param_grad, ranks);
-  if (bias) grads.dbias = make_dist<T>(dbias_name, param_shape, param_grad, ranks);
+  const Layout param_grad = row_sum_grad_layout(x.layout, dy.layout);
+  grads.dx = world.make(dx_name, x.global, row_dx_layout(x.layout, dy.layout));
+  if (weight) grads.dweight = world.make(dweight_name, param_shape, param_grad);
+  if (bias) grads.dbias = world.make(dbias_name, param_shape, param_grad);
   world.for_each_rank([&](int r) {
     const LayerNormSaved<T> local{saved.mean.local(r), saved.rstd.local(r)};  // (local rows)
     layer_norm_backward(dy.local(r), x.local(r), weight ? &weight->local(r) : nullptr, local,

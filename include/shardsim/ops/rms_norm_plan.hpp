@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "shardsim/ops/rms_norm.hpp"
+#include "shardsim/ops/add_plan.hpp"
 #include "shardsim/world.hpp"
 
 namespace shardsim {
@@ -38,13 +39,11 @@ DistTensor<T> rms_norm_row_sharded(const World<T>& world, const DistTensor<T>& x
                                    const DistTensor<T>* weight, const RmsNormParams& params,
                                    const std::string& output, RmsNormShardedSaved<T>& saved) {
   SHARDSIM_ASSERT(
-      !x.placement.is_partial() && !(x.placement.is_shard() && x.placement.axis == params.axis),
+      !x.layout.has_partial() && !x.layout.shards(params.axis),
       "row-sharded RMSNorm needs whole rows on every rank");
-  const int ranks = world.size();
-  DistTensor<T> y = make_dist<T>(output, x.global, x.placement, ranks);  // x's placement
+  DistTensor<T> y = world.make(output, x.global, x.layout);  // x's placement
   // (rows), x's placement.
-  saved.rrms = make_dist<T>(part_name(output, rms_norm_parts::rrms), x.global.without(params.axis),
-                            x.placement, ranks);
+  saved.rrms = world.make(part_name(output, rms_norm_parts::rrms), x.global.without(params.axis), x.layout);
   world.for_each_rank([&](int r) {
     RmsNormSaved<T> local;
     rms_norm_forward(x.local(r), weight ? &weight->local(r) : nullptr, params, y.local(r), local);
@@ -65,17 +64,13 @@ RmsNormShardedGrads<T> rms_norm_row_sharded_backward(
     const World<T>& world, const DistTensor<T>& dy, const DistTensor<T>& x,
     const DistTensor<T>* weight, const RmsNormShardedSaved<T>& saved, const RmsNormParams& params,
     const std::string& dx_name, const std::string& dweight_name) {
-  const int ranks = world.size();
   RmsNormShardedGrads<T> grads;
   // A Replicate x with a Replicate dy: every rank holds every row and computes the whole
   // parameter gradient, a Replicate, not a Partial share. A Partial dy (the backward is linear in
   // dy) gives Partial addends of dx.
-  const Placement param_grad = x.placement.is_replicate() && dy.placement.is_replicate()
-                                   ? Placement::replicate()
-                                   : Placement::partial();
-  grads.dx = make_dist<T>(dx_name, x.global,
-                          dy.placement.is_partial() ? Placement::partial() : x.placement, ranks);
-  if (weight) grads.dweight = make_dist<T>(dweight_name, weight->global, param_grad, ranks);
+  const Layout param_grad = row_sum_grad_layout(x.layout, dy.layout);
+  grads.dx = world.make(dx_name, x.global, row_dx_layout(x.layout, dy.layout));
+  if (weight) grads.dweight = world.make(dweight_name, weight->global, param_grad);
   world.for_each_rank([&](int r) {
     const RmsNormSaved<T> local{saved.rrms.local(r)};
     rms_norm_backward(dy.local(r), x.local(r), weight ? &weight->local(r) : nullptr, local, params,
@@ -90,24 +85,20 @@ template <typename T>
 DistTensor<T> rms_norm_hidden_sharded(const World<T>& world, const DistTensor<T>& x,
                                       const DistTensor<T>* weight, const RmsNormParams& params,
                                       const std::string& output, RmsNormShardedSaved<T>& saved) {
-  SHARDSIM_ASSERT(x.placement.is_shard() && x.placement.axis == params.axis,
+  SHARDSIM_ASSERT(world.placement(x).is_shard() && world.placement(x).axis == params.axis,
                   "hidden-sharded RMSNorm needs x sharded on the normalized axis");
-  const int ranks = world.size();
   const std::int64_t count = x.global.extent(params.axis);
-  const std::vector<Slice> slices = x.slices();
   const Shape stats_shape = x.global.without(params.axis);
   // (rows), Partial: each rank's sum of squares over its slice of every row.
-  DistTensor<T> sums_sq = make_dist<T>(part_name(output, rms_norm_parts::sum_sq), stats_shape,
-                                       Placement::partial(), ranks);
+  DistTensor<T> sums_sq = world.make(part_name(output, rms_norm_parts::sum_sq), stats_shape, x.layout.with(world.dim(), Placement::partial()));
   world.for_each_rank([&](int r) {
-    rms_norm_partial_sum_sq(x.local(r), params, slices[r].valid(), sums_sq.local(r));
+    rms_norm_partial_sum_sq(x.local(r), params, x.slice(r, params.axis).valid(), sums_sq.local(r));
   });
   // (rows), Replicate.
   const DistTensor<T> total =
       world.all_reduce(sums_sq, {.op = "all_reduce", .tensor = sums_sq.name, .inputs = {x.name}});
-  saved.rrms = make_dist<T>(part_name(output, rms_norm_parts::rrms), stats_shape,
-                            Placement::replicate(), ranks);
-  DistTensor<T> y = make_dist<T>(output, x.global, x.placement, ranks);  // x's placement
+  saved.rrms = world.make(part_name(output, rms_norm_parts::rrms), stats_shape, x.layout.with(world.dim(), Placement::replicate()));
+  DistTensor<T> y = world.make(output, x.global, x.layout);  // x's placement
   world.for_each_rank([&](int r) {
     const T row_length = T(count);
     const T eps = T(params.eps);
@@ -115,7 +106,7 @@ DistTensor<T> rms_norm_hidden_sharded(const World<T>& world, const DistTensor<T>
       saved.rrms.local(r)[row] = rms_norm_rrms(total.local(r)[row], row_length, eps);
     }
     rms_norm_apply(x.local(r), weight ? &weight->local(r) : nullptr,
-                   RmsNormSaved<T>{saved.rrms.local(r)}, params, slices[r].valid(), y.local(r));
+                   RmsNormSaved<T>{saved.rrms.local(r)}, params, x.slice(r, params.axis).valid(), y.local(r));
   });
   zero_padding(y);
   std::vector<std::string> inputs{x.name};
@@ -131,18 +122,17 @@ RmsNormShardedGrads<T> rms_norm_hidden_sharded_backward(
     const World<T>& world, const DistTensor<T>& dy, const DistTensor<T>& x,
     const DistTensor<T>* weight, const RmsNormShardedSaved<T>& saved, const RmsNormParams& params,
     const std::string& dx_name, const std::string& dweight_name) {
-  const int ranks = world.size();
   const std::int64_t count = x.global.extent(params.axis);
-  const std::vector<Slice> slices = x.slices();
   RmsNormShardedGrads<T> grads;
-  grads.dx = make_dist<T>(dx_name, x.global, x.placement, ranks);
-  if (weight) grads.dweight = make_dist<T>(dweight_name, weight->global, weight->placement, ranks);
+  grads.dx = world.make(dx_name, x.global, x.layout);
+  if (weight) grads.dweight = world.make(dweight_name, weight->global,
+                                        row_sum_grad_layout(x.layout, dy.layout).with(world.dim(), world.placement(*weight)));
   // (rows), Partial: each rank's sum(dnorm * norm) over its slice of every row.
-  DistTensor<T> partial = make_dist<T>(part_name(dy.name, rms_norm_parts::sum_dnorm_norm),
-                                       x.global.without(params.axis), Placement::partial(), ranks);
+  DistTensor<T> partial = world.make(part_name(dy.name, rms_norm_parts::sum_dnorm_norm),
+                                       x.global.without(params.axis), x.layout.with(world.dim(), Placement::partial()));
   world.for_each_rank([&](int r) {
     rms_norm_backward_sum(dy.local(r), x.local(r), weight ? &weight->local(r) : nullptr,
-                          RmsNormSaved<T>{saved.rrms.local(r)}, params, slices[r].valid(),
+                          RmsNormSaved<T>{saved.rrms.local(r)}, params, x.slice(r, params.axis).valid(),
                           partial.local(r));
   });
   std::vector<std::string> inputs{x.name, dy.name};
@@ -153,7 +143,7 @@ RmsNormShardedGrads<T> rms_norm_hidden_sharded_backward(
   world.for_each_rank([&](int r) {
     rms_norm_backward_apply(dy.local(r), x.local(r), weight ? &weight->local(r) : nullptr,
                             RmsNormSaved<T>{saved.rrms.local(r)}, total.local(r), count, params,
-                            slices[r].valid(), grads.dx.local(r),
+                            x.slice(r, params.axis).valid(), grads.dx.local(r),
                             weight ? &grads.dweight.local(r) : nullptr);
   });
   zero_padding(grads.dx);

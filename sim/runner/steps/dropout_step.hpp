@@ -35,7 +35,7 @@ class DropoutStep final : public StepOp<T> {
     dense_mask_ = dropout_mask(x.shape(), whole, params_, DropoutPolicy::global);
     Tensor<T> y;
     dropout_forward(x, dense_mask_, params_.p, y);
-    if (sx.placement.is_shard()) {
+    if (!sx.layout.is_replicate()) {
       // No pair of ranks repeats a mask.
       const int ranks = env.world.size();
       env.dense[output + ".mask@repetition"] = Tensor<T>(Shape({{"rank", ranks}, {"peer", ranks}}));

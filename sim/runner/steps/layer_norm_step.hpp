@@ -42,7 +42,7 @@ class LayerNormStep final : public StepOp<T> {
     env.dense[output + ".rstd"] = dense_saved_.rstd;
 
     const DistTensor<T>& sx = env.sharded_at(input);
-    hidden_ = sx.placement.is_shard() && sx.placement.axis == params_.axis;
+    hidden_ = env.world.placement(sx).is_shard() && env.world.placement(sx).axis == params_.axis;
     if (!hidden_) {
       env.sharded[output] =
           layer_norm_row_sharded(env.world, sx, env.sharded_opt(args_.weight),
@@ -79,13 +79,13 @@ class LayerNormStep final : public StepOp<T> {
 
     const DistTensor<T>* sdy = &env.sharded_at(grad_name(output));
     DistTensor<T> moved;  // dy laid out like x, when it is not already
-    if (hidden_ && !(sdy->placement == env.sharded_at(input).placement)) {
+    if (hidden_ && !(sdy->layout == env.sharded_at(input).layout)) {
       // The distributed backward works on dy laid out like x (e.g. a Partial dy is
       // reduce-scattered first).
-      moved = env.world.redistribute(*sdy, env.sharded_at(input).placement,
+      moved = env.world.redistribute(*sdy, env.sharded_at(input).layout,
                                      {.tensor = grad_name(output) + "@" + input,
                                       .dense = grad_name(output),
-                                      .exact = !sdy->placement.is_partial(),
+                                      .exact = !sdy->layout.has_partial(),
                                       .inputs = {grad_name(output)}});
       moved.name = grad_name(output);  // the plan's boundaries keep the oracle's names
       sdy = &moved;
@@ -102,7 +102,7 @@ class LayerNormStep final : public StepOp<T> {
     if (!hidden_) {
       // Each rank's rows give dx exactly and a Partial share of dweight/dbias. A Partial dy
       // gives Partial addends of dx, whose sum is a reordered arithmetic: no claim then.
-      dx_exact = !sdy->placement.is_partial();
+      dx_exact = !sdy->layout.has_partial();
       grads = layer_norm_row_sharded_backward(env.world, *sdy, sx, sw, sb, row_saved_, params_,
                                               grad_name(input), grad_name(weight), grad_name(bias));
     } else {

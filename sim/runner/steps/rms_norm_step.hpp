@@ -27,7 +27,7 @@ class RmsNormStep final : public StepOp<T> {
     env.dense[output + ".rrms"] = dense_saved_.rrms;
 
     const DistTensor<T>& sx = env.sharded_at(input);
-    hidden_ = sx.placement.is_shard() && sx.placement.axis == params_.axis;
+    hidden_ = env.world.placement(sx).is_shard() && env.world.placement(sx).axis == params_.axis;
     if (hidden_) {
       rms_norm_partial_sum_sq(x, params_, x.shape().extent(params_.axis),
                               env.dense[output + ".sumsq"]);
@@ -52,12 +52,12 @@ class RmsNormStep final : public StepOp<T> {
     rms_norm_backward(dy, x, w, dense_saved_, params_, dx, w ? &dw : nullptr);
 
     DistTensor<T> sdy = env.sharded_at(grad_name(output));
-    if (hidden_ && !(sdy.placement == env.sharded_at(input).placement)) {
+    if (hidden_ && !(sdy.layout == env.sharded_at(input).layout)) {
       // The distributed backward works on dy laid out like x.
-      sdy = env.world.redistribute(sdy, env.sharded_at(input).placement,
+      sdy = env.world.redistribute(sdy, env.sharded_at(input).layout,
                                    {.tensor = grad_name(output) + "@" + input,
                                     .dense = grad_name(output),
-                                    .exact = !sdy.placement.is_partial(),
+                                    .exact = !sdy.layout.has_partial(),
                                     .inputs = {grad_name(output)}});
       sdy.name = grad_name(output);  // the plan's boundaries keep the oracle's names
     }
@@ -81,7 +81,7 @@ class RmsNormStep final : public StepOp<T> {
     }
     // Row-sharded dx is the dense arithmetic per row (unless dy is Partial: then its addends);
     // hidden-sharded uses an all-reduced sum.
-    const bool dx_exact = !hidden_ && !sdy.placement.is_partial();
+    const bool dx_exact = !hidden_ && !sdy.layout.has_partial();
     env.add_grad(input, std::move(dx), std::move(grads.dx),
                  {.op = backward_label(OpKind::rms_norm), .exact = dx_exact, .inputs = inputs});
   }
