@@ -55,12 +55,26 @@ TEST_CASE("every seeded fault's top-ranked cause is the right one", "[diagnosis]
       {"norm_unbiased_variance", Cause::normalization_convention},
       {"norm_unreduced_param_grads", Cause::unreduced_gradients},
       {"norm_wrong_axis", Cause::axis_order}};
+  // Faults the diagnosis does not rank yet, each with the reason; they must not be given a
+  // cause (a wrong cause is worse than none).
+  const std::vector<std::pair<std::string, std::string>> undiagnosed{
+      {"mesh_column_backward_unreduced", "N-D mesh: the signatures read 1-D placements"},
+      {"mesh_grad_reduce_mean", "N-D mesh"},
+      {"mesh_grad_reduce_wrong_dim", "N-D mesh"},
+      {"mesh_row_bias_every_rank", "N-D mesh"},
+      {"mesh_gather_wrong_axis", "no signature for buffers concatenated along the wrong axis"}};
+  for (const auto& [name, reason] : undiagnosed) {
+    INFO(name << ": " << reason);
+    const Replay r = replay(kScenarios / "faults" / (name + ".toml"));
+    REQUIRE_FALSE(r.outcome.pass);
+    CHECK(shardsim::diagnose(r.scenario, r.reports).causes.empty());
+  }
   // Every fault scenario is listed: a new one needs its expected cause here.
   std::size_t faults = 0;
   for (const auto& file : fs::directory_iterator(kScenarios / "faults")) {
     if (!file.path().stem().string().ends_with("_clean")) ++faults;
   }
-  CHECK(faults == expected.size());
+  CHECK(faults == expected.size() + undiagnosed.size());
   for (const auto& [name, cause] : expected) {
     INFO(name);
     const Replay r = replay(kScenarios / "faults" / (name + ".toml"));
@@ -94,7 +108,8 @@ TEST_CASE("no clean twin produces a diagnosis", "[diagnosis][scenario]") {
       CHECK_FALSE(json.contains("diagnosis"));
     }
   }
-  CHECK(twins == 16);  // 12 normalization twins in scenarios/, 4 attention twins in faults/
+  // 12 normalization and 5 mesh twins in scenarios/, 4 attention twins in faults/.
+  CHECK(twins == 21);
 }
 
 TEST_CASE("the documented cancellation is diagnosed as rounding, with a condition estimate",

@@ -29,7 +29,12 @@
   X(cache_raw_k)               \
   X(rope_local_positions)      \
   X(window_off_by_one)         \
-  X(rope_after_gather_wrong_offset)
+  X(rope_after_gather_wrong_offset) \
+  X(grad_reduce_mean)               \
+  X(grad_reduce_wrong_dim)          \
+  X(row_bias_every_rank)            \
+  X(column_backward_unreduced)      \
+  X(gather_wrong_axis)
 
 namespace shardsim {
 

@@ -44,6 +44,8 @@ void World<T>::report(BoundaryLabel label, std::string_view default_op, const Di
   if (label.tensor.empty()) label.tensor = out.name;
   if (label.inputs.empty()) label.inputs = {in.name};
   if (label.kind == BoundaryKind::op) label.kind = BoundaryKind::collective;
+  // On an N-D mesh a collective names the mesh dim whose groups ran it: "all_reduce[dp]".
+  if (mesh().ndim() > 1) label.op += "[" + mesh().dim(dim_).name + "]";
   if (shared_->hook) shared_->hook(label, out);
 }
 

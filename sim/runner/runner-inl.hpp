@@ -244,7 +244,7 @@ class ScenarioRun {
       if (skips_gradient_reduce(scenario_, grad, param)) {
         grad.layout = param.layout;
       } else if (!(grad.layout == param.layout)) {
-        grad = world_.redistribute(grad, param.layout, {.tensor = key, .inputs = {key}});
+        grad = reduce_param_grad(scenario_, world_, std::move(grad), param, key);
       }
       sgd_update(env_.dense.at(spec.name), env_.dense.at(key), scenario_.learning_rate);
       world_.for_each_rank(

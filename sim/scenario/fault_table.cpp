@@ -92,6 +92,33 @@ const std::vector<FaultInfo>& fault_catalogue() {
          "sliding_window_attention (cp_mode allgather): RoPE once on the gathered keys, at "
          "positions offset by the cache length twice; chunk 1 passes",
          {OpKind::sliding_window_attention}},
+        {Fault::grad_reduce_mean,
+         "",
+         "the gradient all-reduce of a replicated parameter averages over the group (divides by "
+         "its size) instead of summing",
+         {}},
+        {Fault::grad_reduce_wrong_dim,
+         "",
+         "the gradient all-reduce of a replicated parameter runs over another mesh dim where the "
+         "parameter is Replicate (e.g. tp instead of dp): it sums identical copies there and leaves "
+         "the Partial dim unreduced (needs a mesh of two or more dims)",
+         {}},
+        {Fault::row_bias_every_rank,
+         "",
+         "linear (row-parallel): every member of the group adds the bias to its Partial sum, so "
+         "the reduced output carries it group-size times",
+         {OpKind::linear}},
+        {Fault::column_backward_unreduced,
+         "",
+         "linear (column-parallel): Megatron's f without its backward all-reduce; each member "
+         "keeps its Partial share of grad(x) as if it were the whole gradient",
+         {OpKind::linear}},
+        {Fault::gather_wrong_axis,
+         "",
+         "redistribute (Shard -> Replicate): the all-gather concatenates the members' buffers "
+         "along the first axis (batch) instead of the sharded axis, then reads the result as the "
+         "global shape",
+         {OpKind::redistribute}},
     };
     SHARDSIM_ASSERT(rows.size() == kFaultCount, "one catalogue row per fault");
     for (std::size_t k = 0; k < rows.size(); ++k) {

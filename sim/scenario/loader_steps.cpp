@@ -181,6 +181,9 @@ Fault Loader::fault(const toml::node& node, const std::string& path, const Scena
     if (s.train_steps == 0) {
       fail(node, path, "fault '" + name + "' changes the training loop; it needs train_steps");
     }
+    if (*fault == Fault::grad_reduce_wrong_dim && s.mesh.devices.ndim() < 2) {
+      fail(node, path, "fault '" + name + "' needs a mesh of two or more dims ([mesh] dims)");
+    }
     return *fault;
   }
   std::string ops;

@@ -54,11 +54,18 @@ inline LinearParallel linear_parallel_of(const Placement& weight, const LinearPa
   return LinearParallel::none;
 }
 
+// The seeded faults of the sharded plans (fault_list.hpp); all off is the correct program.
+struct LinearFaults {
+  bool row_bias_every_rank = false;        // every row-parallel member adds the bias
+  bool column_backward_unreduced = false;  // column-parallel grad(x) left Partial, taken as whole
+};
+
 // REQUIRES: the placements of the form (the scenario loader checks them).
 template <typename T>
 DistTensor<T> linear_sharded(const World<T>& world, const DistTensor<T>& x,
                              const DistTensor<T>& weight, const DistTensor<T>* bias,
-                             const LinearParams& params, const std::string& output) {
+                             const LinearParams& params, const std::string& output,
+                             const LinearFaults& faults = {}) {
   const Placement& w_on = world.placement(weight);
   const Placement& x_on = world.placement(x);
   const LinearParallel form = linear_parallel_of(w_on, params);
@@ -78,7 +85,10 @@ DistTensor<T> linear_sharded(const World<T>& world, const DistTensor<T>& x,
   DistTensor<T> y = world.make(output, y_shape, x.layout.with(world.dim(), y_placement));
   world.for_each_rank([&](int r) {
     const Tensor<T>* b = bias ? &bias->local(r) : nullptr;
-    if (form == LinearParallel::row && world.coord(r) != 0) b = nullptr;  // added once
+    // Added once, by coordinate 0 (the fault: by every member).
+    if (form == LinearParallel::row && world.coord(r) != 0 && !faults.row_bias_every_rank) {
+      b = nullptr;
+    }
     linear_forward(x.local(r), weight.local(r), b, params, y.local(r));
   });
   zero_padding(y);
@@ -108,7 +118,8 @@ LinearShardedGrads<T> linear_backward_sharded(const World<T>& world, const DistT
                                               const DistTensor<T>* bias, const LinearParams& params,
                                               const std::string& dx_name,
                                               const std::string& dweight_name,
-                                              const std::string& dbias_name) {
+                                              const std::string& dbias_name,
+                                              const LinearFaults& faults = {}) {
   const int dim = world.dim();
   const Placement& w_on = world.placement(weight);
   const LinearParallel form = linear_parallel_of(w_on, params);
@@ -133,7 +144,10 @@ LinearShardedGrads<T> linear_backward_sharded(const World<T>& world, const DistT
   }
   Layout bias_grad = param_grad;
   if (form == LinearParallel::column) {
-    dx_layout = dx_layout.with(dim, Placement::partial());
+    // Partial: each member's share of dx = dy W over its output features (the fault takes the
+    // share for the whole gradient, x's placement).
+    dx_layout = dx_layout.with(
+        dim, faults.column_backward_unreduced ? world.placement(x) : Placement::partial());
     param_grad = param_grad.with(dim, w_on);
     bias_grad = bias_grad.with(dim, w_on);
   } else if (form == LinearParallel::row) {

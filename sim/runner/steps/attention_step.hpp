@@ -98,15 +98,18 @@ class SlidingWindowAttentionStep final : public StepOp<T> {
     const std::string dk = config_.part_grad(AttentionPart::k);
     const std::string dv = config_.part_grad(AttentionPart::v);
     const std::string op = backward_label(OpKind::sliding_window_attention);
+    // Partial on another mesh dim (e.g. the batch sharded on dp): each member sums its own rows,
+    // a regrouped sum of the oracle's terms, so no exactness claim.
+    const bool weights_exact = !sg.wq.layout.has_partial();
     env.add_grad(names[0], std::move(dw[0]), std::move(sg.wq),
-                 {.op = op, .exact = true, .inputs = {dq, input}});
+                 {.op = op, .exact = weights_exact, .inputs = {dq, input}});
     env.add_grad(names[1], std::move(dw[1]), std::move(sg.wk),
-                 {.op = op, .exact = true, .inputs = {dk, input}});
+                 {.op = op, .exact = weights_exact, .inputs = {dk, input}});
     env.add_grad(names[2], std::move(dw[2]), std::move(sg.wv),
-                 {.op = op, .exact = true, .inputs = {dv, input}});
+                 {.op = op, .exact = weights_exact, .inputs = {dv, input}});
     env.add_grad(names[3], std::move(dw[3]), std::move(sg.wo),
                  {.op = op,
-                  .exact = true,
+                  .exact = weights_exact,
                   .inputs = {grad_name(output), config_.part(AttentionPart::attn)}});
     env.add_grad(input, std::move(g.x), std::move(sg.x),
                  {.op = op, .exact = true, .inputs = {dq, dk, dv, names[0], names[1], names[2]}});

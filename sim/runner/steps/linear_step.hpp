@@ -11,7 +11,10 @@ namespace shardsim {
 template <typename T>
 class LinearStep final : public StepOp<T> {
  public:
-  explicit LinearStep(const LinearArgs& args) : args_(args) {}
+  LinearStep(const LinearArgs& args, const Scenario& scenario) : args_(args) {
+    faults_.row_bias_every_rank = scenario.has_fault(Fault::row_bias_every_rank);
+    faults_.column_backward_unreduced = scenario.has_fault(Fault::column_backward_unreduced);
+  }
 
   void forward(StepEnv<T>& env) override {
     const std::string& output = args_.output;
@@ -24,7 +27,7 @@ class LinearStep final : public StepOp<T> {
 
     env.sharded[output] =
         linear_sharded(env.world, env.sharded_at(args_.input), env.sharded_at(args_.weight),
-                       env.sharded_opt(args_.bias), params_, output);
+                       env.sharded_opt(args_.bias), params_, output, faults_);
   }
 
   void backward(StepEnv<T>& env) override {
@@ -46,7 +49,8 @@ class LinearStep final : public StepOp<T> {
     // Sharded.
     LinearShardedGrads<T> grads = linear_backward_sharded(
         env.world, env.sharded_at(grad_name(output)), env.sharded_at(input), env.sharded_at(weight),
-        env.sharded_opt(args_.bias), params_, grad_name(input), grad_name(weight), grad_name(bias));
+        env.sharded_opt(args_.bias), params_, grad_name(input), grad_name(weight), grad_name(bias),
+        faults_);
     env.add_grad(weight, std::move(dw), std::move(grads.dweight),
                  {.op = backward_label(OpKind::linear),
                   .exact = grads.dweight_exact,
@@ -71,6 +75,7 @@ class LinearStep final : public StepOp<T> {
  private:
   const LinearArgs& args_;
   LinearParams params_;
+  LinearFaults faults_;
 };
 
 }  // namespace shardsim

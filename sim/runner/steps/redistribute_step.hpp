@@ -20,13 +20,18 @@ namespace shardsim {
 template <typename T>
 class RedistributeStep final : public StepOp<T> {
  public:
-  explicit RedistributeStep(const RedistributeArgs& args) : args_(args) {}
+  RedistributeStep(const RedistributeArgs& args, const Scenario& scenario)
+      : args_(args), gather_wrong_axis_(scenario.has_fault(Fault::gather_wrong_axis)) {}
 
   void forward(StepEnv<T>& env) override {
     const std::string& output = args_.output;
     env.dense[output] = env.dense_at(args_.input);  // placement does not change values
     const DistTensor<T>& input = env.sharded_at(args_.input);
     const Placement& to = args_.to;
+    if (gather_wrong_axis_ && env.world.placement(input).is_shard() && to.is_replicate()) {
+      env.sharded[output] = gather_along_first_axis(env.world, input, output);
+      return;
+    }
     // Moving data is exact; summing Partial addends reorders arithmetic and is not.
     DistTensor<T> moved = env.world.redistribute(
         input, to,
@@ -63,7 +68,32 @@ class RedistributeStep final : public StepOp<T> {
   }
 
  private:
+  // The gather_wrong_axis fault's all-gather, recorded as the all-gather: every member's buffer
+  // is its group's local buffers concatenated in coordinate order (as all_gather_into_tensor
+  // concatenates along dim 0), read as the global shape; a tail past them, if any, is zero.
+  static DistTensor<T> gather_along_first_axis(const World<T>& world, const DistTensor<T>& in,
+                                               const std::string& output) {
+    DistTensor<T> out =
+        world.make(output, in.global, in.layout.with(world.dim(), Placement::replicate()));
+    world.for_each_rank([&](int r) {
+      std::vector<T> joined;
+      for (int c = 0; c < world.group_size(); ++c) {
+        const Tensor<T>& piece = in.local(world.peer(r, c));
+        joined.insert(joined.end(), piece.values().begin(), piece.values().end());
+      }
+      Tensor<T>& local = out.local(r);
+      for (std::int64_t i = 0; i < local.numel(); ++i) {
+        const auto at = static_cast<std::size_t>(i);
+        local[i] = at < joined.size() ? joined[at] : T(0);
+      }
+    });
+    world.compare_boundary(
+        {.op = "all_gather", .tensor = output, .exact = true, .inputs = {in.name}}, out);
+    return out;
+  }
+
   const RedistributeArgs& args_;
+  bool gather_wrong_axis_ = false;
 };
 
 }  // namespace shardsim

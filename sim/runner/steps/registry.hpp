@@ -25,9 +25,9 @@ std::unique_ptr<StepOp<T>> make_step_op(const StepSpec& step, const Scenario& sc
     case OpKind::rms_norm:
       return std::make_unique<RmsNormStep<T>>(step.as<RmsNormArgs>());
     case OpKind::redistribute:
-      return std::make_unique<RedistributeStep<T>>(step.as<RedistributeArgs>());
+      return std::make_unique<RedistributeStep<T>>(step.as<RedistributeArgs>(), scenario);
     case OpKind::linear:
-      return std::make_unique<LinearStep<T>>(step.as<LinearArgs>());
+      return std::make_unique<LinearStep<T>>(step.as<LinearArgs>(), scenario);
     case OpKind::gelu:
       return std::make_unique<GeluStep<T>>(step.as<GeluArgs>());
     case OpKind::dropout:

@@ -51,14 +51,20 @@ struct StepEnv {
       world.compare_boundary(label, it->second);
       return;
     }
-    Tensor<T>& dense_sum = found->second;
-    for (std::int64_t i = 0; i < dense_sum.numel(); ++i) dense_sum[i] += dense_grad[i];
     DistTensor<T>& sharded_sum = sharded.at(key);
     if (!(sharded_grad.layout == sharded_sum.layout)) {
-      sharded_grad = world.redistribute(
-          sharded_grad, sharded_sum.layout,
-          {.tensor = key, .exact = !sharded_grad.layout.has_partial(), .inputs = {key}});
+      // The new addend moved to the running sum's layout, compared with the oracle's addend
+      // ("grad(h).addend"), not with the sum it is about to join.
+      const std::string addend = part_name(key, "addend");
+      dense.insert_or_assign(addend, dense_grad);
+      sharded_grad = world.redistribute(sharded_grad, sharded_sum.layout,
+                                        {.tensor = moved_name(addend, sharded_sum.layout.str()),
+                                         .dense = addend,
+                                         .exact = !sharded_grad.layout.has_partial(),
+                                         .inputs = {key}});
     }
+    Tensor<T>& dense_sum = found->second;
+    for (std::int64_t i = 0; i < dense_sum.numel(); ++i) dense_sum[i] += dense_grad[i];
     world.for_each_rank([&](int r) {
       Tensor<T>& local = sharded_sum.local(r);
       for (std::int64_t i = 0; i < local.numel(); ++i) local[i] += sharded_grad.local(r)[i];

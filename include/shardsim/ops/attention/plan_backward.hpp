@@ -167,7 +167,8 @@ CpAttentionGrads<T> cp_attention_backward(const World<T>& world, const DistTenso
   // The chunk part of the KV axis (the last t keys), on every rank.
   auto chunk_part = [&](const DistTensor<T>& full, AttentionPart part) {
     return replicated_phase(world, config.part_grad(part), chunk, geo.on(Placement::replicate()), {.op = "kv_shard_backward", .exact = true, .inputs = {full.name}}, [&](int r) {
-          return slice_along(full.local(r), "kv", geo.cached, geo.length).reshaped(chunk);
+          return slice_along(full.local(r), "kv", geo.cached, geo.length)
+              .reshaped(local_shape(chunk, geo.on(Placement::replicate()), world.mesh(), r));
         });
   };
   const DistTensor<T> dk = chunk_part(dk_cat, AttentionPart::k);

@@ -70,8 +70,10 @@ DistTensor<T> ring_attention_forward(const World<T>& world, const CpAttentionCon
     out[at] = Tensor<T>(saved.q_part.local(r).shape());
     lse[at] = Tensor<T>(saved.q_part.local(r).shape().without("head_dim"));
     for (T& value : lse[at].values()) value = negative_infinity<T>();
-    cache_k[at] = Tensor<T>(geo.cache_shape());
-    cache_v[at] = Tensor<T>(geo.cache_shape());
+    // (batch=local, kv=C, head, head_dim): every key of the cache, the rank's own batch rows.
+    const Shape cache = local_shape(geo.cache_shape(), geo.on(Placement::replicate()), world.mesh(), r);
+    cache_k[at] = Tensor<T>(cache);
+    cache_v[at] = Tensor<T>(cache);
   });
   for (int hop = 0; hop < k; ++hop) {
     world.for_each_rank([&](int r) {
@@ -136,8 +138,9 @@ CoreGrads<T> ring_attention_backward(const World<T>& world, const CpAttentionCon
   world.for_each_rank([&](int r) {
     const auto at = static_cast<std::size_t>(r);
     dq[at] = Tensor<T>(saved.q_part.local(r).shape());
-    dk[at] = Tensor<T>(geo.kv_shape());
-    dv[at] = Tensor<T>(geo.kv_shape());
+    const Shape kv = local_shape(geo.kv_shape(), geo.on(Placement::replicate()), world.mesh(), r);
+    dk[at] = Tensor<T>(kv);
+    dv[at] = Tensor<T>(kv);
   });
   for (int hop = 0; hop < k; ++hop) {
     world.for_each_rank([&](int r) {
