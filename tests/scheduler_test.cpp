@@ -1,6 +1,6 @@
-// Determinism under the scheduler (invariant 4, README "Invariants"): the order in which local phases visit
-// ranks must not change any value, metric or trace, and the CLI's report is byte-identical
-// across runs.
+// Determinism under the scheduler (invariant 4, README "Invariants"), on 1-D and N-D meshes: the
+// order in which local phases visit ranks must not change any value, metric or trace, and the
+// CLI's report is byte-identical across runs.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -65,7 +65,10 @@ TEST_CASE("the schedules under test visit the ranks in different orders", "[sche
 TEST_CASE("reports are byte-identical under every schedule except for the schedule field",
           "[scheduler]") {
   const char* scenario_name = GENERATE("layernorm_sequence_sharded.toml", "layernorm_padded.toml",
-                                       "layernorm_redistribute.toml");
+                                       "layernorm_redistribute.toml",
+                                       // N-D meshes: dp x tp, cp x tp, dp x cp x tp.
+                                       "mesh_dp_tp_mlp_sequence_parallel.toml",
+                                       "mesh_cp_tp_block.toml", "mesh_dp_cp_tp_training.toml");
   INFO(scenario_name);
   const shardsim::Scenario scenario = shardsim::load_scenario(scenario_path(scenario_name));
   std::string reference;
