@@ -21,6 +21,7 @@ class Loader : public TomlReader {
   MeshSpec mesh(const toml::table& t) const;
 
   InitSpec init(const toml::node& node, const std::string& path, std::uint64_t& seed) const;
+  double init_number(const toml::node& node, const std::string& path) const;
 
   TensorSpec tensor(const toml::node& node, const std::string& path, std::uint64_t scenario_seed);
 
@@ -50,7 +51,9 @@ class Loader : public TomlReader {
   // training loop.
   Fault fault(const toml::node& node, const std::string& path, const Scenario& s) const;
 
-  Expectation expect(const toml::table& t) const;
+  // [expect]; step and chunk within the scenario's training steps and streamed chunks (so the
+  // stream is read first).
+  Expectation expect(const toml::table& t, const Scenario& s) const;
 };
 
 }  // namespace shardsim
