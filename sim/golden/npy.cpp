@@ -62,7 +62,7 @@ class HeaderParser {
         seen_shape = true;
         header.shape = int_tuple();
       } else {
-        fail("unknown key '" + key + "'");
+        fail("unknown key " + quote(key));
       }
       skip_spaces();
       if (peek() == ',') {
@@ -226,8 +226,8 @@ Dtype descr_dtype(const std::string& descr, const std::string& what) {
       if (order == '<' || order == '>' || (order == '|' && info.size == 1)) return info.dtype;
     }
   }
-  reject(what, "unknown or unsupported dtype '" + descr +
-                   "' (supported: b1, u1, i1, u2, i2, u4, i4, u8, i8, f2, f4, f8)");
+  reject(what, "unknown or unsupported dtype " + quote(descr) +
+                   " (supported: b1, u1, i1, u2, i2, u4, i4, u8, i8, f2, f4, f8)");
 }
 
 RawTensor decode(const golden_detail::ByteSource& source, const std::string& what) {

@@ -34,7 +34,7 @@ Json parse_header(std::string_view text, const std::string& what) {
     if (event == Json::parse_event_t::key && !open_objects.empty()) {
       const std::string key = parsed.get<std::string>();
       if (!open_objects.back().insert(key).second) {
-        reject(what, "invalid header: duplicate key '" + key + "'");
+        reject(what, "invalid header: duplicate key " + quote(key));
       }
     }
     return true;
@@ -82,12 +82,12 @@ std::uint64_t byte_count(const std::vector<std::int64_t>& shape, std::uint64_t s
 // One tensor's header entry, checked against the data section's length.
 Entry parse_entry(const std::string& name, const Json& value, std::uint64_t data_length,
                   const std::string& what) {
-  const std::string where = "tensor '" + name + "'";
+  const std::string where = "tensor " + quote(name);
   if (name.empty()) reject(what, "a tensor has an empty name");
   if (!value.is_object()) reject(what, where + ": expected an object with dtype, shape, data_offsets");
   for (const auto& [key, ignored] : value.items()) {
     if (key != format::kDtypeKey && key != format::kShapeKey && key != format::kOffsetsKey) {
-      reject(what, where + ": unknown key '" + key + "'");
+      reject(what, where + ": unknown key " + quote(key));
     }
   }
   for (std::string_view key : {format::kDtypeKey, format::kShapeKey, format::kOffsetsKey}) {
@@ -140,16 +140,16 @@ void check_tiling(std::vector<Entry>& entries, std::uint64_t data_length, const 
   std::string previous = "the start of the data section";
   for (const Entry& entry : entries) {
     if (entry.begin < expected) {
-      reject(what, "tensor '" + entry.tensor.name + "' overlaps " + previous + " (data_offsets begin " +
+      reject(what, "tensor " + quote(entry.tensor.name) + " overlaps " + previous + " (data_offsets begin " +
                        std::to_string(entry.begin) + " < " + std::to_string(expected) + ")");
     }
     if (entry.begin > expected) {
       reject(what, "hole in the data section: bytes [" + std::to_string(expected) + ", " +
-                       std::to_string(entry.begin) + ") between " + previous + " and tensor '" +
-                       entry.tensor.name + "' belong to no tensor");
+                       std::to_string(entry.begin) + ") between " + previous + " and tensor " +
+                       quote(entry.tensor.name) + " belong to no tensor");
     }
     expected = entry.end;
-    if (entry.end > entry.begin) previous = "tensor '" + entry.tensor.name + "'";
+    if (entry.end > entry.begin) previous = "tensor " + quote(entry.tensor.name);
   }
   if (expected != data_length) {
     reject(what, "hole in the data section: " + std::to_string(data_length - expected) +
@@ -193,7 +193,7 @@ SafetensorsFile decode(const ByteSource& source, const std::string& what) {
     }
     if (!value.is_object()) reject(what, "__metadata__ must be an object of strings");
     for (const auto& [key, v] : value.items()) {
-      if (!v.is_string()) reject(what, "__metadata__." + key + ": values must be strings, got " + v.dump());
+      if (!v.is_string()) reject(what, "__metadata__." + clipped(key) + ": values must be strings, got " + clipped(v.dump()));
       file.metadata[key] = v.get<std::string>();
     }
   }
