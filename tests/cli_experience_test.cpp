@@ -16,17 +16,20 @@ std::size_t count(const std::string& text, const std::string& what) {
 }  // namespace
 
 TEST_CASE("cli: the activation-memory line appears only when a backward pass runs", "[cli]") {
-  const CliResult forward = run_cli("run -p f64 '" + source_scenario("layernorm_sequence_sharded.toml") + "'");
+  const CliResult forward =
+      run_cli("run -p f64 '" + source_scenario("layernorm_sequence_sharded.toml") + "'");
   REQUIRE(forward.exit_code == 0);
   CHECK(forward.out.find("activation memory") == std::string::npos);
-  const CliResult training = run_cli("run -p f64 '" + source_scenario("layernorm_train_sequence_sharded.toml") + "'");
+  const CliResult training =
+      run_cli("run -p f64 '" + source_scenario("layernorm_train_sequence_sharded.toml") + "'");
   REQUIRE(training.exit_code == 0);
   CHECK(count(training.out, "activation memory kept for backward, bytes per rank:") == 1);
 }
 
 TEST_CASE("cli: the first divergence is printed once, in its table or (quiet) in the verdict",
           "[cli]") {
-  const std::string scenario = "'" + source_scenario("faults/norm_unbiased_variance.toml") + "' -p f64";
+  const std::string scenario =
+      "'" + source_scenario("faults/norm_unbiased_variance.toml") + "' -p f64";
   const CliResult tables = run_cli("run " + scenario);
   REQUIRE(tables.exit_code == 0);  // the fault's divergence is expected
   CHECK(count(tables.out, "index [batch=") == 1);
@@ -34,7 +37,8 @@ TEST_CASE("cli: the first divergence is printed once, in its table or (quiet) in
   CHECK(tables.out.find("FAIL (first divergence at f64: in its table above)") != std::string::npos);
   const CliResult quiet = run_cli("run --quiet " + scenario);
   CHECK(count(quiet.out, "index [batch=") == 1);
-  CHECK(quiet.out.find("FAIL (first divergence at f64: step 1 chunk 1 boundary #") != std::string::npos);
+  CHECK(quiet.out.find("FAIL (first divergence at f64: step 1 chunk 1 boundary #") !=
+        std::string::npos);
 }
 
 TEST_CASE("cli: table columns hold the longest op name", "[cli]") {
@@ -44,7 +48,8 @@ TEST_CASE("cli: table columns hold the longest op name", "[cli]") {
   std::string line, header;
   std::size_t rows = 0;
   while (std::getline(lines, line)) {
-    if (line.find("  op ") != std::string::npos && line.find("tensor") != std::string::npos) header = line;
+    if (line.find("  op ") != std::string::npos && line.find("tensor") != std::string::npos)
+      header = line;
     if (line.find(" sliding_window_attention ") == std::string::npos) continue;
     REQUIRE_FALSE(header.empty());
     // The tensor column starts where its heading does: "y" right after the op and one space.
@@ -60,8 +65,8 @@ TEST_CASE("cli: an mp divergence prints values with digits enough to tell them a
   // below what a double can show, and an mp256 tolerance of 1e-300 makes it a divergence.
   TempDir dir;
   const fs::path scenario = dir.write(
-      "s.toml", replaced(slurp(source_scenario("norm_hidden_sum_sumsq.toml")), "precisions = [\"f32\", \"f64\", \"mp256\"]",
-                         "precisions = [\"mp256\"]") +
+      "s.toml", replaced(slurp(source_scenario("norm_hidden_sum_sumsq.toml")),
+                         "precisions = [\"f32\", \"f64\", \"mp256\"]", "precisions = [\"mp256\"]") +
                     "\n[tolerance]\nmp256 = 1e-300\n");
   const CliResult r = run_cli("run " + q(scenario));
   REQUIRE(r.exit_code == 1);

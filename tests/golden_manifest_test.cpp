@@ -17,8 +17,9 @@ using Json = nlohmann::ordered_json;
 // f32 goldens of the sequence-sharded LayerNorm.
 fs::path make_goldens(const TempDir& dir) {
   const fs::path golden = dir.path() / "golden";
-  const CliResult r = run_cli("run --quiet " + q(source_scenario("layernorm_sequence_sharded.toml")) +
-                              " --golden " + q(golden) + " --dtype f32");
+  const CliResult r =
+      run_cli("run --quiet " + q(source_scenario("layernorm_sequence_sharded.toml")) +
+              " --golden " + q(golden) + " --dtype f32");
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   return golden;
@@ -34,8 +35,8 @@ std::string rehashed(Json manifest) {
   return text;
 }
 
-void expect_compare_refused(const fs::path& golden, const std::string& candidate, const std::string& where,
-                            const std::string& what) {
+void expect_compare_refused(const fs::path& golden, const std::string& candidate,
+                            const std::string& where, const std::string& what) {
   const CliResult r = run_cli("compare " + q(golden) + " " + candidate);
   INFO("stderr: " << r.err);
   CHECK(r.exit_code == 2);
@@ -68,24 +69,27 @@ TEST_CASE("compare: an edited manifest is refused, hashed or not, and never abor
     std::string key, what;
   };
   const std::vector<Edit> edits = {
-      {[&](Json& m) { m["tensors"][y]["global_shape"]["seq"] = 12; }, "tensors[" + std::to_string(y) + "].shape",
-       "does not match [batch=2, seq=12, hidden=16]"},
-      {[&](Json& m) { m["tensors"][y]["global_shape"] = Json{{"batch", 2}, {"hidden", 16}, {"seq", 13}}; },
+      {[&](Json& m) { m["tensors"][y]["global_shape"]["seq"] = 12; },
+       "tensors[" + std::to_string(y) + "].shape", "does not match [batch=2, seq=12, hidden=16]"},
+      {[&](Json& m) {
+         m["tensors"][y]["global_shape"] = Json{{"batch", 2}, {"hidden", 16}, {"seq", 13}};
+       },
        "tensors[" + std::to_string(y) + "].global_shape", "are not the tensor's axes, in order"},
-      {[&](Json& m) { m["tensors"][y3]["offset"]["seq"] = 11; }, "tensors[" + std::to_string(y3) + "].offset",
-       "expected {\"seq\":12}"},
+      {[&](Json& m) { m["tensors"][y3]["offset"]["seq"] = 11; },
+       "tensors[" + std::to_string(y3) + "].offset", "expected {\"seq\":12}"},
       // Once the input of an abort ("global position owned by no rank"): a shard that owns
       // nothing where the manifest says it does.
       {[&](Json& m) { m["tensors"][y3]["placement"] = "Shard(seq, balanced)"; },
        "tensors[" + std::to_string(y3) + "].shape", "does not match [batch=2, seq=3, hidden=16]"},
-      {[&](Json& m) { m["tensors"][y]["placement"] = "Shard(batch)"; }, "tensors[" + std::to_string(y) + "].ranks",
+      {[&](Json& m) { m["tensors"][y]["placement"] = "Shard(batch)"; },
+       "tensors[" + std::to_string(y) + "].ranks",
        "does not match the extents Shard(batch) gives each of the 4 ranks"},
-      {[&](Json& m) { m["tensors"][y]["placement"] = "Shard(vocab)"; }, "tensors[" + std::to_string(y) + "].placement",
-       "shards an axis global_shape does not have"},
-      {[&](Json& m) { m["tensors"][y3]["slice"] = "seq=0:13"; }, "tensors[" + std::to_string(y3) + "].slice",
-       "expected 'seq=12:13'"},
-      {[&](Json& m) { m["tensors"][y3]["role"] = "global"; }, "tensors[" + std::to_string(y3) + "].role",
-       "a tensor with a rank must be a \"shard\""},
+      {[&](Json& m) { m["tensors"][y]["placement"] = "Shard(vocab)"; },
+       "tensors[" + std::to_string(y) + "].placement", "shards an axis global_shape does not have"},
+      {[&](Json& m) { m["tensors"][y3]["slice"] = "seq=0:13"; },
+       "tensors[" + std::to_string(y3) + "].slice", "expected 'seq=12:13'"},
+      {[&](Json& m) { m["tensors"][y3]["role"] = "global"; },
+       "tensors[" + std::to_string(y3) + "].role", "a tensor with a rank must be a \"shard\""},
   };
   for (const Edit& edit : edits) {
     INFO(edit.key);
@@ -93,13 +97,15 @@ TEST_CASE("compare: an edited manifest is refused, hashed or not, and never abor
     edit.apply(edited);
     // Without a new digest the edit is caught by the digest...
     std::string stale = rehashed(edited);
-    stale.replace(stale.rfind("\"manifest_sha256\": \"") + 20, 64, manifest["manifest_sha256"].get<std::string>());
+    stale.replace(stale.rfind("\"manifest_sha256\": \"") + 20, 64,
+                  manifest["manifest_sha256"].get<std::string>());
     std::ofstream(manifest_path, std::ios::trunc) << stale;
     expect_compare_refused(golden, candidate, manifest_path.string() + ": manifest_sha256: ",
                            "does not match the manifest's bytes");
     // ...and with one, by the metadata check.
     std::ofstream(manifest_path, std::ios::trunc) << rehashed(edited);
-    expect_compare_refused(golden, candidate, manifest_path.string() + ": " + edit.key + ": ", edit.what);
+    expect_compare_refused(golden, candidate, manifest_path.string() + ": " + edit.key + ": ",
+                           edit.what);
   }
   std::ofstream(manifest_path, std::ios::trunc) << original;
   CHECK(run_cli("compare " + q(golden) + " " + candidate).exit_code == 0);
@@ -118,7 +124,9 @@ TEST_CASE("compare: paths the filesystem refuses are exit 2, never an abort", "[
                          "Too many levels of symbolic links");
   expect_compare_refused(golden, "/dev/zero", "/dev/zero: is a device, not a regular file", "");
   if (as_nobody().empty()) {
-    WARN("skipped: running as root without setpriv, so a parent directory cannot be made unreadable");
+    WARN(
+        "skipped: running as root without setpriv, so a parent directory cannot be made "
+        "unreadable");
     return;
   }
   const fs::path locked = dir.path() / "locked";
@@ -127,7 +135,9 @@ TEST_CASE("compare: paths the filesystem refuses are exit 2, never an abort", "[
   const CliResult r = run_cli("compare " + q(locked / "inner") + " " + candidate, as_nobody());
   INFO(r.err);
   CHECK(r.exit_code == 2);
-  CHECK(r.err.rfind("shardsim: error: " + (locked / "inner").string() + ": cannot examine: Permission denied", 0) == 0);
+  CHECK(r.err.rfind("shardsim: error: " + (locked / "inner").string() +
+                        ": cannot examine: Permission denied",
+                    0) == 0);
 }
 
 TEST_CASE("compare: a candidate larger than its header declares is refused before it is read",
@@ -138,7 +148,8 @@ TEST_CASE("compare: a candidate larger than its header declares is refused befor
   const fs::path big = dir.path() / "big.safetensors";
   fs::copy_file(golden / "goldens.safetensors", big);
   fs::resize_file(big, fs::file_size(big) + (std::uintmax_t{4} << 30));
-  expect_compare_refused(golden, q(big), big.string() + ": hole in the data section: 4294967296 trailing bytes",
+  expect_compare_refused(golden, q(big),
+                         big.string() + ": hole in the data section: 4294967296 trailing bytes",
                          "belong to no tensor");
   // The same for an npy candidate in a directory.
   fs::create_directories(dir.path() / "npy");
@@ -146,5 +157,6 @@ TEST_CASE("compare: a candidate larger than its header declares is refused befor
   std::ofstream(npy, std::ios::binary)
       << shardsim::encode_npy(shardsim::raw_f32("", {2, 13, 16}, std::vector<float>(416, 0.0f)));
   fs::resize_file(npy, fs::file_size(npy) + (std::uintmax_t{4} << 30));
-  expect_compare_refused(golden, q(dir.path() / "npy"), npy.string() + ": shape/size mismatch", "(trailing bytes)");
+  expect_compare_refused(golden, q(dir.path() / "npy"), npy.string() + ": shape/size mismatch",
+                         "(trailing bytes)");
 }

@@ -50,7 +50,7 @@ int interrupt_golden_write(const fs::path& scenario, const fs::path& golden, int
     // A shell's background job (or nohup) inherits SIGINT ignored, and shardsim rightly leaves an
     // ignored signal alone; the test wants the interactive case, so restore the default.
     for (const int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) ::signal(s, SIG_DFL);
-    const struct rlimit no_core {0, 0};  // SIGQUIT's default action dumps core: not here
+    const struct rlimit no_core { 0, 0 };  // SIGQUIT's default action dumps core: not here
     ::setrlimit(RLIMIT_CORE, &no_core);
     ::execl(SHARDSIM_BINARY, "shardsim", "run", "--quiet", scenario.c_str(), "--golden",
             golden.c_str(), "--reference", "f64", "--dtype", "both", "--format", "npy",
@@ -76,13 +76,18 @@ int interrupt_golden_write(const fs::path& scenario, const fs::path& golden, int
 
 }  // namespace
 
-TEST_CASE("robustness: SIGINT/SIGTERM/SIGHUP/SIGQUIT during a golden write leave the old files or nothing",
-          "[robustness]") {
+TEST_CASE(
+    "robustness: SIGINT/SIGTERM/SIGHUP/SIGQUIT during a golden write leave the old files or "
+    "nothing",
+    "[robustness]") {
   TempDir dir;
   const fs::path scenario = dir.write("large.toml", kLarge);
   for (const int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
     INFO("signal " << sig);
-    const std::string name = sig == SIGINT ? "INT" : sig == SIGTERM ? "TERM" : sig == SIGHUP ? "HUP" : "QUIT";
+    const std::string name = sig == SIGINT    ? "INT"
+                             : sig == SIGTERM ? "TERM"
+                             : sig == SIGHUP  ? "HUP"
+                                              : "QUIT";
     SECTION("into a new directory, SIG" + name) {
       const fs::path golden = dir.path() / "new";
       bool interrupted = false;

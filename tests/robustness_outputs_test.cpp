@@ -24,8 +24,9 @@ void expect_refused(const CliResult& r, const std::string& flag_and_path, const 
 
 }  // namespace
 
-TEST_CASE("robustness: outputs that would clobber an input, a device or each other are refused first",
-          "[robustness]") {
+TEST_CASE(
+    "robustness: outputs that would clobber an input, a device or each other are refused first",
+    "[robustness]") {
   TempDir dir;
   const fs::path scenario = dir.write("s.toml", slurp(kScenario));
   const std::string s = q(scenario);
@@ -39,32 +40,40 @@ TEST_CASE("robustness: outputs that would clobber an input, a device or each oth
     std::string args, flag_and_path, what;
   };
   const std::vector<Case> cases = {
-      {"run " + s + " --report " + s, "--report " + scenario.string(), "is an input of this command"},
+      {"run " + s + " --report " + s, "--report " + scenario.string(),
+       "is an input of this command"},
       {"run " + s + " --report " + q(dir.path() / "to_scenario"), "--report " + d + "/to_scenario",
        "is an input of this command"},
       {"run " + s + " --report /dev/full", "--report /dev/full", "is a device, FIFO or socket"},
       {"run " + s + " --report " + q(dir.path() / "to_null"), "--report " + d + "/to_null",
        "is a device, FIFO or socket"},
-      {"run " + s + " --report " + q(fifo), "--report " + fifo.string(), "is a device, FIFO or socket"},
+      {"run " + s + " --report " + q(fifo), "--report " + fifo.string(),
+       "is a device, FIFO or socket"},
       {"run " + s + " --report ''", "--report: needs a path", "got an empty one"},
-      {"run " + s + " --report " + q(dir.path()), "--report " + d, "is a directory; give a file name"},
+      {"run " + s + " --report " + q(dir.path()), "--report " + d,
+       "is a directory; give a file name"},
       {"precision " + s + " --html " + q(dir.path()), "--html " + d, "is a directory"},
-      {"precision " + s + " --json " + q(dir.path() / "p.json") + " --html " + q(dir.path() / "p.json"),
+      {"precision " + s + " --json " + q(dir.path() / "p.json") + " --html " +
+           q(dir.path() / "p.json"),
        "--html " + d + "/p.json", "is also the path of --json"},
       {"run " + s + " --golden " + q(dir.path() / "g") + " --report " + q(dir.path() / "g"),
        "--golden " + d + "/g", "is also the path of --report"},
-      {"run " + s + " --golden " + q(dir.path() / "old") + " --report " + q(dir.path() / "old/manifest.json"),
+      {"run " + s + " --golden " + q(dir.path() / "old") + " --report " +
+           q(dir.path() / "old/manifest.json"),
        "--report " + d + "/old/manifest.json", "would be overwritten by the files --golden"},
-      {"run " + s + " --golden " + q(dir.path()) + " --format npy --report " + q(dir.path() / "r.npy"),
+      {"run " + s + " --golden " + q(dir.path()) + " --format npy --report " +
+           q(dir.path() / "r.npy"),
        "--report " + d + "/r.npy", "would be overwritten by the files --golden"},
-      {"run " + s + " --golden " + q(scenario), "--golden " + scenario.string(), "exists and is not a directory"},
+      {"run " + s + " --golden " + q(scenario), "--golden " + scenario.string(),
+       "exists and is not a directory"},
   };
   for (const Case& c : cases) {
     INFO(c.args);
     expect_refused(run_cli(c.args), c.flag_and_path, c.what);
   }
   // Nothing was written or replaced: the links are still links, the scenario unchanged.
-  CHECK(entries(dir.path()) == std::vector<std::string>{"fifo", "old", "s.toml", "to_null", "to_scenario"});
+  CHECK(entries(dir.path()) ==
+        std::vector<std::string>{"fifo", "old", "s.toml", "to_null", "to_scenario"});
   CHECK(entries(dir.path() / "old").empty());
   CHECK(fs::is_symlink(dir.path() / "to_null"));
   CHECK(slurp(scenario) == slurp(kScenario));
@@ -75,12 +84,14 @@ TEST_CASE("robustness: a --report symlink to a regular file updates the file it 
   TempDir dir;
   const fs::path target = dir.write("target.json", "old");
   fs::create_symlink(target, dir.path() / "link.json");
-  const CliResult r = run_cli("run --quiet " + q(kScenario) + " --report " + q(dir.path() / "link.json"));
+  const CliResult r =
+      run_cli("run --quiet " + q(kScenario) + " --report " + q(dir.path() / "link.json"));
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   CHECK(fs::is_symlink(dir.path() / "link.json"));
   CHECK(slurp(target).find("\"verdict\": \"pass\"") != std::string::npos);
-  CHECK(r.out.find("report: written to " + (dir.path() / "link.json").string()) != std::string::npos);
+  CHECK(r.out.find("report: written to " + (dir.path() / "link.json").string()) !=
+        std::string::npos);
 }
 
 TEST_CASE("robustness: CLI usage errors all start 'shardsim: error:' and write nothing",
@@ -119,7 +130,8 @@ TEST_CASE("robustness: CLI usage errors all start 'shardsim: error:' and write n
 }
 
 TEST_CASE("robustness: every command has help, and list states the mp bits limit", "[robustness]") {
-  for (const std::string command : {"run", "explain", "validate", "precision", "compare", "lab", "list"}) {
+  for (const std::string command :
+       {"run", "explain", "validate", "precision", "compare", "lab", "list"}) {
     INFO(command);
     const CliResult help = run_cli("help " + command);
     const CliResult flag = run_cli(command + " --help");
@@ -133,15 +145,17 @@ TEST_CASE("robustness: every command has help, and list states the mp bits limit
   TempDir dir;
   const std::string text = replaced(kTiny, "[\"f64\"]", "[\"mp65536\"]");
   CHECK(run_cli("validate " + q(dir.write("ok.toml", text))).exit_code == 0);
-  CHECK(run_cli("validate " + q(dir.write("no.toml", replaced(text, "65536", "65537")))).exit_code == 2);
+  CHECK(
+      run_cli("validate " + q(dir.write("no.toml", replaced(text, "65536", "65537")))).exit_code ==
+      2);
 }
 
 TEST_CASE("robustness: precision says where it wrote its reports", "[robustness]") {
   TempDir dir;
   const fs::path html = dir.path() / "p.html";
   const fs::path json = dir.path() / "p.json";
-  const CliResult r = run_cli("precision --quiet " + q(kScenario) + " --levels f32,f64 --html " + q(html) +
-                              " --json " + q(json));
+  const CliResult r = run_cli("precision --quiet " + q(kScenario) + " --levels f32,f64 --html " +
+                              q(html) + " --json " + q(json));
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   CHECK(r.out.find("html report: written to " + html.string() + "\n") != std::string::npos);

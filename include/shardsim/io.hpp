@@ -49,7 +49,7 @@ std::string read_file(const std::string& path, std::uint64_t max_bytes = kDefaul
 
 // One output a command was asked to write.
 struct OutputRequest {
-  std::string flag;        // "--report", "--golden", ... (names the output in messages)
+  std::string flag;  // "--report", "--golden", ... (names the output in messages)
   std::string path;
   bool directory = false;  // a directory of files (--golden); otherwise one file
   // For a directory: the names it will write there (a file output or an input with one of them

@@ -26,7 +26,8 @@ int lab_command(const Args& args);        // lab_command.cpp
 // Parses `args` against `options` and the `positional` names into `vm`. Only exact option names
 // and the documented one-letter aliases are accepted: Boost's guessing of unique prefixes is
 // off, so '--prec' is an error instead of a silent '--precision'.
-void parse_command_line(const Args& args, const boost::program_options::options_description& options,
+void parse_command_line(const Args& args,
+                        const boost::program_options::options_description& options,
                         const boost::program_options::positional_options_description& positional,
                         boost::program_options::variables_map& vm);
 // Parses `args` with `options` (plus --help) and one positional SCENARIO into `vm`. Returns false

@@ -57,7 +57,8 @@ std::uint64_t parse_bytes(const std::string& text) {
   }
   const double bytes = value * scale;
   if (!(bytes >= 1) || bytes > 1.8e19) {
-    throw InputError("invalid size " + quote(text) + ": must be at least 1 byte and fit in 64 bits");
+    throw InputError("invalid size " + quote(text) +
+                     ": must be at least 1 byte and fit in 64 bits");
   }
   return static_cast<std::uint64_t>(bytes);
 }
@@ -67,8 +68,9 @@ void parse_command_line(const Args& args, const po::options_description& options
                         po::variables_map& vm) {
   constexpr int kStyle =
       po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
-  po::store(po::command_line_parser(args).options(options).positional(positional).style(kStyle).run(),
-            vm);
+  po::store(
+      po::command_line_parser(args).options(options).positional(positional).style(kStyle).run(),
+      vm);
   po::notify(vm);
 }
 

@@ -49,8 +49,9 @@ int compare_command(const Args& args) {
     return 0;
   }
   if (!vm.count("golden") || !vm.count("candidate")) {
-    throw InputError("compare: missing GOLDEN or CANDIDATE (usage: shardsim compare GOLDEN CANDIDATE "
-                     "[options]; see 'shardsim help compare')");
+    throw InputError(
+        "compare: missing GOLDEN or CANDIDATE (usage: shardsim compare GOLDEN CANDIDATE "
+        "[options]; see 'shardsim help compare')");
   }
   CompareOptions compare;
   if (vm.count("rtol")) compare.rtol = non_negative(vm, "rtol");

@@ -41,9 +41,12 @@ struct Command {
 };
 
 constexpr Command kCommands[] = {
-    {"run", shardsim::cli::run_command},       {"explain", shardsim::cli::explain_command},
-    {"validate", shardsim::cli::validate_command}, {"list", shardsim::cli::list_command},
-    {"precision", shardsim::cli::precision_command}, {"compare", shardsim::cli::compare_command},
+    {"run", shardsim::cli::run_command},
+    {"explain", shardsim::cli::explain_command},
+    {"validate", shardsim::cli::validate_command},
+    {"list", shardsim::cli::list_command},
+    {"precision", shardsim::cli::precision_command},
+    {"compare", shardsim::cli::compare_command},
     {"lab", shardsim::cli::lab_command},
 };
 
@@ -65,7 +68,8 @@ int dispatch(const std::string& name, const shardsim::cli::Args& args) {
       std::fputs(kUsage, stdout);
       return 0;
     }
-    if (args.size() > 1) throw shardsim::InputError("help takes one COMMAND, got " + shardsim::quote(args[1]));
+    if (args.size() > 1)
+      throw shardsim::InputError("help takes one COMMAND, got " + shardsim::quote(args[1]));
     return find_command(args.front()).run({"--help"});
   }
   if (name == "--version") {

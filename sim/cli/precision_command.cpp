@@ -71,8 +71,9 @@ int precision_command(const Args& args) {
       const std::string selector = vm["heatmap"].as<std::string>();
       chosen = find_boundary(diff, selector);
       if (!chosen) {
-        throw InputError("--heatmap " + quote(selector) +
-                         ": no such boundary (give #ID or a tensor name; 'shardsim explain' lists them)");
+        throw InputError(
+            "--heatmap " + quote(selector) +
+            ": no such boundary (give #ID or a tensor name; 'shardsim explain' lists them)");
       }
     } else {
       chosen = default_heatmap_boundary(diff);

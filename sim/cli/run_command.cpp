@@ -126,7 +126,8 @@ void check_run_outputs(const po::variables_map& vm, const std::optional<GoldenRe
 // Runs every precision, writing each table to `out`, and returns the reports. The first run's
 // trace checks the [expect] names, so a misnamed expectation is bad input (exit 2) rather than
 // an unmet one.
-std::vector<RunReport> run_precisions(const Scenario& scenario, const std::vector<Precision>& precisions,
+std::vector<RunReport> run_precisions(const Scenario& scenario,
+                                      const std::vector<Precision>& precisions,
                                       const RunOptions& run, const po::variables_map& vm,
                                       const std::optional<GoldenRequest>& golden,
                                       std::optional<std::size_t>& golden_run, std::ostream& out) {
@@ -193,10 +194,10 @@ int run_command(const Args& args) {
         golden_run ? reports[*golden_run] : evaluate(scenario, golden->reference, options);
     const GoldenSet set = build_goldens(scenario, reference, golden->options);
     write_goldens(golden->dir, set, golden->options);
-    out << "goldens: " << set.entries.size() << " tensors from the "
-              << golden->reference.name() << " run written to " << golden->dir << " ("
-              << (golden->options.format == GoldenFormat::npy ? "npy" : "safetensors")
-              << " + manifest.json)\n";
+    out << "goldens: " << set.entries.size() << " tensors from the " << golden->reference.name()
+        << " run written to " << golden->dir << " ("
+        << (golden->options.format == GoldenFormat::npy ? "npy" : "safetensors")
+        << " + manifest.json)\n";
   }
   if (vm.count("report")) {
     const std::string path = vm["report"].as<std::string>();
@@ -238,7 +239,8 @@ int validate_command(const Args& args) {
   const Scenario scenario = load_scenario(vm["scenario"].as<std::string>());
   if (scenario.expect.tensor || scenario.expect.op || scenario.expect.chunk) {
     Scenario planned = scenario;  // the names repeat every training step: run up to the one named
-    if (planned.train_steps > 0) planned.train_steps = std::min(planned.train_steps, scenario.expect.step.value_or(1));
+    if (planned.train_steps > 0)
+      planned.train_steps = std::min(planned.train_steps, scenario.expect.step.value_or(1));
     check_memory(planned, parse_precision("f64"), {});
     check_expectation_names(scenario, trace_of(evaluate(planned, parse_precision("f64"), {})));
   }
@@ -257,7 +259,8 @@ void print_schema(const OpSchema& op) {
     }
     if (!p.choices.empty()) {
       std::cout << " [";
-      for (std::size_t i = 0; i < p.choices.size(); ++i) std::cout << (i ? ", " : "") << p.choices[i];
+      for (std::size_t i = 0; i < p.choices.size(); ++i)
+        std::cout << (i ? ", " : "") << p.choices[i];
       std::cout << "]";
     }
     std::cout << "\n";

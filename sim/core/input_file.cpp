@@ -51,7 +51,8 @@ std::string InputFile::read(std::uint64_t offset, std::uint64_t count) const {
   std::string out(count, '\0');
   std::uint64_t done = 0;
   while (done < count) {
-    const ssize_t n = ::pread(fd_, out.data() + done, count - done, static_cast<off_t>(offset + done));
+    const ssize_t n =
+        ::pread(fd_, out.data() + done, count - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) throw InputError(path_ + ": cannot read: " + std::strerror(errno));
     if (n == 0) throw InputError(path_ + ": cannot read: the file shrank while it was read");

@@ -118,7 +118,8 @@ void check_outputs(const std::vector<OutputRequest>& outputs,
     const std::string input_normal = normal_path(input);
     for (const Checked& out : checked) {
       if (same_file(out.existing, input_stat) || out.normal == input_normal) {
-        refuse(*out.request, "is an input of this command (" + input + "); refusing to overwrite it");
+        refuse(*out.request,
+               "is an input of this command (" + input + "); refusing to overwrite it");
       }
       if (writes_into(out, input_normal)) {
         refuse(*out.request, "would overwrite the input " + input);

@@ -15,7 +15,8 @@ namespace shardsim::golden_detail {
 
 inline std::uint64_t load_le(const char* p, std::size_t n) {
   std::uint64_t v = 0;
-  for (std::size_t i = 0; i < n; ++i) v |= std::uint64_t{static_cast<unsigned char>(p[i])} << (8 * i);
+  for (std::size_t i = 0; i < n; ++i)
+    v |= std::uint64_t{static_cast<unsigned char>(p[i])} << (8 * i);
   return v;
 }
 

@@ -49,8 +49,9 @@ Json boundaries_json(const Scenario& scenario, const RunReport& reference,
   Json out = Json::array();
   for (std::size_t b : used) {
     const TraceEntry& e = reference.boundaries[b].entry;
-    const StepSpec* step =
-        e.scenario_step >= 0 ? &scenario.steps.at(static_cast<std::size_t>(e.scenario_step)) : nullptr;
+    const StepSpec* step = e.scenario_step >= 0
+                               ? &scenario.steps.at(static_cast<std::size_t>(e.scenario_step))
+                               : nullptr;
     out.push_back(Json{{"id", e.id},
                        {"step", e.step},
                        {"chunk", e.chunk},
@@ -76,10 +77,11 @@ Json tensor_json(const GoldenEntry& entry, const TraceEntry& e) {
             {"role", entry.rank < 0 ? "global" : "shard"},
             {"rank", entry.rank < 0 ? Json(nullptr) : Json(entry.rank)},
             {"slice", entry.rank < 0 ? Json(nullptr) : Json(entry.slice)}};
-  item["offset"] = entry.rank < 0 ? Json::object() : offset_json(e.global, e.placement, ranks, entry.rank);
-  item["boundary"] = Json{{"id", e.id},     {"step", e.step},   {"chunk", e.chunk},
-                          {"kind", boundary_kind_name(e.kind)}, {"op", e.op},
-                          {"tensor", e.tensor}, {"dense", e.dense}, {"exact_claimed", e.exact}};
+  item["offset"] =
+      entry.rank < 0 ? Json::object() : offset_json(e.global, e.placement, ranks, entry.rank);
+  item["boundary"] = Json{
+      {"id", e.id}, {"step", e.step},     {"chunk", e.chunk}, {"kind", boundary_kind_name(e.kind)},
+      {"op", e.op}, {"tensor", e.tensor}, {"dense", e.dense}, {"exact_claimed", e.exact}};
   item["global_shape"] = shape_json(e.global);
   item["placement"] = e.placement.str();
   item["ranks"] = ranks_json(e.global, e.placement, ranks);
@@ -98,7 +100,9 @@ Json shape_json(const Shape& shape) {
 Json rank_json(const RankExtent& r) {
   Json offset = Json::object();
   for (const auto& [axis, begin] : r.offset) offset[axis] = begin;
-  return Json{{"rank", r.rank}, {"local_shape", shape_json(r.local_shape)}, {"offset", offset},
+  return Json{{"rank", r.rank},
+              {"local_shape", shape_json(r.local_shape)},
+              {"offset", offset},
               {"slice", r.slice}};
 }
 
@@ -112,7 +116,8 @@ std::string slice_label(const Shape& global, const Placement& placement, int ran
   if (placement.is_replicate()) return "replicate";
   if (placement.is_partial()) return "partial";
   const Slice slice = rank_slice(global, placement, ranks, rank);
-  std::string out = placement.axis + "=" + std::to_string(slice.begin) + ":" + std::to_string(slice.end);
+  std::string out =
+      placement.axis + "=" + std::to_string(slice.begin) + ":" + std::to_string(slice.end);
   if (slice.pad() > 0) out += "+" + std::to_string(slice.pad()) + "pad";
   return out;
 }
@@ -142,23 +147,24 @@ std::string manifest_text(const Scenario& scenario, const RunReport& reference,
   if (options.write_f64) dtypes.push_back("f64");
   if (options.write_f32) dtypes.push_back("f32");
   const std::string zeros(64, '0');
-  Json manifest{
-      {"format", format::kManifestFormat},
-      {"format_version", format::kManifestFormatVersion},
-      {"shardsim_version", kShardsimVersion},
-      {"scenario", Json{{"name", scenario.name}, {"sha256", sha256_hex(scenario.text)}, {"text", scenario.text}}},
-      {"precision", reference.precision.name()},
-      {"significand_bits", reference.significand_bits},
-      {"reduce_order", reduce_order_name(reference.reduce_order)},
-      {"schedule", reference.schedule.str()},
-      {"ranks", scenario.mesh.ranks},
-      {"faults", scenario.fault_names()},
-      {"verdict", reference.pass ? "pass" : "fail"},
-      {"storage", options.format == GoldenFormat::safetensors ? "safetensors" : "npy"},
-      {"dtypes", dtypes},
-      {"boundaries", boundaries_json(scenario, reference, entries)},
-      {"tensors", tensors},
-      {std::string(kManifestDigestKey), zeros}};
+  Json manifest{{"format", format::kManifestFormat},
+                {"format_version", format::kManifestFormatVersion},
+                {"shardsim_version", kShardsimVersion},
+                {"scenario", Json{{"name", scenario.name},
+                                  {"sha256", sha256_hex(scenario.text)},
+                                  {"text", scenario.text}}},
+                {"precision", reference.precision.name()},
+                {"significand_bits", reference.significand_bits},
+                {"reduce_order", reduce_order_name(reference.reduce_order)},
+                {"schedule", reference.schedule.str()},
+                {"ranks", scenario.mesh.ranks},
+                {"faults", scenario.fault_names()},
+                {"verdict", reference.pass ? "pass" : "fail"},
+                {"storage", options.format == GoldenFormat::safetensors ? "safetensors" : "npy"},
+                {"dtypes", dtypes},
+                {"boundaries", boundaries_json(scenario, reference, entries)},
+                {"tensors", tensors},
+                {std::string(kManifestDigestKey), zeros}};
   std::string text = manifest.dump(2) + "\n";
   const std::string digest = manifest_digest(text, zeros);
   text.replace(text.rfind("\"" + zeros + "\"") + 1, zeros.size(), digest);

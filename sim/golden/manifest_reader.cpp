@@ -57,7 +57,8 @@ Json parse_json(const std::string& text, const std::string& what) {
 }
 
 // shape, axes, global_shape: typed, non-negative, at most 64 axes.
-void parse_shapes(const ManifestReader& m, const Json& item, const std::string& path, GoldenInfo& info) {
+void parse_shapes(const ManifestReader& m, const Json& item, const std::string& path,
+                  GoldenInfo& info) {
   const Json& shape = m.member(item, path, "shape");
   const Json& axes = m.member(item, path, "axes");
   if (!shape.is_array() || !axes.is_array() || shape.size() != axes.size() || shape.size() > 64) {
@@ -71,7 +72,8 @@ void parse_shapes(const ManifestReader& m, const Json& item, const std::string& 
     info.axes.push_back(axes[a].get<std::string>());
   }
   const Json& global = m.member(item, path, "global_shape");
-  if (!global.is_object() || global.size() > 64) m.fail(path + ".global_shape", "expected an object");
+  if (!global.is_object() || global.size() > 64)
+    m.fail(path + ".global_shape", "expected an object");
   std::vector<Axis> global_axes;
   for (const auto& [axis, extent] : global.items()) {
     global_axes.push_back({axis, m.integer(extent, path + ".global_shape." + clipped(axis))});
@@ -93,37 +95,43 @@ void check_metadata(const ManifestReader& m, const Json& item, const std::string
   std::vector<std::string> global_axes;
   for (const Axis& axis : info.global_shape.axes()) global_axes.push_back(axis.name);
   if (global_axes != info.axes) {
-    m.fail(path + ".global_shape", "its axes " + info.global_shape.str() +
-                                       " are not the tensor's axes, in order");
+    m.fail(path + ".global_shape",
+           "its axes " + info.global_shape.str() + " are not the tensor's axes, in order");
   }
   if (placement.is_shard() && !info.global_shape.has(placement.axis)) {
     m.fail(path + ".placement", placement.str() + " shards an axis global_shape does not have");
   }
   const bool shard = info.rank >= 0;
   if (m.string(item, path, "role") != (shard ? "shard" : "global")) {
-    m.fail(path + ".role", shard ? "a tensor with a rank must be a \"shard\"" : "a tensor without a rank must be \"global\"");
+    m.fail(path + ".role", shard ? "a tensor with a rank must be a \"shard\""
+                                 : "a tensor without a rank must be \"global\"");
   }
-  const Shape expected = shard ? local_shape(info.global_shape, placement, info.ranks, info.rank) : info.global_shape;
+  const Shape expected =
+      shard ? local_shape(info.global_shape, placement, info.ranks, info.rank) : info.global_shape;
   std::vector<std::int64_t> extents;
   for (const Axis& axis : expected.axes()) extents.push_back(axis.extent);
   if (extents != info.shape) {
     m.fail(path + ".shape", "does not match " + expected.str() + ", which global_shape and " +
-                                placement.str() + " give " + (shard ? "this rank" : "the global value"));
+                                placement.str() + " give " +
+                                (shard ? "this rank" : "the global value"));
   }
-  const Json offset = shard ? offset_json(info.global_shape, placement, info.ranks, info.rank) : Json::object();
+  const Json offset =
+      shard ? offset_json(info.global_shape, placement, info.ranks, info.rank) : Json::object();
   if (m.member(item, path, "offset") != offset) {
     m.fail(path + ".offset", "expected " + offset.dump() + " for " + placement.str());
   }
   if (shard && info.slice != slice_label(info.global_shape, placement, info.ranks, info.rank)) {
-    m.fail(path + ".slice", "expected " + quote(slice_label(info.global_shape, placement, info.ranks, info.rank)));
+    m.fail(path + ".slice",
+           "expected " + quote(slice_label(info.global_shape, placement, info.ranks, info.rank)));
   }
   if (m.member(item, path, "ranks") != ranks_json(info.global_shape, placement, info.ranks)) {
-    m.fail(path + ".ranks", "does not match the extents " + placement.str() + " gives each of the " +
-                                std::to_string(info.ranks) + " ranks");
+    m.fail(path + ".ranks", "does not match the extents " + placement.str() +
+                                " gives each of the " + std::to_string(info.ranks) + " ranks");
   }
 }
 
-GoldenInfo parse_info(const ManifestReader& m, const Json& item, const std::string& path, int ranks) {
+GoldenInfo parse_info(const ManifestReader& m, const Json& item, const std::string& path,
+                      int ranks) {
   GoldenInfo info;
   info.name = m.string(item, path, "name");
   info.file = m.string(item, path, "file");
@@ -191,7 +199,8 @@ GoldenDir parse_manifest(const std::string& text, const std::string& what) {
   const std::int64_t ranks = m.integer(manifest, "(root)", "ranks");
   if (ranks < 1 || ranks > 4096) m.fail("ranks", "out of range");
   out.storage = m.string(manifest, "(root)", "storage");
-  if (out.storage != "safetensors" && out.storage != "npy") m.fail("storage", "expected safetensors or npy");
+  if (out.storage != "safetensors" && out.storage != "npy")
+    m.fail("storage", "expected safetensors or npy");
   const Json& tensors = m.member(manifest, "(root)", "tensors");
   if (!tensors.is_array()) m.fail("tensors", "expected an array");
   std::set<std::string> names;

@@ -183,7 +183,8 @@ namespace {
 NpyHeader read_header(const golden_detail::ByteSource& source, const std::string& what,
                       std::uint64_t& data_start) {
   if (source.size() < format::kNpyPreambleV1) {
-    reject(what, "truncated: " + std::to_string(source.size()) + " bytes, shorter than the npy preamble");
+    reject(what,
+           "truncated: " + std::to_string(source.size()) + " bytes, shorter than the npy preamble");
   }
   std::string preamble = source.read(0, format::kNpyPreambleV1);
   if (std::string_view(preamble).substr(0, format::kNpyMagic.size()) != format::kNpyMagic) {
@@ -279,7 +280,9 @@ RawTensor decode_npy(std::string_view bytes, const std::string& what) {
   return decode(golden_detail::MemorySource(bytes), what);
 }
 
-RawTensor read_npy(const std::string& path) { return decode(golden_detail::FileSource(path), path); }
+RawTensor read_npy(const std::string& path) {
+  return decode(golden_detail::FileSource(path), path);
+}
 
 std::string npy_file_name(std::string_view name) {
   static constexpr std::string_view kSafe = "._()[]=:@+#-";

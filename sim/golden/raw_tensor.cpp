@@ -24,7 +24,8 @@ double half_to_double(std::uint16_t h) {
   if (exponent == 0) {
     v = std::ldexp(mantissa, -24);
   } else if (exponent == 31) {
-    v = mantissa ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+    v = mantissa ? std::numeric_limits<double>::quiet_NaN()
+                 : std::numeric_limits<double>::infinity();
   } else {
     v = std::ldexp(mantissa + 1024, exponent - 25);
   }
@@ -82,19 +83,33 @@ std::vector<double> raw_values(const RawTensor& tensor) {
   for (std::size_t i = 0; i < n; ++i) {
     const std::uint64_t bits = load_le(tensor.bytes.data() + i * info.size, info.size);
     switch (tensor.dtype) {
-      case Dtype::boolean: out[i] = bits != 0 ? 1.0 : 0.0; break;
-      case Dtype::u8: case Dtype::u16: case Dtype::u32: case Dtype::u64:
+      case Dtype::boolean:
+        out[i] = bits != 0 ? 1.0 : 0.0;
+        break;
+      case Dtype::u8:
+      case Dtype::u16:
+      case Dtype::u32:
+      case Dtype::u64:
         out[i] = static_cast<double>(bits);
         break;
-      case Dtype::i8: case Dtype::i16: case Dtype::i32: case Dtype::i64:
+      case Dtype::i8:
+      case Dtype::i16:
+      case Dtype::i32:
+      case Dtype::i64:
         out[i] = static_cast<double>(signed_of(bits, info.size));
         break;
-      case Dtype::f16: out[i] = half_to_double(static_cast<std::uint16_t>(bits)); break;
+      case Dtype::f16:
+        out[i] = half_to_double(static_cast<std::uint16_t>(bits));
+        break;
       case Dtype::bf16:
         out[i] = std::bit_cast<float>(static_cast<std::uint32_t>(bits << 16));
         break;
-      case Dtype::f32: out[i] = std::bit_cast<float>(static_cast<std::uint32_t>(bits)); break;
-      case Dtype::f64: out[i] = std::bit_cast<double>(bits); break;
+      case Dtype::f32:
+        out[i] = std::bit_cast<float>(static_cast<std::uint32_t>(bits));
+        break;
+      case Dtype::f64:
+        out[i] = std::bit_cast<double>(bits);
+        break;
     }
   }
   return out;

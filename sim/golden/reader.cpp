@@ -25,10 +25,12 @@ void check_against_manifest(const GoldenInfo& info, const RawTensor& tensor, con
   if (tensor.dtype != info.dtype) {
     throw InputError(what + ": tensor " + quote(info.name) + " is " +
                      std::string(format::dtype_info(tensor.dtype).safetensors) +
-                     ", the manifest says " + std::string(format::dtype_info(info.dtype).safetensors));
+                     ", the manifest says " +
+                     std::string(format::dtype_info(info.dtype).safetensors));
   }
   if (tensor.shape != info.shape) {
-    throw InputError(what + ": tensor " + quote(info.name) + " has a different shape than the manifest says");
+    throw InputError(what + ": tensor " + quote(info.name) +
+                     " has a different shape than the manifest says");
   }
   if (sha256_hex(tensor.bytes) != info.sha256) {
     throw InputError(what + ": tensor " + quote(info.name) +
@@ -55,7 +57,8 @@ GoldenDir load_golden_dir(const std::string& dir) {
   }
   const std::string prefix = dir.ends_with('/') ? dir : dir + "/";
   const std::string manifest_path = prefix + std::string(format::kManifestFile);
-  GoldenDir out = golden_detail::parse_manifest(read_file(manifest_path, kMaxManifestBytes), manifest_path);
+  GoldenDir out =
+      golden_detail::parse_manifest(read_file(manifest_path, kMaxManifestBytes), manifest_path);
   out.path = dir;
   if (out.storage == "safetensors") {
     const std::string path = prefix + std::string(format::kGoldenSafetensorsFile);
@@ -65,7 +68,8 @@ GoldenDir load_golden_dir(const std::string& dir) {
     for (const GoldenInfo& info : out.infos) {
       auto found = by_name.find(info.name);
       if (found == by_name.end()) {
-        throw InputError(path + ": tensor " + quote(info.name) + " listed in the manifest is missing");
+        throw InputError(path + ": tensor " + quote(info.name) +
+                         " listed in the manifest is missing");
       }
       check_against_manifest(info, found->second, path);
       out.tensors.emplace(info.name, std::move(found->second));
@@ -94,7 +98,8 @@ Candidate load_candidate(const std::string& path) {
   fs::directory_iterator it(path, ec);
   for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
     std::error_code type_ec;
-    if (it->path().extension() == ".npy" && it->is_regular_file(type_ec)) files.push_back(it->path());
+    if (it->path().extension() == ".npy" && it->is_regular_file(type_ec))
+      files.push_back(it->path());
   }
   if (ec) throw InputError(path + ": cannot list the directory: " + ec.message());
   std::sort(files.begin(), files.end());

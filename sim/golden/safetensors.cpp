@@ -84,14 +84,16 @@ Entry parse_entry(const std::string& name, const Json& value, std::uint64_t data
                   const std::string& what) {
   const std::string where = "tensor " + quote(name);
   if (name.empty()) reject(what, "a tensor has an empty name");
-  if (!value.is_object()) reject(what, where + ": expected an object with dtype, shape, data_offsets");
+  if (!value.is_object())
+    reject(what, where + ": expected an object with dtype, shape, data_offsets");
   for (const auto& [key, ignored] : value.items()) {
     if (key != format::kDtypeKey && key != format::kShapeKey && key != format::kOffsetsKey) {
       reject(what, where + ": unknown key " + quote(key));
     }
   }
   for (std::string_view key : {format::kDtypeKey, format::kShapeKey, format::kOffsetsKey}) {
-    if (!value.contains(std::string(key))) reject(what, where + ": missing '" + std::string(key) + "'");
+    if (!value.contains(std::string(key)))
+      reject(what, where + ": missing '" + std::string(key) + "'");
   }
   const Json& dtype = value[std::string(format::kDtypeKey)];
   if (!dtype.is_string()) reject(what, where + ": dtype must be a string");
@@ -104,12 +106,16 @@ Entry parse_entry(const std::string& name, const Json& value, std::uint64_t data
   if (!shape.is_array()) reject(what, where + ": shape must be an array of integers");
   if (shape.size() > 64) reject(what, where + ": shape has more than 64 axes");
   for (std::size_t i = 0; i < shape.size(); ++i) {
-    entry.tensor.shape.push_back(non_negative(shape[i], what, where + ": shape[" + std::to_string(i) + "]"));
+    entry.tensor.shape.push_back(
+        non_negative(shape[i], what, where + ": shape[" + std::to_string(i) + "]"));
   }
   const Json& offsets = value[std::string(format::kOffsetsKey)];
-  if (!offsets.is_array() || offsets.size() != 2) reject(what, where + ": data_offsets must be [BEGIN, END]");
-  entry.begin = static_cast<std::uint64_t>(non_negative(offsets[0], what, where + ": data_offsets[0]"));
-  entry.end = static_cast<std::uint64_t>(non_negative(offsets[1], what, where + ": data_offsets[1]"));
+  if (!offsets.is_array() || offsets.size() != 2)
+    reject(what, where + ": data_offsets must be [BEGIN, END]");
+  entry.begin =
+      static_cast<std::uint64_t>(non_negative(offsets[0], what, where + ": data_offsets[0]"));
+  entry.end =
+      static_cast<std::uint64_t>(non_negative(offsets[1], what, where + ": data_offsets[1]"));
   if (entry.begin > entry.end) {
     reject(what, where + ": data_offsets [" + std::to_string(entry.begin) + ", " +
                      std::to_string(entry.end) + "] end before they begin");
@@ -140,8 +146,9 @@ void check_tiling(std::vector<Entry>& entries, std::uint64_t data_length, const 
   std::string previous = "the start of the data section";
   for (const Entry& entry : entries) {
     if (entry.begin < expected) {
-      reject(what, "tensor " + quote(entry.tensor.name) + " overlaps " + previous + " (data_offsets begin " +
-                       std::to_string(entry.begin) + " < " + std::to_string(expected) + ")");
+      reject(what, "tensor " + quote(entry.tensor.name) + " overlaps " + previous +
+                       " (data_offsets begin " + std::to_string(entry.begin) + " < " +
+                       std::to_string(expected) + ")");
     }
     if (entry.begin > expected) {
       reject(what, "hole in the data section: bytes [" + std::to_string(expected) + ", " +
@@ -179,7 +186,8 @@ std::string read_header(const ByteSource& source, const std::string& what) {
 
 SafetensorsFile decode(const ByteSource& source, const std::string& what) {
   const std::string text = read_header(source, what);
-  if (text.empty() || text.front() != '{') reject(what, "the header must be a JSON object starting with '{'");
+  if (text.empty() || text.front() != '{')
+    reject(what, "the header must be a JSON object starting with '{'");
   const Json header = parse_header(text, what);
   if (!header.is_object()) reject(what, "the header must be a JSON object");
   const std::uint64_t data_start = format::kHeaderLengthBytes + text.size();
@@ -193,7 +201,9 @@ SafetensorsFile decode(const ByteSource& source, const std::string& what) {
     }
     if (!value.is_object()) reject(what, "__metadata__ must be an object of strings");
     for (const auto& [key, v] : value.items()) {
-      if (!v.is_string()) reject(what, "__metadata__." + clipped(key) + ": values must be strings, got " + clipped(v.dump()));
+      if (!v.is_string())
+        reject(what, "__metadata__." + clipped(key) + ": values must be strings, got " +
+                         clipped(v.dump()));
       file.metadata[key] = v.get<std::string>();
     }
   }

@@ -68,22 +68,27 @@ struct Family {
 };
 
 // The entries of one dtype family: per kept boundary its global value and each rank's tensor.
-void add_family(const Family& family, const RunReport& reference, const std::vector<std::size_t>& kept,
-                const std::vector<std::string>& bases, std::vector<GoldenEntry>& out) {
+void add_family(const Family& family, const RunReport& reference,
+                const std::vector<std::size_t>& kept, const std::vector<std::string>& bases,
+                std::vector<GoldenEntry>& out) {
   for (std::size_t k = 0; k < kept.size(); ++k) {
     const BoundaryResult& b = reference.boundaries[kept[k]];
     const CapturedBoundary& captured = *b.captured;
     if (is_mask(b.entry, captured) != (family.dtype == format::Dtype::u8)) continue;
     auto raw = [&](std::string name, const Shape& shape, const CapturedValues& values) {
-      if (family.dtype == format::Dtype::f64) return raw_f64(std::move(name), extents(shape), values.f64);
-      if (family.dtype == format::Dtype::f32) return raw_f32(std::move(name), extents(shape), values.f32);
+      if (family.dtype == format::Dtype::f64)
+        return raw_f64(std::move(name), extents(shape), values.f64);
+      if (family.dtype == format::Dtype::f32)
+        return raw_f32(std::move(name), extents(shape), values.f32);
       return raw_u8(std::move(name), extents(shape), values.f64);
     };
     const std::string name = family.prefix + bases[k];
-    if (captured.has_dense) out.push_back({raw(name, b.entry.global, captured.dense), "", kept[k], -1, ""});
+    if (captured.has_dense)
+      out.push_back({raw(name, b.entry.global, captured.dense), "", kept[k], -1, ""});
     const int ranks = static_cast<int>(captured.ranks.size());
     for (int r = 0; r < ranks; ++r) {
-      const std::string slice = golden_detail::slice_label(b.entry.global, b.entry.placement, ranks, r);
+      const std::string slice =
+          golden_detail::slice_label(b.entry.global, b.entry.placement, ranks, r);
       out.push_back({raw(name + "@rank" + std::to_string(r) + "[" + slice + "]",
                          b.entry.ranks[static_cast<std::size_t>(r)].local_shape,
                          captured.ranks[static_cast<std::size_t>(r)]),

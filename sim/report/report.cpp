@@ -1,7 +1,7 @@
 #include "shardsim/report/report.hpp"
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iomanip>
 #include <nlohmann/json.hpp>
@@ -165,11 +165,12 @@ std::string format_run_table(const RunReport& r) {
     std::snprintf(line, sizeof line, "%4s %4s %5s  ", id, step, chunk);
     out << line << std::left << std::setw(op_width) << op << " " << std::setw(tensor_width)
         << tensor << " " << std::setw(20) << placement << " ";
-    std::snprintf(line, sizeof line, "%-7s %9s %9s %9s\n", status.c_str(), abs.c_str(),
-                  rel.c_str(), ulp.c_str());
+    std::snprintf(line, sizeof line, "%-7s %9s %9s %9s\n", status.c_str(), abs.c_str(), rel.c_str(),
+                  ulp.c_str());
     out << line;
   };
-  row("id", "step", "chunk", "op", "tensor", "placement", "status", "max_abs", "max_rel", "max_ulp");
+  row("id", "step", "chunk", "op", "tensor", "placement", "status", "max_abs", "max_rel",
+      "max_ulp");
   for (const BoundaryResult& b : r.boundaries) {
     const TraceEntry& e = b.entry;
     row(std::to_string(e.id).c_str(), std::to_string(e.step).c_str(),

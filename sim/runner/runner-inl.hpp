@@ -112,7 +112,8 @@ class ScenarioRun {
                        std::to_string(entry.id) + " (step " + std::to_string(entry.step) +
                        ", chunk " + std::to_string(entry.chunk) + ", " + entry.op + " -> " +
                        entry.tensor + ") in the " + ScalarTraits<T>::name + " run, first at [" +
-                       at + "]: the scenario's values overflow or are undefined at this "
+                       at +
+                       "]: the scenario's values overflow or are undefined at this "
                        "precision, so there is no reference to compare with");
     }
   }

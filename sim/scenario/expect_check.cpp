@@ -11,7 +11,8 @@ namespace {
 
 bool matches(const Expectation& e, const TraceEntry& b, bool with_tensor, bool with_op) {
   return (!e.step || *e.step == b.step) && (!e.chunk || *e.chunk == b.chunk) &&
-         (!with_tensor || !e.tensor || *e.tensor == b.tensor) && (!with_op || !e.op || *e.op == b.op);
+         (!with_tensor || !e.tensor || *e.tensor == b.tensor) &&
+         (!with_op || !e.op || *e.op == b.op);
 }
 
 [[noreturn]] void refuse(const Scenario& s, const std::string& key, const std::string& message) {
@@ -21,7 +22,8 @@ bool matches(const Expectation& e, const TraceEntry& b, bool with_tensor, bool w
 }
 
 // The tensor (or op) names of the boundaries at the expected step and chunk.
-std::vector<std::string> names(const Scenario& s, const std::vector<TraceEntry>& trace, bool tensors) {
+std::vector<std::string> names(const Scenario& s, const std::vector<TraceEntry>& trace,
+                               bool tensors) {
   std::vector<std::string> out;
   for (const TraceEntry& b : trace) {
     if (!matches(s.expect, b, false, false)) continue;
@@ -35,7 +37,8 @@ std::vector<std::string> names(const Scenario& s, const std::vector<TraceEntry>&
 
 void check_expectation_names(const Scenario& s, const std::vector<TraceEntry>& trace) {
   const Expectation& e = s.expect;
-  if (std::any_of(trace.begin(), trace.end(), [&](const TraceEntry& b) { return matches(e, b, true, true); })) {
+  if (std::any_of(trace.begin(), trace.end(),
+                  [&](const TraceEntry& b) { return matches(e, b, true, true); })) {
     return;
   }
   const std::string where = std::string(e.step ? " at step " + std::to_string(*e.step) : "") +
@@ -48,13 +51,16 @@ void check_expectation_names(const Scenario& s, const std::vector<TraceEntry>& t
     if (std::find(known.begin(), known.end(), *wanted) != known.end()) continue;
     const std::string hint = nearest(*wanted, known);
     refuse(s, tensors ? "tensor" : "op",
-           std::string("no boundary of this scenario's plan") + (tensors ? " names tensor " : " has op ") +
-               quote(*wanted) + where + (hint.empty() ? "" : " (did you mean " + quote(hint) + "?)") +
+           std::string("no boundary of this scenario's plan") +
+               (tensors ? " names tensor " : " has op ") + quote(*wanted) + where +
+               (hint.empty() ? "" : " (did you mean " + quote(hint) + "?)") +
                "; 'shardsim explain' lists the boundaries");
   }
-  refuse(s, "", "no boundary of this scenario's plan matches the expected first divergence" + where +
-                    (e.tensor && e.op ? " (tensor " + quote(*e.tensor) + " with op " + quote(*e.op) + ")" : "") +
-                    "; 'shardsim explain' lists the boundaries");
+  refuse(s, "",
+         "no boundary of this scenario's plan matches the expected first divergence" + where +
+             (e.tensor && e.op ? " (tensor " + quote(*e.tensor) + " with op " + quote(*e.op) + ")"
+                               : "") +
+             "; 'shardsim explain' lists the boundaries");
 }
 
 }  // namespace shardsim

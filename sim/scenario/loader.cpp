@@ -45,8 +45,10 @@ MeshSpec Loader::mesh(const toml::table& t) const {
 double Loader::init_number(const toml::node& node, const std::string& path) const {
   const double x = number(node, path);
   if (!std::isfinite(x) || std::fabs(x) > std::numeric_limits<float>::max()) {
-    fail(node, path, "must be finite and within the f32 range (|x| <= 3.4028234663852886e+38; inputs are "
-                     "drawn as f32 values at every precision), got " + format_number(x));
+    fail(node, path,
+         "must be finite and within the f32 range (|x| <= 3.4028234663852886e+38; inputs are "
+         "drawn as f32 values at every precision), got " +
+             format_number(x));
   }
   return x;
 }
@@ -56,8 +58,9 @@ InitSpec Loader::init(const toml::node& node, const std::string& path, std::uint
   check_keys(t, path, {"dist", "low", "high", "mean", "std", "value", "seed"});
   const toml::node* dist_node = t.get("dist");
   if (!dist_node) {
-    fail(node, path, "init needs dist = \"uniform\" (keys low, high), \"normal\" (mean, std) "
-                     "or \"constant\" (value)");
+    fail(node, path,
+         "init needs dist = \"uniform\" (keys low, high), \"normal\" (mean, std) "
+         "or \"constant\" (value)");
   }
   const std::string dist = string(*dist_node, path + ".dist");
   InitSpec spec;
@@ -72,20 +75,24 @@ InitSpec Loader::init(const toml::node& node, const std::string& path, std::uint
     spec.dist = InitDist::constant;
     keys = {"value"};
   } else {
-    fail(*dist_node, path + ".dist", "unknown distribution " + quote(dist) + " (known: uniform, normal, constant)");
+    fail(*dist_node, path + ".dist",
+         "unknown distribution " + quote(dist) + " (known: uniform, normal, constant)");
   }
   for (auto&& [key, value] : t) {
     const std::string name(key.str());
-    if (name == "dist" || name == "seed" || std::find(keys.begin(), keys.end(), name) != keys.end()) continue;
-    fail(value, path + "." + name, "dist = \"" + dist + "\" does not use " + quote(name) + " (its keys: " +
-                                       keys.front() + (keys.size() > 1 ? ", " + keys.back() : "") + ")");
+    if (name == "dist" || name == "seed" || std::find(keys.begin(), keys.end(), name) != keys.end())
+      continue;
+    fail(value, path + "." + name,
+         "dist = \"" + dist + "\" does not use " + quote(name) + " (its keys: " + keys.front() +
+             (keys.size() > 1 ? ", " + keys.back() : "") + ")");
   }
   if (auto* v = t.get("low")) spec.low = init_number(*v, path + ".low");
   if (auto* v = t.get("high")) spec.high = init_number(*v, path + ".high");
   if (auto* v = t.get("mean")) spec.mean = init_number(*v, path + ".mean");
   if (auto* v = t.get("std")) spec.stddev = init_number(*v, path + ".std");
   if (auto* v = t.get("value")) spec.value = init_number(*v, path + ".value");
-  if (spec.dist == InitDist::constant && !t.get("value")) fail(node, path, "dist = \"constant\" needs value");
+  if (spec.dist == InitDist::constant && !t.get("value"))
+    fail(node, path, "dist = \"constant\" needs value");
   if (auto* v = t.get("seed")) {
     const std::int64_t s = integer(*v, path + ".seed");
     if (s < 0) fail(*v, path + ".seed", "seed must be >= 0");
@@ -96,7 +103,8 @@ InitSpec Loader::init(const toml::node& node, const std::string& path, std::uint
   }
   // Box-Muller's |z| stays below sqrt(2 * 24 ln 2) < 6, so mean + std z stays a finite float.
   if (spec.dist == InitDist::normal &&
-      !(spec.stddev > 0 && std::fabs(spec.mean) + 6 * spec.stddev <= std::numeric_limits<float>::max())) {
+      !(spec.stddev > 0 &&
+        std::fabs(spec.mean) + 6 * spec.stddev <= std::numeric_limits<float>::max())) {
     fail(node, path, "normal init needs std > 0 and |mean| + 6 std within the f32 range");
   }
   return spec;
@@ -127,8 +135,9 @@ TensorSpec Loader::tensor(const toml::node& node, const std::string& path, std::
     std::string axis = string(*axes.get(i), axis_path);
     if (!is_axis_name(axis)) {
       fail(*axes.get(i), axis_path,
-           "axis name " + quote(axis) + " must be non-empty and use only letters, digits and '_' "
-           "(placements write Shard(AXIS), goldens AXIS=BEGIN:END)");
+           "axis name " + quote(axis) +
+               " must be non-empty and use only letters, digits and '_' "
+               "(placements write Shard(AXIS), goldens AXIS=BEGIN:END)");
     }
     const std::int64_t extent = integer(*shape.get(i), extent_path);
     if (extent <= 0) {
@@ -155,7 +164,8 @@ TensorSpec Loader::tensor(const toml::node& node, const std::string& path, std::
     } else if (r == "target") {
       spec.role = TensorRole::target;
     } else {
-      fail(*role, path + ".role", "unknown role " + quote(r) + " (known: input, parameter, target)");
+      fail(*role, path + ".role",
+           "unknown role " + quote(r) + " (known: input, parameter, target)");
     }
   }
   spec.init_seed = scenario_seed ^ fnv1a64(spec.name);
@@ -237,7 +247,8 @@ void Loader::steps(const toml::table& root, Scenario& s,
     }
   }
   for (const auto& [name, state] : defined) s.layouts[name] = {state.shape, state.placement};
-  if (s.steps.empty()) throw LocatedError(located(file_, {}, "steps", "needs at least one [[steps]]"));
+  if (s.steps.empty())
+    throw LocatedError(located(file_, {}, "steps", "needs at least one [[steps]]"));
 }
 
 // train_steps, learning_rate and [tolerance].
@@ -253,9 +264,11 @@ void Loader::training(const toml::table& root, Scenario& s) const {
   if (const toml::node* v = root.get("learning_rate")) {
     s.learning_rate = number(*v, "learning_rate");
     if (!(s.learning_rate > 0) || !(s.learning_rate <= std::numeric_limits<float>::max())) {
-      fail(*v, "learning_rate",
-           "learning_rate must be > 0 and within the f32 range (f32 runs use float(learning_rate)), "
-           "got " + format_number(s.learning_rate));
+      fail(
+          *v, "learning_rate",
+          "learning_rate must be > 0 and within the f32 range (f32 runs use float(learning_rate)), "
+          "got " +
+              format_number(s.learning_rate));
     }
   }
   if (const toml::node* v = root.get("tolerance")) {
@@ -265,8 +278,10 @@ void Loader::training(const toml::table& root, Scenario& s) const {
       const Precision p = wrap(node, path, [&] { return parse_precision(name); });
       const double rtol = number(node, path);
       if (!(rtol > 0 && rtol < 1)) {
-        fail(node, path, "a tolerance must be in (0, 1) (a normwise rtol of 1 accepts any value "
-                         "no larger than the oracle's largest), got " + format_number(rtol));
+        fail(node, path,
+             "a tolerance must be in (0, 1) (a normwise rtol of 1 accepts any value "
+             "no larger than the oracle's largest), got " +
+                 format_number(rtol));
       }
       s.tolerance[p.name()] = rtol;
     }
@@ -278,10 +293,9 @@ Scenario parse_scenario(std::string text, const std::string& file) {
   try {
     root = toml::parse(text, file);
   } catch (const toml::parse_error& e) {
-    throw LocatedError(located(file,
-                             {static_cast<int>(e.source().begin.line),
-                              static_cast<int>(e.source().begin.column)},
-                             "", "malformed TOML: " + std::string(e.description())));
+    throw LocatedError(located(
+        file, {static_cast<int>(e.source().begin.line), static_cast<int>(e.source().begin.column)},
+        "", "malformed TOML: " + std::string(e.description())));
   }
   Loader load(file);
   load.check_keys(root, "",

@@ -19,8 +19,9 @@ StepSpec Loader::step(const toml::node& node, int index) const {
   if (!kind) {
     const std::vector<std::string> op_names(std::begin(kOpNames), std::end(kOpNames));
     const std::string hint = nearest(op_text, op_names);
-    fail(*op, path + ".op", "unknown op " + quote(op_text) +
-                                (hint.empty() ? "" : " (did you mean " + quote(hint) + "?)"));
+    fail(*op, path + ".op",
+         "unknown op " + quote(op_text) +
+             (hint.empty() ? "" : " (did you mean " + quote(hint) + "?)"));
   }
   spec.kind = *kind;
   const OpEntry& entry = find_op_entry(spec.kind);
@@ -133,9 +134,9 @@ StreamSpec Loader::stream(const toml::table& t, const Scenario& s) const {
   for (const StepSpec& step : s.steps) {
     if (step.kind == OpKind::mse_loss && step.has("valid_lengths")) {
       throw LocatedError(located(file_, step.params.at("valid_lengths").loc,
-                               "steps[" + std::to_string(step.index) + "].valid_lengths",
-                               "valid_lengths counts tokens of the whole sequence, which "
-                               "[stream] cuts into chunks; it is not supported with [stream]"));
+                                 "steps[" + std::to_string(step.index) + "].valid_lengths",
+                                 "valid_lengths counts tokens of the whole sequence, which "
+                                 "[stream] cuts into chunks; it is not supported with [stream]"));
     }
   }
   return spec;
@@ -150,7 +151,8 @@ Fault Loader::fault(const toml::node& node, const std::string& path, const Scena
     const std::vector<std::string> known(std::begin(kFaultNames), std::end(kFaultNames));
     const std::string hint = nearest(name, known);
     fail(node, path,
-         "unknown fault " + quote(name) + (hint.empty() ? "" : " (did you mean " + quote(hint) + "?)"));
+         "unknown fault " + quote(name) +
+             (hint.empty() ? "" : " (did you mean " + quote(hint) + "?)"));
   }
   if (s.has_fault(*fault)) fail(node, path, "fault " + quote(name) + " is listed twice");
   const FaultInfo& info = fault_catalogue()[static_cast<std::size_t>(*fault)];
@@ -187,13 +189,14 @@ Expectation Loader::expect(const toml::table& t, const Scenario& s) const {
     if (const toml::node* v = t.get(key)) {
       const std::int64_t n = integer(*v, std::string("expect.") + key);
       const bool step = std::string(key) == "step";
-      const std::int64_t most = step ? std::max(1, s.train_steps)
-                                     : static_cast<std::int64_t>(s.stream ? s.stream->chunks.size() : 1);
+      const std::int64_t most =
+          step ? std::max(1, s.train_steps)
+               : static_cast<std::int64_t>(s.stream ? s.stream->chunks.size() : 1);
       if (n < 1 || n > most) {
         fail(*v, std::string("expect.") + key,
              std::string("must be in [1, ") + std::to_string(most) + "]: the scenario runs " +
-                 std::to_string(most) + (step ? " training step(s)" : " streamed chunk(s)") + ", got " +
-                 std::to_string(n));
+                 std::to_string(most) + (step ? " training step(s)" : " streamed chunk(s)") +
+                 ", got " + std::to_string(n));
       }
       (std::string(key) == "step" ? e.step : e.chunk) = static_cast<int>(n);
     }

@@ -111,8 +111,8 @@ void StepContext::define(const StepSpec& step, const std::string& key, TensorSta
 void StepContext::fail(const StepSpec& step, const std::string& key, const std::string& message) {
   auto it = step.params.find(key);
   const SourceLoc loc = it != step.params.end() ? it->second.loc : step.loc;
-  throw LocatedError(located(file_, loc, "steps[" + std::to_string(step.index) + "]." + key,
-                           message));
+  throw LocatedError(
+      located(file_, loc, "steps[" + std::to_string(step.index) + "]." + key, message));
 }
 
 }  // namespace shardsim

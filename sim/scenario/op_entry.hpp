@@ -9,8 +9,8 @@
 
 #include <functional>
 #include <optional>
-#include <type_traits>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -50,60 +50,69 @@ class OpEntryBuilder {
 
   // An input tensor the step reads.
   OpEntryBuilder& tensor(std::string key, std::string Args::*field, std::string help) {
-    return add({std::move(key), ParamType::tensor, true, std::move(help), {}, {}},
-               [field](Args& a, const StepValue& v) { a.*field = text_of(v); }, getter(field));
+    return add(
+        {std::move(key), ParamType::tensor, true, std::move(help), {}, {}},
+        [field](Args& a, const StepValue& v) { a.*field = text_of(v); }, getter(field));
   }
   OpEntryBuilder& optional_tensor(std::string key, std::optional<std::string> Args::*field,
                                   std::string help) {
-    return add({std::move(key), ParamType::tensor, false, std::move(help), {}, {}},
-               [field](Args& a, const StepValue& v) { a.*field = text_of(v); }, getter(field));
+    return add(
+        {std::move(key), ParamType::tensor, false, std::move(help), {}, {}},
+        [field](Args& a, const StepValue& v) { a.*field = text_of(v); }, getter(field));
   }
   // The tensor the step defines.
   OpEntryBuilder& output(std::string key, std::string Args::*field, std::string help) {
-    return add({std::move(key), ParamType::output, true, std::move(help), {}, {}},
-               [field](Args& a, const StepValue& v) { a.*field = text_of(v); }, getter(field));
+    return add(
+        {std::move(key), ParamType::output, true, std::move(help), {}, {}},
+        [field](Args& a, const StepValue& v) { a.*field = text_of(v); }, getter(field));
   }
   // A string with a default (the field's initial value); `choices` empty means free-form.
   OpEntryBuilder& text(std::string key, std::string Args::*field, std::string help,
                        std::vector<std::string> choices = {}) {
-    return add({std::move(key), ParamType::string, false, std::move(help), std::move(choices), {}},
-               [field](Args& a, const StepValue& v) { a.*field = text_of(v); }, getter(field));
+    return add(
+        {std::move(key), ParamType::string, false, std::move(help), std::move(choices), {}},
+        [field](Args& a, const StepValue& v) { a.*field = text_of(v); }, getter(field));
   }
   OpEntryBuilder& optional_text(std::string key, std::optional<std::string> Args::*field,
                                 std::string help, std::vector<std::string> choices = {}) {
-    return add({std::move(key), ParamType::string, false, std::move(help), std::move(choices), {}},
-               [field](Args& a, const StepValue& v) { a.*field = text_of(v); }, getter(field));
+    return add(
+        {std::move(key), ParamType::string, false, std::move(help), std::move(choices), {}},
+        [field](Args& a, const StepValue& v) { a.*field = text_of(v); }, getter(field));
   }
   OpEntryBuilder& number(std::string key, double Args::*field, bool required, std::string help,
                          ParamBounds bounds) {
-    return add({std::move(key), ParamType::number, required, std::move(help), {}, bounds},
-               [field](Args& a, const StepValue& v) { a.*field = number_of(v); }, getter(field));
+    return add(
+        {std::move(key), ParamType::number, required, std::move(help), {}, bounds},
+        [field](Args& a, const StepValue& v) { a.*field = number_of(v); }, getter(field));
   }
   // An integer stored into `field` (std::int64_t, or std::optional of an integer type whose
   // range `bounds` must fit).
   template <typename Field>
   OpEntryBuilder& integer(std::string key, Field Args::*field, bool required, std::string help,
                           ParamBounds bounds) {
-    return add({std::move(key), ParamType::integer, required, std::move(help), {}, bounds},
-               [field](Args& a, const StepValue& v) {
-                 using Stored = typename optional_value<Field>::type;
-                 a.*field = static_cast<Stored>(std::get<std::int64_t>(v.value));
-               },
-               getter(field));
+    return add(
+        {std::move(key), ParamType::integer, required, std::move(help), {}, bounds},
+        [field](Args& a, const StepValue& v) {
+          using Stored = typename optional_value<Field>::type;
+          a.*field = static_cast<Stored>(std::get<std::int64_t>(v.value));
+        },
+        getter(field));
   }
   OpEntryBuilder& integer_list(std::string key,
                                std::optional<std::vector<std::int64_t>> Args::*field,
                                std::string help) {
-    return add({std::move(key), ParamType::integer_list, false, std::move(help), {}, {}},
-               [field](Args& a, const StepValue& v) {
-                 a.*field = std::get<std::vector<std::int64_t>>(v.value);
-               },
-               getter(field));
+    return add(
+        {std::move(key), ParamType::integer_list, false, std::move(help), {}, {}},
+        [field](Args& a, const StepValue& v) {
+          a.*field = std::get<std::vector<std::int64_t>>(v.value);
+        },
+        getter(field));
   }
   OpEntryBuilder& placement(std::string key, Placement Args::*field, std::string help) {
-    return add({std::move(key), ParamType::placement, true, std::move(help), {}, {}},
-               [field](Args& a, const StepValue& v) { a.*field = parse_placement(text_of(v)); },
-               [field](const Args& a) { return ParamValue(std::string((a.*field).str())); });
+    return add(
+        {std::move(key), ParamType::placement, true, std::move(help), {}, {}},
+        [field](Args& a, const StepValue& v) { a.*field = parse_placement(text_of(v)); },
+        [field](const Args& a) { return ParamValue(std::string((a.*field).str())); });
   }
 
   OpEntryBuilder& rules(Rules infer) {
@@ -136,7 +145,7 @@ class OpEntryBuilder {
       return OpArgs(std::move(args));
     };
     entry_.resolve = [getters = getters_, fill = defaults_](const StepSpec& step,
-                                                           const Scenario& scenario) {
+                                                            const Scenario& scenario) {
       Args args = step.as<Args>();
       if (fill) fill(args, step, scenario);
       std::vector<ResolvedParam> out;

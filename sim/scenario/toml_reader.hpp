@@ -47,11 +47,12 @@ class TomlReader {
       const std::string name(key.str());
       if (std::find(allowed.begin(), allowed.end(), name) != allowed.end()) continue;
       const std::string hint = nearest(name, allowed);
-      throw LocatedError(located(file_, {static_cast<int>(key.source().begin.line),
-                                       static_cast<int>(key.source().begin.column)},
-                               path.empty() ? clipped(name) : path + "." + clipped(name),
-                               "unknown key " + quote(name) +
-                                   (hint.empty() ? "" : " (did you mean " + quote(hint) + "?)")));
+      throw LocatedError(located(
+          file_,
+          {static_cast<int>(key.source().begin.line), static_cast<int>(key.source().begin.column)},
+          path.empty() ? clipped(name) : path + "." + clipped(name),
+          "unknown key " + quote(name) +
+              (hint.empty() ? "" : " (did you mean " + quote(hint) + "?)")));
     }
   }
 

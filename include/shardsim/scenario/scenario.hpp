@@ -86,8 +86,8 @@ struct Expectation {
   std::optional<int> chunk;
   std::optional<std::string> tensor;
   std::optional<std::string> op;
-  SourceLoc loc;                           // the [expect] table
-  std::map<std::string, SourceLoc> keys;   // where each given key's value is
+  SourceLoc loc;                          // the [expect] table
+  std::map<std::string, SourceLoc> keys;  // where each given key's value is
 };
 
 struct MeshSpec {

@@ -22,7 +22,8 @@ void attention_rules(const SlidingWindowAttentionArgs& args, const StepSpec& ste
   }
   if (!input.placement.is_replicate()) {
     ctx.fail(step, "input",
-             quote(x_name) + " must be Replicate over the cp group (queries are not sharded), not " +
+             quote(x_name) +
+                 " must be Replicate over the cp group (queries are not sharded), not " +
                  input.placement.str());
   }
   if (args.head_dim % 2 != 0) {
@@ -37,8 +38,9 @@ void attention_rules(const SlidingWindowAttentionArgs& args, const StepSpec& ste
     const Shape& want = key == "wo" ? out_proj : in_proj;
     if (!(w.shape == want)) {
       ctx.fail(step, key,
-               "shape mismatch: " + quote(step.str(key)) + " is " + w.shape.str() + " but '" + x_name +
-                   "' " + input.shape.str() + " with n_head = " + std::to_string(args.n_head) +
+               "shape mismatch: " + quote(step.str(key)) + " is " + w.shape.str() + " but '" +
+                   x_name + "' " + input.shape.str() +
+                   " with n_head = " + std::to_string(args.n_head) +
                    ", head_dim = " + std::to_string(args.head_dim) + " needs " + want.str());
     }
     if (!w.placement.is_replicate()) {
@@ -58,9 +60,9 @@ void attention_plan_check(const SlidingWindowAttentionArgs& args, const StepSpec
   };
   if (scenario.has_fault(Fault::rope_after_gather_wrong_offset) && args.cp_mode != "allgather") {
     throw LocatedError(located(scenario.file, loc_of("cp_mode"), path + ".cp_mode",
-                             "fault 'rope_after_gather_wrong_offset' rotates the gathered keys, "
-                             "so it needs cp_mode = \"allgather\", not \"" +
-                                 args.cp_mode + "\""));
+                               "fault 'rope_after_gather_wrong_offset' rotates the gathered keys, "
+                               "so it needs cp_mode = \"allgather\", not \"" +
+                                   args.cp_mode + "\""));
   }
   // About one key of a query's window per shard, or fewer.
   const std::int64_t cp_size = scenario.mesh.ranks;
@@ -94,7 +96,8 @@ OpEntry op_entry<OpKind::sliding_window_attention>() {
       .tensor("wo", &A::wo, "output projection, [head, head_dim, hidden]")
       .output("output", &A::output, "y = attn wo, [batch, seq, hidden], Replicate")
       .integer("n_head", &A::n_head, true, "number of heads", {.low = 1})
-      .integer("head_dim", &A::head_dim, true, "per-head width (even)", {.low = 2, .note = "(RoPE rotates pairs)"})
+      .integer("head_dim", &A::head_dim, true, "per-head width (even)",
+               {.low = 2, .note = "(RoPE rotates pairs)"})
       .integer("window", &A::window, false,
                "key j is visible to query i iff 0 <= pos(i) - pos(j) < window; omit for plain "
                "causal",
@@ -104,8 +107,7 @@ OpEntry op_entry<OpKind::sliding_window_attention>() {
                .high = std::numeric_limits<float>::max(),
                .low_open = true,
                .note = "(the f32 range: f32 runs use float(rope_theta))"})
-      .text("rope", &A::rope, "RoPE pairing (default rotate_half)",
-            {"rotate_half", "interleaved"})
+      .text("rope", &A::rope, "RoPE pairing (default rotate_half)", {"rotate_half", "interleaved"})
       .text("cp_mode", &A::cp_mode, "context-parallel plan (default allgather)",
             {"allgather", "ring", "ulysses"})
       .rules(attention_rules)

@@ -13,13 +13,15 @@ void linear_bias_rules(const StepSpec& step, StepContext& ctx, const TensorState
   const TensorState& bias = ctx.tensor(step, "bias");
   const Shape bias_shape(std::vector<Axis>{{out, weight.shape.extent(out)}});
   if (!(bias.shape == bias_shape)) {
-    ctx.fail(step, "bias", "shape mismatch: " + quote(step.str("bias")) + " is " + bias.shape.str() +
-                               " but " + quote(step.str("weight")) + " " + weight.shape.str() +
-                               " needs " + bias_shape.str());
+    ctx.fail(step, "bias",
+             "shape mismatch: " + quote(step.str("bias")) + " is " + bias.shape.str() + " but " +
+                 quote(step.str("weight")) + " " + weight.shape.str() + " needs " +
+                 bias_shape.str());
   }
   if (!(bias.placement == bias_placement)) {
-    ctx.fail(step, "bias", quote(step.str("bias")) + " must be " + bias_placement.str() + " for a " +
-                               form + "-parallel layer, not " + bias.placement.str());
+    ctx.fail(step, "bias",
+             quote(step.str("bias")) + " must be " + bias_placement.str() + " for a " + form +
+                 "-parallel layer, not " + bias.placement.str());
   }
 }
 
@@ -30,61 +32,69 @@ void linear_rules(const LinearArgs& args, const StepSpec& step, StepContext& ctx
   const std::string& w_name = step.str("weight");
   const TensorState& weight = ctx.tensor(step, "weight");
   if (weight.shape.rank() != 2) {
-    ctx.fail(step, "weight", quote(w_name) + " " + weight.shape.str() +
-                                 " must have two axes [out, in] (y = x W^T)");
+    ctx.fail(
+        step, "weight",
+        quote(w_name) + " " + weight.shape.str() + " must have two axes [out, in] (y = x W^T)");
   }
   const std::string out = weight.shape[0].name;
   const std::string in = weight.shape[1].name;
   if (!input.shape.has(in)) {
-    ctx.fail(step, "weight", quote(w_name) + " " + weight.shape.str() + " is [out, in] = [" + out +
-                                 ", " + in + "] but " + quote(x_name) + " " + input.shape.str() +
-                                 " has no axis " + quote(in) + " (the convention is W (out, in))");
+    ctx.fail(step, "weight",
+             quote(w_name) + " " + weight.shape.str() + " is [out, in] = [" + out + ", " + in +
+                 "] but " + quote(x_name) + " " + input.shape.str() + " has no axis " + quote(in) +
+                 " (the convention is W (out, in))");
   }
   if (input.shape.has(out)) {
-    ctx.fail(step, "weight", quote(w_name) + " " + weight.shape.str() + " produces axis '" + out +
-                                 "', which " + quote(x_name) + " " + input.shape.str() +
-                                 " already has; name the output features differently");
+    ctx.fail(step, "weight",
+             quote(w_name) + " " + weight.shape.str() + " produces axis '" + out + "', which " +
+                 quote(x_name) + " " + input.shape.str() +
+                 " already has; name the output features differently");
   }
   if (input.shape.extent(in) != weight.shape.extent(in)) {
-    ctx.fail(step, "weight", "shape mismatch: " + quote(w_name) + " " + weight.shape.str() +
-                                 " contracts " + in + "=" + std::to_string(weight.shape.extent(in)) +
-                                 " but " + quote(x_name) + " is " + input.shape.str());
+    ctx.fail(step, "weight",
+             "shape mismatch: " + quote(w_name) + " " + weight.shape.str() + " contracts " + in +
+                 "=" + std::to_string(weight.shape.extent(in)) + " but " + quote(x_name) + " is " +
+                 input.shape.str());
   }
   std::string form = "none";
   Placement bias_placement = Placement::replicate();
   Placement output_placement = input.placement;
   const Placement& wp = weight.placement;
   if (wp.is_partial()) {
-    ctx.fail(step, "weight", quote(w_name) + " must be Replicate, Shard(" + out + ") or Shard(" +
-                                 in + "), not Partial(sum)");
+    ctx.fail(step, "weight",
+             quote(w_name) + " must be Replicate, Shard(" + out + ") or Shard(" + in +
+                 "), not Partial(sum)");
   } else if (wp.is_shard() && wp.axis == out) {
     form = "column";
     bias_placement = wp;
     output_placement = Placement::shard(out, wp.split);
     if (!input.placement.is_replicate()) {
-      ctx.fail(step, "input", "column-parallel linear (" + quote(w_name) + " is " + wp.str() +
-                                  ") needs its input '" + x_name +
-                                  "' Replicate over the group, but it is " +
-                                  input.placement.str() +
-                                  "; all-gather it first (a redistribute to \"Replicate\")");
+      ctx.fail(step, "input",
+               "column-parallel linear (" + quote(w_name) + " is " + wp.str() +
+                   ") needs its input '" + x_name + "' Replicate over the group, but it is " +
+                   input.placement.str() +
+                   "; all-gather it first (a redistribute to \"Replicate\")");
     }
   } else if (wp.is_shard() && wp.axis == in) {
     form = "row";
     output_placement = Placement::partial();
     if (!(input.placement == wp)) {
-      ctx.fail(step, "input", "row-parallel linear (" + quote(w_name) + " is " + wp.str() +
-                                  ") needs its input " + quote(x_name) + " " + wp.str() +
-                                  ", but it is " + input.placement.str());
+      ctx.fail(step, "input",
+               "row-parallel linear (" + quote(w_name) + " is " + wp.str() + ") needs its input " +
+                   quote(x_name) + " " + wp.str() + ", but it is " + input.placement.str());
     }
   } else if (wp.is_shard()) {
-    ctx.fail(step, "weight", quote(w_name) + " " + weight.shape.str() + " is " + wp.str() +
-                                 "; a weight is sharded on its out axis '" + out +
-                                 "' (column-parallel) or its in axis " + quote(in) + " (row-parallel)");
+    ctx.fail(step, "weight",
+             quote(w_name) + " " + weight.shape.str() + " is " + wp.str() +
+                 "; a weight is sharded on its out axis '" + out +
+                 "' (column-parallel) or its in axis " + quote(in) + " (row-parallel)");
   } else if (input.placement.is_partial() ||
              (input.placement.is_shard() && input.placement.axis == in)) {
-    ctx.fail(step, "input", quote(x_name) + " is " + input.placement.str() + " but '" + w_name +
-                                "' is Replicate: a Replicate weight needs whole input rows "
-                                "(shard the weight on " + quote(in) + " for a row-parallel layer)");
+    ctx.fail(step, "input",
+             quote(x_name) + " is " + input.placement.str() + " but '" + w_name +
+                 "' is Replicate: a Replicate weight needs whole input rows "
+                 "(shard the weight on " +
+                 quote(in) + " for a row-parallel layer)");
   }
   if (args.parallel && *args.parallel != form) {
     ctx.fail(step, "parallel", "parallel = \"" + *args.parallel + "\" but '" + w_name +
@@ -127,14 +137,15 @@ void add_rules(const AddArgs&, const StepSpec& step, StepContext& ctx) {
   const TensorState& input = ctx.tensor(step, "input");
   const TensorState& residual = ctx.tensor(step, "residual");
   if (!(residual.shape == input.shape)) {
-    ctx.fail(step, "residual", "shape mismatch: " + quote(step.str("residual")) + " is " +
-                                   residual.shape.str() + " but '" + step.str("input") +
-                                   "' is " + input.shape.str());
+    ctx.fail(step, "residual",
+             "shape mismatch: " + quote(step.str("residual")) + " is " + residual.shape.str() +
+                 " but '" + step.str("input") + "' is " + input.shape.str());
   }
   if (!(residual.placement == input.placement)) {
-    ctx.fail(step, "residual", "placement mismatch: " + quote(step.str("residual")) + " is " +
-                                   residual.placement.str() + " but '" + step.str("input") +
-                                   "' is " + input.placement.str());
+    ctx.fail(step, "residual",
+             "placement mismatch: " + quote(step.str("residual")) + " is " +
+                 residual.placement.str() + " but '" + step.str("input") + "' is " +
+                 input.placement.str());
   }
   ctx.define(step, "output", {input.shape, input.placement});
 }
@@ -183,8 +194,7 @@ OpEntry op_entry<OpKind::dropout>() {
       .output("output", &A::output, "y = x * mask / (1 - p)")
       .number("p", &A::p, true, "drop probability; 0 disables dropout",
               {.low = 0, .high = 1, .high_open = true})
-      .integer("seed", &A::seed, false, "Philox key (default: the scenario seed)",
-               {.low = 0})
+      .integer("seed", &A::seed, false, "Philox key (default: the scenario seed)", {.low = 0})
       .integer("stream", &A::stream, false,
                "dropout site id, Philox counter word 2 (default: the step index)",
                {.low = 0, .high = 4294967295.0})

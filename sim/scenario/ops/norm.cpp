@@ -20,8 +20,9 @@ void norm_rules(const StepSpec& step, StepContext& ctx, const std::string& axis,
   const std::string& x_name = step.str("input");
   const TensorState& input = ctx.tensor(step, "input");
   if (!input.shape.has(axis)) {
-    ctx.fail(step, "axis",
-             "axis " + quote(axis) + " is not an axis of " + quote(x_name) + " " + input.shape.str());
+    ctx.fail(
+        step, "axis",
+        "axis " + quote(axis) + " is not an axis of " + quote(x_name) + " " + input.shape.str());
   }
   if (input.placement.is_partial()) {
     ctx.fail(step, "input",
@@ -40,8 +41,9 @@ void norm_rules(const StepSpec& step, StepContext& ctx, const std::string& axis,
                    "\"welford\" or \"redistribute\"");
     }
     if (!hidden && stats) {
-      ctx.fail(step, "stats", "stats applies only to an input sharded on the normalized axis '" +
-                                  axis + "'; " + quote(x_name) + " is " + input.placement.str());
+      ctx.fail(step, "stats",
+               "stats applies only to an input sharded on the normalized axis '" + axis + "'; " +
+                   quote(x_name) + " is " + input.placement.str());
     }
     if (step.has("token_axis") && stats != "redistribute") {
       ctx.fail(step, "token_axis",
