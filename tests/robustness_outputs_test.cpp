@@ -140,6 +140,17 @@ TEST_CASE("robustness: every command has help, and list states the mp bits limit
     CHECK(flag.out == help.out);
     CHECK(help.err.empty());
   }
+  // help about help is the usage, as 'help' and '--help' are.
+  const CliResult usage = run_cli("help");
+  CHECK(usage.exit_code == 0);
+  CHECK(usage.out.rfind("usage: shardsim COMMAND [ARGS]", 0) == 0);
+  for (const std::string args : {"help help", "--help"}) {
+    INFO(args);
+    const CliResult r = run_cli(args);
+    CHECK(r.exit_code == 0);
+    CHECK(r.out == usage.out);
+    CHECK(r.err.empty());
+  }
   const CliResult list = run_cli("list");
   CHECK(list.out.find("precisions: f32, f64, mp<bits> (64 <= bits <= 65536)") != std::string::npos);
   TempDir dir;

@@ -64,7 +64,7 @@ const Command& find_command(const std::string& name) {
 
 int dispatch(const std::string& name, const shardsim::cli::Args& args) {
   if (name == "help" || name == "--help" || name == "-h") {
-    if (args.empty()) {
+    if (args.empty() || (args.size() == 1 && args.front() == "help")) {
       std::fputs(kUsage, stdout);
       return 0;
     }
