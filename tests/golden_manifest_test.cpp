@@ -1,10 +1,14 @@
 // compare against an edited or unreachable golden directory, and against candidates larger than
 // their headers say: exit 2 with a located message, never an abort or an unbounded read. The
-// manifest's digest covers its metadata; its metadata is checked against each placement.
+// manifest's digest covers its metadata; its metadata is checked against each placement. A
+// hostile file's names, keys and values are quoted at 80 bytes.
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <utility>
+#include <vector>
 
 #include "robustness_support.hpp"
+#include "shardsim/error.hpp"
 #include "shardsim/golden/golden_set.hpp"
 #include "shardsim/sha256.hpp"
 
@@ -44,6 +48,23 @@ void expect_compare_refused(const fs::path& golden, const std::string& candidate
   CHECK(r.err.find(what) != std::string::npos);
   CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
   CHECK(r.out.empty());
+}
+
+// A safetensors file from a raw header text and data bytes.
+std::string safetensors_bytes(const std::string& header, const std::string& data) {
+  std::string out;
+  for (int i = 0; i < 8; ++i) out += static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  return out + header + data;
+}
+
+// An npy v1.0 file from a raw header dict and data bytes.
+std::string npy_with_header(std::string header, const std::string& data) {
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::string out("\x93NUMPY\x01\x00", 8);
+  out += static_cast<char>(header.size() & 0xff);
+  out += static_cast<char>(header.size() >> 8);
+  return out + header + data;
 }
 
 }  // namespace
@@ -159,4 +180,46 @@ TEST_CASE("compare: a candidate larger than its header declares is refused befor
   fs::resize_file(npy, fs::file_size(npy) + (std::uintmax_t{4} << 30));
   expect_compare_refused(golden, q(dir.path() / "npy"), npy.string() + ": shape/size mismatch",
                          "(trailing bytes)");
+}
+
+TEST_CASE("golden: names, keys and values from a hostile file are quoted at 80 bytes", "[golden]") {
+  // A 1 MB name, key or dtype (9 kB in npy, whose header may hold 10000 bytes) is quoted as its
+  // first 80 bytes and an ellipsis, so the message stays one short line.
+  const std::string big(1 << 20, 'n'), key(9000, 'n'), cut = std::string(80, 'n') + "\u2026";
+  const std::string entry = R"({"dtype":"F32","shape":[2],"data_offsets":[0,8]})", data(8, '\0');
+  const std::string npy_tail = "', 'fortran_order': False, 'shape': (2,), }";
+  using Decode = std::function<void()>;
+  auto st = [&](const std::string& header) -> Decode {
+    return [=] { shardsim::decode_safetensors(safetensors_bytes(header, data), "t.safetensors"); };
+  };
+  auto npy = [&](const std::string& dict) -> Decode {
+    return [=] { shardsim::decode_npy(npy_with_header(dict, data), "t.npy"); };
+  };
+  const std::vector<std::pair<Decode, std::string>> cases = {
+      {st("{\"" + big + R"(":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1}})"),
+       "tensor '" + cut + "': unknown key 'x'"},
+      {st(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],")" + big + "\":1}}"),
+       "unknown key '" + cut + "'"},
+      {st("{\"" + big + "\":" + entry + ",\"" + big + "\":" + entry + "}"),
+       "duplicate key '" + cut},
+      {st(R"({"a":{"dtype":")" + big + R"(","shape":[2],"data_offsets":[0,8]}})"),
+       "unknown dtype \"" + cut.substr(1)},
+      {st(R"({"a":{"dtype":"F32","shape":[")" + big + R"("],"data_offsets":[0,8]}})"),
+       "expected a non-negative integer, got \"" + cut.substr(1)},
+      {st("{\"" + big + R"(":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})"),
+       "and tensor '" + cut + "' belong to no tensor"},
+      {npy("{'" + key + "': 1}"), "unknown key '" + cut + "'"},
+      {npy("{'descr': '" + key + npy_tail), "unknown or unsupported dtype '" + cut + "'"},
+  };
+  for (const auto& [decode, what] : cases) {
+    INFO(what);
+    try {
+      decode();
+      FAIL("accepted a malformed file");
+    } catch (const shardsim::InputError& e) {
+      INFO(std::string(e.what()).substr(0, 300));
+      CHECK(std::string(e.what()).size() < 300);
+      CHECK(std::string(e.what()).find(what) != std::string::npos);
+    }
+  }
 }

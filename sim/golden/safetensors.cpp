@@ -48,7 +48,7 @@ Json parse_header(std::string_view text, const std::string& what) {
 
 std::int64_t non_negative(const Json& value, const std::string& what, const std::string& where) {
   if (!value.is_number_unsigned()) {
-    reject(what, where + ": expected a non-negative integer, got " + value.dump());
+    reject(what, where + ": expected a non-negative integer, got " + clipped(value.dump()));
   }
   const std::uint64_t v = value.get<std::uint64_t>();
   if (v > static_cast<std::uint64_t>(INT64_MAX)) reject(what, where + ": " + value.dump() + " is too large");
@@ -98,7 +98,7 @@ Entry parse_entry(const std::string& name, const Json& value, std::uint64_t data
   const Json& dtype = value[std::string(format::kDtypeKey)];
   if (!dtype.is_string()) reject(what, where + ": dtype must be a string");
   const auto parsed = format::dtype_from_safetensors(dtype.get<std::string>());
-  if (!parsed) reject(what, where + ": unknown dtype " + dtype.dump());
+  if (!parsed) reject(what, where + ": unknown dtype " + clipped(dtype.dump()));
   Entry entry;
   entry.tensor.name = name;
   entry.tensor.dtype = *parsed;
