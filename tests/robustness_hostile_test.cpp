@@ -1,7 +1,8 @@
 // Hostile input, round 2: nonsense numbers, init keys, axis names and [expect] names in a
 // scenario; non-regular and oversized input files; messages that would echo megabytes; a path
-// the filesystem refuses in compare. Every case: exit 2, one message on stderr that starts
-// "shardsim: error: " and locates the problem, nothing on stdout, nothing written.
+// the filesystem refuses in compare; an allocation that fails. Every case: exit 2, one message
+// on stderr that starts "shardsim: error: " and locates the problem, nothing on stdout, nothing
+// written.
 #include <sys/stat.h>
 
 #include "robustness_support.hpp"
@@ -152,6 +153,8 @@ TEST_CASE("robustness: [expect] names are checked against the plan, by run and b
        "'layer_norm'?)"},
       {"step = 1", "step = 2", "expect.step",
        "must be in [1, 1]: the scenario runs 1 training step(s), got 2"},
+      {"step = 1", "step = 1\nchunk = 2", "expect.chunk",
+       "must be in [1, 1]: the scenario runs 1 streamed chunk(s), got 2"},
   };
   for (const Case& c : cases) {
     INFO(c.to);
@@ -221,4 +224,22 @@ TEST_CASE("robustness: only regular input files are read, and scenarios up to 64
   fs::resize_file(big, (std::uintmax_t{65} << 20));
   expect_refused(run_cli("validate " + q(big)),
                  big.string() + ": is 68157440 bytes, over the limit of 67108864", "");
+}
+
+TEST_CASE("robustness: running out of memory is one 'shardsim: error:' line, exit 2",
+          "[robustness]") {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  WARN("skipped: a sanitizer's shadow memory does not fit under ulimit -v");
+#else
+  // 2 x 5000 x 4000 doubles are 320 MB a tensor: over a 300 MB address space, and --max-memory
+  // lets the estimate through, so an allocation fails (std::bad_alloc) and main reports it.
+  TempDir dir;
+  const fs::path scenario =
+      dir.write("s.toml", replaced(kTiny, "shape = [2, 5, 4]", "shape = [2, 5000, 4000]"));
+  const CliResult r =
+      run_cli("run " + q(scenario) + " --max-memory 64GiB --report " + q(dir.path() / "r.json"),
+              "ulimit -v 300000;");
+  expect_refused(r, "out of memory (lower the scenario's sizes, or see --max-memory)", "");
+  CHECK(entries(dir.path()) == std::vector<std::string>{"s.toml"});
+#endif
 }
