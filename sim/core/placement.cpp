@@ -89,14 +89,14 @@ Placement parse_placement(std::string_view text) {
       } else if (policy == "padded") {
         split = SplitPolicy::padded;
       } else {
-        throw InputError("placement '" + std::string(s) + "': unknown split policy '" +
+        throw InputError("placement " + quote(std::string(s)) + ": unknown split policy '" +
                          std::string(policy) + "' (known: chunk, balanced, padded)");
       }
     }
     axis = trim(axis);
     if (is_identifier(axis)) return Placement::shard(std::string(axis), split);
   }
-  throw InputError("invalid placement '" + std::string(s) + "': " + usage);
+  throw InputError("invalid placement " + quote(std::string(s)) + ": " + usage);
 }
 
 Slice rank_slice(const Shape& global, const Placement& placement, int ranks, int rank) {

@@ -85,7 +85,7 @@ ElementReport locate(const GoldenInfo& info, std::int64_t flat) {
       }
     }
   } catch (const InputError&) {
-    out.owner = "rank ? (placement '" + info.placement + "')";
+    out.owner = "rank ? (placement " + quote(info.placement) + ")";
   }
   return out;
 }
@@ -199,7 +199,7 @@ ComparisonReport compare_candidate(const GoldenDir& golden, const Candidate& can
   std::map<std::string, std::string> mapped;
   for (const auto& [from, to] : options.map) {
     if (!golden.tensors.count(from)) {
-      throw InputError("--map " + from + "=" + to + ": no golden tensor named '" + from + "'");
+      throw InputError("--map " + from + "=" + to + ": no golden tensor named " + quote(from));
     }
     if (!by_name.count(to)) {
       throw InputError("--map " + from + "=" + to + ": the candidate has no tensor named '" + to +

@@ -90,6 +90,7 @@ struct GoldenInfo {
 struct GoldenDir {
   std::string path;
   std::string precision;
+  std::string storage;                         // "safetensors" or "npy"
   std::vector<GoldenInfo> infos;               // manifest order
   std::map<std::string, RawTensor> tensors;    // by name
 };

@@ -9,8 +9,8 @@ void redistribute_rules(const RedistributeArgs& args, const StepSpec& step, Step
   const TensorState& input = ctx.tensor(step, "input");
   if (args.to.is_shard() && !input.shape.has(args.to.axis)) {
     ctx.fail(step, "to",
-             "unknown axis '" + args.to.axis + "' in placement " + args.to.str() + ": '" +
-                 step.str("input") + "' has axes " + input.shape.str());
+             "unknown axis " + quote(args.to.axis) + " in placement " + args.to.str() + ": " +
+                 quote(step.str("input")) + " has axes " + input.shape.str());
   }
   ctx.define(step, "output", {input.shape, args.to});
 }
