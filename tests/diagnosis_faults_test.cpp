@@ -157,6 +157,14 @@ TEST_CASE("run prints the probable causes and explain --diagnose the signature a
   const auto missing = robustness::run_cli("explain " + fault + " --diagnose nowhere");
   CHECK(missing.exit_code == 2);
   CHECK(missing.err.find("no boundary named 'nowhere'") != std::string::npos);
+  CHECK(missing.out.empty());  // bad input found by the analysis: the plan is not printed either
+  // A boundary number beyond int and an unknown precision are bad input too (exit 2, one line).
+  const auto huge = robustness::run_cli("explain " + fault + " --diagnose 99999999999999999999");
+  CHECK(huge.exit_code == 2);
+  CHECK(huge.err == "shardsim: error: --diagnose: no boundary #99999999999999999999\n");
+  const auto level = robustness::run_cli("explain " + fault + " --diagnose -p mp7");
+  CHECK(level.exit_code == 2);
+  CHECK(level.err.rfind("shardsim: error: --precision: invalid precision 'mp7'", 0) == 0);
   const auto clean = robustness::run_cli(
       "explain " + robustness::q(kScenarios / "layernorm_sequence_sharded.toml") + " --diagnose");
   CHECK(clean.out.find("nothing diverged: nothing to diagnose") != std::string::npos);

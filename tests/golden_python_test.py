@@ -27,6 +27,7 @@ import shardsim_golden as sg  # noqa: E402
 
 LAYERNORM = os.path.join(SOURCE, "scenarios", "layernorm_sequence_sharded.toml")
 TRAIN = os.path.join(SOURCE, "scenarios", "layernorm_train_sequence_sharded.toml")
+STREAM = os.path.join(SOURCE, "scenarios", "attention_stream_cp1.toml")
 
 
 def shardsim(*args):
@@ -43,10 +44,13 @@ class GoldenPythonTest(unittest.TestCase):
         cls.st_dir = os.path.join(cls.tmp.name, "st")
         cls.npy_dir = os.path.join(cls.tmp.name, "npy")
         cls.train_dir = os.path.join(cls.tmp.name, "train")
+        cls.stream_dir = os.path.join(cls.tmp.name, "stream")
         shardsim("run", "--quiet", LAYERNORM, "--golden", cls.st_dir)
         shardsim("run", "--quiet", LAYERNORM, "--golden", cls.npy_dir, "--format", "npy")
         shardsim("run", "--quiet", TRAIN, "--golden", cls.train_dir, "--reference", "mp128",
                  "--dtype", "f64")
+        shardsim("run", "--quiet", STREAM, "--precision", "f64", "--golden", cls.stream_dir,
+                 "--reference", "f64", "--dtype", "f64")
         cls.st = sg.load(cls.st_dir)
         cls.npy = sg.load(cls.npy_dir)
 
@@ -158,6 +162,42 @@ class GoldenPythonTest(unittest.TestCase):
         reduced = g.get("s1/c1/grad(ln.weight)")
         np.testing.assert_allclose(sum(shares), reduced, rtol=1e-12, atol=0)
         self.assertEqual(g.tensor("f64/s1/c1/grad(ln.weight)").placement, "Replicate")
+
+    def test_manifest_digest_covers_every_byte(self):
+        # Any edit of the metadata (here a placement) without recomputing manifest_sha256 is
+        # refused, like shardsim compare refuses it.
+        with open(os.path.join(self.st_dir, "manifest.json"), "rb") as f:
+            raw = f.read()
+        self.assertEqual(sg.manifest_digest(raw, self.st.manifest["manifest_sha256"]),
+                         self.st.manifest["manifest_sha256"])
+        edited = os.path.join(self.tmp.name, "edited")
+        os.makedirs(edited, exist_ok=True)
+        with open(os.path.join(edited, "manifest.json"), "wb") as f:
+            f.write(raw.replace(b'"placement": "Shard(seq)"', b'"placement": "Replicate"', 1))
+        os.link(os.path.join(self.st_dir, "goldens.safetensors"), os.path.join(edited, "goldens.safetensors"))
+        with self.assertRaisesRegex(sg.GoldenFormatError, "manifest_sha256"):
+            sg.load(edited)
+
+    def test_boundaries_carry_their_op_parameters(self):
+        # The LayerNorm's keys with the defaults filled in (eps 1e-5 and axis hidden are defaults
+        # of scenarios/layernorm_sequence_sharded.toml), on every tensor of its boundaries.
+        y = self.st.tensor("f64/s1/c1/y")
+        self.assertEqual((y.params["eps"], y.params["axis"], y.params["stats"]), (1e-5, "hidden", None))
+        self.assertEqual(self.st.tensor("f64/s1/c1/y@rank3[seq=12:13]").params, y.params)
+        self.assertIsNone(self.st.tensor("f64/inputs/x").params)
+        # A parameter update carries the learning rate (the scenario's default 0.1).
+        g = sg.load(self.train_dir)
+        self.assertEqual(g.tensor("f64/s1/c1/ln.weight").params, {"learning_rate": 0.1})
+
+    def test_streamed_inputs_are_global_and_chunks_are_slices(self):
+        g = sg.load(self.stream_dir)
+        x = g.get("inputs/x")
+        self.assertEqual(x.shape, (2, 14, 8))  # the whole sequence, chunks 5, 3, 6
+        for chunk, (begin, end) in enumerate([(0, 5), (5, 8), (8, 14)], start=1):
+            np.testing.assert_array_equal(g.get(f"s1/c{chunk}/x"), x[:, begin:end, :])
+        attention = g.tensor("f64/s1/c2/y").params
+        self.assertEqual((attention["window"], attention["rope_theta"], attention["rope"]),
+                         (4, 10000.0, "rotate_half"))
 
     def test_worked_layernorm_example(self):
         for directory in (self.st_dir, self.npy_dir):

@@ -119,12 +119,23 @@ TEST_CASE("a fault that applies to no op of the scenario is refused at its locat
 }
 
 TEST_CASE("numbers outside an op's bounds, or not finite, are refused at their key", "[ops]") {
+  // eps is used as float(eps) at f32: its range is [0, FLT_MAX], FLT_MAX printed as the double.
+  const std::string range =
+      "eps must be in [0, 3.4028234663852886e+38] (the f32 range: f32 runs "
+      "use float(eps)), got ";
   CHECK_THAT(load_error(layer_norm_scenario("", "eps = inf\n")),
-             Catch::Contains("s.toml:13:7: steps[0].eps: eps must be >= 0, got inf"));
+             Catch::Contains("s.toml:13:7: steps[0].eps: " + range + "inf"));
   CHECK_THAT(load_error(layer_norm_scenario("", "eps = nan\n")),
-             Catch::Contains("steps[0].eps: eps must be >= 0, got nan"));
+             Catch::Contains("steps[0].eps: " + range + "nan"));
   CHECK_THAT(load_error(layer_norm_scenario("", "eps = -1e-300\n")),
-             Catch::Contains("steps[0].eps: eps must be >= 0, got -1e-300"));
+             Catch::Contains("steps[0].eps: " + range + "-1e-300"));
+  // Finite as a double, infinite as a float: FLT_MAX rounds to itself, 3.5e38 to inf.
+  CHECK_THAT(load_error(layer_norm_scenario("", "eps = 3.5e38\n")),
+             Catch::Contains("steps[0].eps: " + range + "3.5e+38"));
+  CHECK(parse_scenario(layer_norm_scenario("", "eps = 3.4028234663852886e38\n"), "s.toml")
+            .steps[0]
+            .as<LayerNormArgs>()
+            .eps == 3.4028234663852886e38);
   // token_axis means something only to the redistribute statistics.
   CHECK_THAT(load_error(layer_norm_scenario("", "token_axis = \"seq\"\n")),
              Catch::Contains("steps[0].token_axis: token_axis is the token axis of stats = "

@@ -3,6 +3,7 @@
 // paths with a signal handler that unlinks them and re-raises).
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <chrono>
 #include <thread>
@@ -48,8 +49,9 @@ int interrupt_golden_write(const fs::path& scenario, const fs::path& golden, int
     ::dup2(null, 2);
     // A shell's background job (or nohup) inherits SIGINT ignored, and shardsim rightly leaves an
     // ignored signal alone; the test wants the interactive case, so restore the default.
-    ::signal(SIGINT, SIG_DFL);
-    ::signal(SIGTERM, SIG_DFL);
+    for (const int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) ::signal(s, SIG_DFL);
+    const struct rlimit no_core { 0, 0 };  // SIGQUIT's default action dumps core: not here
+    ::setrlimit(RLIMIT_CORE, &no_core);
     ::execl(SHARDSIM_BINARY, "shardsim", "run", "--quiet", scenario.c_str(), "--golden",
             golden.c_str(), "--reference", "f64", "--dtype", "both", "--format", "npy",
             static_cast<char*>(nullptr));
@@ -74,13 +76,19 @@ int interrupt_golden_write(const fs::path& scenario, const fs::path& golden, int
 
 }  // namespace
 
-TEST_CASE("robustness: SIGINT/SIGTERM during a golden write leave the old files or nothing",
-          "[robustness]") {
+TEST_CASE(
+    "robustness: SIGINT/SIGTERM/SIGHUP/SIGQUIT during a golden write leave the old files or "
+    "nothing",
+    "[robustness]") {
   TempDir dir;
   const fs::path scenario = dir.write("large.toml", kLarge);
-  for (const int sig : {SIGINT, SIGTERM}) {
+  for (const int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
     INFO("signal " << sig);
-    SECTION(std::string("into a new directory, ") + (sig == SIGINT ? "SIGINT" : "SIGTERM")) {
+    const std::string name = sig == SIGINT    ? "INT"
+                             : sig == SIGTERM ? "TERM"
+                             : sig == SIGHUP  ? "HUP"
+                                              : "QUIT";
+    SECTION("into a new directory, SIG" + name) {
       const fs::path golden = dir.path() / "new";
       bool interrupted = false;
       const int status = interrupt_golden_write(scenario, golden, sig, interrupted);
@@ -95,7 +103,7 @@ TEST_CASE("robustness: SIGINT/SIGTERM during a golden write leave the old files 
         CHECK_FALSE(fs::exists(golden));
       }
     }
-    SECTION(std::string("over a previous complete set, ") + (sig == SIGINT ? "SIGINT" : "SIGTERM")) {
+    SECTION("over a previous complete set, SIG" + name) {
       const fs::path golden = dir.path() / "old";
       // The previous set: the same scenario with a different seed, so every data file differs.
       const fs::path other = dir.write("other.toml", "seed = 7\n" + kLarge);

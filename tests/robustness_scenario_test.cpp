@@ -2,9 +2,8 @@
 // "FILE:LINE:COL: KEY.PATH: ...", nothing on stdout, and no report, golden directory or temporary
 // file. The cases already in cli_test.cpp (malformed TOML, unknown op/top-level key, ranks = 0,
 // unknown axis, zero size, duplicate name, use before definition, mp7) are not repeated.
-// Also: NaN and Inf inits run without crashing and the report names the position.
-#include <nlohmann/json.hpp>
-
+// Non-finite numbers, init keys and the other nonsense of round 2 are in
+// robustness_hostile_test.cpp.
 #include "robustness_support.hpp"
 
 using namespace robustness;
@@ -46,7 +45,7 @@ TEST_CASE("robustness: bad scenario values exit 2 with a located message", "[rob
   }
   SECTION("eps < 0") {
     expect_bad(replaced(kTiny, "output = \"y\"", "output = \"y\"\neps = -1e-5"),
-               "17:7: steps[0].eps", "eps must be >= 0");
+               "17:7: steps[0].eps", "eps must be in [0, 3.4028234663852886e+38]");
   }
   SECTION("an unknown op key, with a suggestion (a transposition is one edit)") {
     expect_bad(replaced(kTiny, "output = \"y\"", "output = \"y\"\nesp = 1e-5"),
@@ -86,41 +85,5 @@ TEST_CASE("robustness: window <= 0 is refused at its key", "[robustness]") {
     INFO("window = " << window);
     expect_bad(replaced(base, "\nwindow = 4\n", std::string("\nwindow = ") + window + "\n"),
                "71:10: steps[0].window", std::string("window must be >= 1 key"));
-  }
-}
-
-TEST_CASE("robustness: NaN and Inf inits run, fail, and the report names the position",
-          "[robustness]") {
-  // A constant NaN or +-Inf input: LayerNorm of it is NaN everywhere. The runner must not crash,
-  // must never call a NaN a match (verdict fail, exit 1 since the scenario expects a pass) and
-  // must name the first position on rank 0: [batch=0, seq=0, hidden=0] of x for NaN (a NaN never
-  // claims equality), [batch=0, seq=0] of y.rstd for +-Inf: x and y.mean (= +-inf) match
-  // bitwise, the variance is inf - inf = NaN.
-  for (const char* value : {"nan", "inf", "-inf"}) {
-    INFO("value = " << value);
-    TempDir dir;
-    const fs::path scenario = dir.write(
-        "s.toml",
-        replaced(kTiny, "placement",
-                 std::string("init = { dist = \"constant\", value = ") + value + " }\nplacement"));
-    const CliResult r =
-        run_cli("run --quiet " + q(scenario) + " --report " + q(dir.path() / "r.json"));
-    INFO("stderr: " << r.err);
-    CHECK(r.exit_code == 1);
-    const auto report = nlohmann::json::parse(slurp(dir.path() / "r.json"));
-    CHECK(report["verdict"] == "fail");
-    const auto& first = report["first_divergence"];
-    REQUIRE(first.is_object());
-    CHECK(first["step"] == 1);
-    CHECK(first["rank"] == 0);
-    if (std::string(value) == "nan") {
-      CHECK(first["tensor"] == "x");
-      CHECK(first["index"] == nlohmann::json{{"batch", 0}, {"seq", 0}, {"hidden", 0}});
-      CHECK(r.out.find("index [batch=0, seq=0, hidden=0]") != std::string::npos);
-    } else {
-      CHECK(first["tensor"] == "y.rstd");
-      CHECK(first["index"] == nlohmann::json{{"batch", 0}, {"seq", 0}});
-      CHECK(r.out.find("index [batch=0, seq=0]") != std::string::npos);
-    }
   }
 }

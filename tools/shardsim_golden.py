@@ -11,9 +11,11 @@ numpy only (Debian's /usr/bin/python3 with python3-numpy); no safetensors or tor
     t.rank, t.placement, t.offset           # 3, 'Shard(seq)', {'seq': 12}
     sg.assert_close(my_y, y32, max_ulp=4)   # raises AssertionError naming the worst element
 
-Names (README.md, "Golden tensors"): DTYPE/inputs/TENSOR, DTYPE/sSTEP/cCHUNK/TENSOR[#K] for a
-boundary's global value, NAME@rankR[SLICE] for rank R's local tensor; DTYPE is f64, f32, or u8
-for dropout masks.
+Names (README.md, "Golden tensors"): DTYPE/inputs/TENSOR for a scenario tensor's global
+initial value, DTYPE/sSTEP/cCHUNK/TENSOR[#K] for every boundary's global value (a streamed
+chunk's slice of an input included), NAME@rankR[SLICE] for rank R's local tensor; DTYPE is f64,
+f32, or u8 for dropout masks. Each tensor's boundary carries its op's parameters
+(GoldenTensor.params: eps, p, seed, window, rope_theta, learning_rate, ...).
 """
 
 import hashlib
@@ -26,6 +28,8 @@ import numpy as np
 
 MANIFEST = "manifest.json"
 SAFETENSORS = "goldens.safetensors"
+FORMAT_VERSION = 2
+DIGEST_KEY = "manifest_sha256"
 MAX_HEADER_BYTES = 100_000_000
 
 # safetensors dtype -> numpy dtype (little-endian). BF16 has no numpy dtype and is rejected.
@@ -103,10 +107,21 @@ def read_safetensors(path):
     return arrays, metadata
 
 
+def manifest_digest(raw, value):
+    """SHA-256 of the manifest bytes with the last occurrence of the quoted digest `value`
+    written as 64 '0' characters (how shardsim computes manifest_sha256)."""
+    quoted = b'"' + value.encode() + b'"'
+    at = raw.rfind(quoted)
+    if at < 0:
+        raise GoldenFormatError("manifest_sha256 is not in the manifest text")
+    zeroed = raw[:at + 1] + b"0" * len(value) + raw[at + 1 + len(value):]
+    return hashlib.sha256(zeroed).hexdigest()
+
+
 class GoldenTensor:
     """One golden tensor and what the manifest says about it."""
 
-    def __init__(self, info, array):
+    def __init__(self, info, array, boundary_params=None):
         self.array = array
         self.info = info
         self.name = info["name"]
@@ -120,6 +135,9 @@ class GoldenTensor:
         self.global_shape = dict(info["global_shape"])
         self.boundary = dict(info["boundary"])
         self.ranks = info["ranks"]          # every rank's local shape, offset and slice
+        # The parameters of the op (or update) that recorded this boundary, defaults filled in,
+        # e.g. {"eps": 1e-05, "axis": "hidden", ...}; None for inputs.
+        self.params = boundary_params
 
     def global_slices(self):
         """Index tuple that cuts this shard's valid part out of the global tensor."""
@@ -140,9 +158,17 @@ class Goldens:
     def __init__(self, directory):
         self.directory = directory
         with open(os.path.join(directory, MANIFEST), "rb") as f:
-            self.manifest = json.loads(f.read().decode("utf-8"), object_pairs_hook=_reject_duplicates)
+            raw = f.read()
+        self.manifest = json.loads(raw.decode("utf-8"), object_pairs_hook=_reject_duplicates)
         if self.manifest.get("format") != "shardsim-goldens":
             raise GoldenFormatError(f"{directory}: not a shardsim golden directory")
+        if self.manifest.get("format_version") != FORMAT_VERSION:
+            raise GoldenFormatError(f"{directory}: manifest format_version "
+                                    f"{self.manifest.get('format_version')!r}, this reader reads {FORMAT_VERSION}")
+        digest = self.manifest.get(DIGEST_KEY, "")
+        if manifest_digest(raw, digest) != digest:
+            raise GoldenFormatError(f"{directory}: manifest_sha256 does not match the manifest's bytes")
+        self.boundaries = {b["id"]: b for b in self.manifest["boundaries"]}
         storage = self.manifest["storage"]
         if storage == "safetensors":
             arrays, self.metadata = read_safetensors(os.path.join(directory, SAFETENSORS))
@@ -158,7 +184,8 @@ class Goldens:
                 raise GoldenFormatError(f"{directory}: tensor {info['name']!r}: SHA-256 mismatch")
             if list(array.shape) != info["shape"]:
                 raise GoldenFormatError(f"{directory}: tensor {info['name']!r}: shape mismatch")
-            self.tensors[info["name"]] = GoldenTensor(info, array)
+            params = self.boundaries[info["boundary"]["id"]]["params"]
+            self.tensors[info["name"]] = GoldenTensor(info, array, params)
 
     @property
     def precision(self):

@@ -8,11 +8,21 @@
 #pragma once
 
 #include <string>
+#include <utility>
 
 #include "shardsim/mp.hpp"
 
 namespace shardsim {
 
 std::string mp_exact_text(const Mp& value);
+
+// `value` in decimal scientific notation with `digits` significant digits, correctly rounded
+// (MPFR's "%.*Re"), e.g. mp_decimal_text(1.5, 3) = "1.50e+00".
+std::string mp_decimal_text(const Mp& value, int digits);
+
+// Both values in decimal with the fewest significant digits (at least 17) at which their texts
+// differ, so that two mp values that round to the same double still print differently. Values
+// that are equal (or NaN) print with 17 digits.
+std::pair<std::string, std::string> distinguishing_texts(const Mp& a, const Mp& b);
 
 }  // namespace shardsim

@@ -119,6 +119,9 @@ struct Layout {
 // no dim shards gives {0, extent, extent}. REQUIRES: layout.ndim() == mesh.ndim().
 Slice axis_slice(const Shape& global, const Layout& layout, const Mesh& mesh, int rank,
                  std::string_view axis);
+// The inverse of Layout::str() for a mesh of `ndim` dims: "Shard(seq)" when ndim is 1, else
+// "[Replicate, Shard(seq), Partial(sum)]" with exactly ndim entries. Throws InputError.
+Layout parse_layout(std::string_view text, int ndim);
 Shape local_shape(const Shape& global, const Layout& layout, const Mesh& mesh, int rank);
 
 }  // namespace shardsim

@@ -46,6 +46,7 @@ struct InitSpec {
   // values are exact doubles; F64 values are themselves), and where they came from.
   std::shared_ptr<const std::vector<double>> values;
   std::string file;         // the path as the scenario writes it
+  std::string file_read;    // the path it was read from: `file` under the scenario's directory
   std::string file_tensor;  // the tensor's name in a safetensors file ("" for .npy)
   std::string file_dtype;   // "F64", "F32", "BF16" or "F16"
   std::string file_sha256;  // SHA-256 of the whole file's bytes

@@ -86,6 +86,10 @@ struct TraceEntry {
   std::vector<RankExtent> ranks;
   std::vector<std::string> notes;   // BoundaryLabel::notes
   std::vector<std::string> inputs;  // BoundaryLabel::inputs
+  // The [[steps]] entry (0-based) whose forward or backward recorded it; -1 for the runner's own
+  // boundaries (inputs, chunk loads, parameter updates). Golden manifests use it to give each
+  // boundary its op's parameters.
+  int scenario_step = -1;
 };
 
 // Builds the per-rank extents of a DistTensor from its metadata.

@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "shardsim/io.hpp"
+#include "shardsim/scalar.hpp"
+
 namespace shardsim::cli {
 
 using Args = std::vector<std::string>;  // the arguments after the subcommand name
@@ -20,15 +23,25 @@ int compare_command(const Args& args);    // compare_command.cpp
 int lab_command(const Args& args);        // lab_command.cpp
 
 // Shared helpers.
+// Parses `args` against `options` and the `positional` names into `vm`. Only exact option names
+// and the documented one-letter aliases are accepted: Boost's guessing of unique prefixes is
+// off, so '--prec' is an error instead of a silent '--precision'.
+void parse_command_line(const Args& args,
+                        const boost::program_options::options_description& options,
+                        const boost::program_options::positional_options_description& positional,
+                        boost::program_options::variables_map& vm);
 // Parses `args` with `options` (plus --help) and one positional SCENARIO into `vm`. Returns false
 // after printing `usage` and the options for --help; throws InputError when SCENARIO is missing.
 bool parse_scenario_args(const Args& args, boost::program_options::options_description& options,
                          boost::program_options::variables_map& vm, const char* usage);
 std::vector<std::string> split_list(const std::string& text);  // "a,b" -> {"a", "b"}
+// A comma-separated list of precisions given with `flag`; each at most once.
+std::vector<Precision> parse_precision_list(const std::string& flag, const std::string& text);
 // "8GiB", "512MiB", "2G", "1000000" -> bytes (K/M/G/T are powers of 1024, as are KiB...).
 // Throws InputError on anything else.
 std::uint64_t parse_bytes(const std::string& text);
-// Fails with InputError unless `path`'s directory exists and is writable.
-void check_output_path(const std::string& path);
+// The output of `flag` when given (an OutputRequest for check_outputs), else nothing.
+void add_output(const boost::program_options::variables_map& vm, const std::string& flag,
+                std::vector<OutputRequest>& outputs);
 
 }  // namespace shardsim::cli

@@ -1,8 +1,6 @@
-#include <unistd.h>
-
-#include <sys/stat.h>
-
+#include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <iostream>
 #include <stdexcept>
 
@@ -20,7 +18,7 @@ std::vector<std::string> split_list(const std::string& text) {
     std::size_t end = text.find(',', begin);
     if (end == std::string::npos) end = text.size();
     std::string item = text.substr(begin, end - begin);
-    if (item.empty()) throw InputError("empty item in list '" + text + "'");
+    if (item.empty()) throw InputError("empty item in list " + quote(text));
     out.push_back(std::move(item));
     begin = end + 1;
   }
@@ -40,7 +38,7 @@ std::uint64_t parse_bytes(const std::string& text) {
     value = std::stod(number, &used);
     if (used != number.size()) throw std::invalid_argument("trailing");
   } catch (const std::exception&) {
-    throw InputError("invalid size '" + text + "': expected e.g. 8GiB, 512MiB or 1000000");
+    throw InputError("invalid size " + quote(text) + ": expected e.g. 8GiB, 512MiB or 1000000");
   }
   double scale = 1;
   if (unit == "" || unit == "B") {
@@ -54,14 +52,26 @@ std::uint64_t parse_bytes(const std::string& text) {
   } else if (unit == "T" || unit == "TiB" || unit == "TB") {
     scale = 1024.0 * 1024 * 1024 * 1024;
   } else {
-    throw InputError("invalid size '" + text + "': unknown unit '" + unit +
-                     "' (known: B, K/KiB, M/MiB, G/GiB, T/TiB)");
+    throw InputError("invalid size " + quote(text) + ": unknown unit " + quote(unit) +
+                     " (known: B, K/KiB, M/MiB, G/GiB, T/TiB)");
   }
   const double bytes = value * scale;
   if (!(bytes >= 1) || bytes > 1.8e19) {
-    throw InputError("invalid size '" + text + "': must be at least 1 byte and fit in 64 bits");
+    throw InputError("invalid size " + quote(text) +
+                     ": must be at least 1 byte and fit in 64 bits");
   }
   return static_cast<std::uint64_t>(bytes);
+}
+
+void parse_command_line(const Args& args, const po::options_description& options,
+                        const po::positional_options_description& positional,
+                        po::variables_map& vm) {
+  constexpr int kStyle =
+      po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
+  po::store(
+      po::command_line_parser(args).options(options).positional(positional).style(kStyle).run(),
+      vm);
+  po::notify(vm);
 }
 
 bool parse_scenario_args(const Args& args, po::options_description& options,
@@ -71,26 +81,38 @@ bool parse_scenario_args(const Args& args, po::options_description& options,
   all.add(options).add_options()("scenario", po::value<std::string>(), "scenario file");
   po::positional_options_description positional;
   positional.add("scenario", 1);
-  po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
-  po::notify(vm);
+  parse_command_line(args, all, positional, vm);
   if (vm.count("help")) {
     std::cout << usage << "\n" << options;
     return false;
   }
-  if (!vm.count("scenario")) throw InputError(std::string("missing SCENARIO\n") + usage);
+  if (!vm.count("scenario")) {
+    const std::string first_line(usage, std::strcspn(usage, "\n"));
+    throw InputError("missing SCENARIO (" + first_line + ")");
+  }
   return true;
 }
 
-void check_output_path(const std::string& path) {
-  const std::size_t slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
-  struct stat info {};
-  if (::stat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
-    throw InputError(path + ": output directory '" + dir + "' does not exist");
+std::vector<Precision> parse_precision_list(const std::string& flag, const std::string& text) {
+  std::vector<Precision> out;
+  for (const std::string& level : split_list(text)) {
+    Precision precision;
+    try {
+      precision = parse_precision(level);
+    } catch (const InputError& e) {
+      throw InputError(flag + ": " + e.what());
+    }
+    if (std::find(out.begin(), out.end(), precision) != out.end()) {
+      throw InputError(flag + ": precision " + quote(level) + " is listed twice");
+    }
+    out.push_back(precision);
   }
-  if (::access(dir.c_str(), W_OK) != 0) {
-    throw InputError(path + ": output directory '" + dir + "' is not writable");
-  }
+  return out;
+}
+
+void add_output(const po::variables_map& vm, const std::string& flag,
+                std::vector<OutputRequest>& outputs) {
+  if (vm.count(flag)) outputs.push_back({.flag = "--" + flag, .path = vm[flag].as<std::string>()});
 }
 
 }  // namespace shardsim::cli

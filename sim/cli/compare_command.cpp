@@ -1,5 +1,6 @@
 // shardsim compare GOLDEN CANDIDATE [--rtol R] [--atol A] [--max-ulp U] [--map GOLDEN=CANDIDATE]
 #include <boost/program_options.hpp>
+#include <cmath>
 #include <iostream>
 
 #include "shardsim/error.hpp"
@@ -21,7 +22,9 @@ constexpr const char* kCompareUsage =
 
 double non_negative(const po::variables_map& vm, const char* flag) {
   const double v = vm[flag].as<double>();
-  if (!(v >= 0)) throw InputError(std::string("--") + flag + " must be >= 0");
+  if (!(v >= 0) || !std::isfinite(v)) {
+    throw InputError(std::string("--") + flag + " must be >= 0 and finite");
+  }
   return v;
 }
 
@@ -40,14 +43,15 @@ int compare_command(const Args& args) {
   po::positional_options_description positional;
   positional.add("golden", 1).add("candidate", 1);
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
-  po::notify(vm);
+  parse_command_line(args, all, positional, vm);
   if (vm.count("help")) {
     std::cout << kCompareUsage << "\n" << options;
     return 0;
   }
   if (!vm.count("golden") || !vm.count("candidate")) {
-    throw InputError(std::string("missing GOLDEN or CANDIDATE\n") + kCompareUsage);
+    throw InputError(
+        "compare: missing GOLDEN or CANDIDATE (usage: shardsim compare GOLDEN CANDIDATE "
+        "[options]; see 'shardsim help compare')");
   }
   CompareOptions compare;
   if (vm.count("rtol")) compare.rtol = non_negative(vm, "rtol");
@@ -64,7 +68,7 @@ int compare_command(const Args& args) {
         if (pair[i] == '=' && depth == 0) eq = i;
       }
       if (eq == std::string::npos || eq == 0 || eq + 1 == pair.size()) {
-        throw InputError("--map '" + pair + "': expected GOLDEN_NAME=CANDIDATE_NAME");
+        throw InputError("--map " + quote(pair) + ": expected GOLDEN_NAME=CANDIDATE_NAME");
       }
       compare.map.emplace_back(pair.substr(0, eq), pair.substr(eq + 1));
     }

@@ -21,14 +21,27 @@ int lab_command(const Args& args) {
   po::options_description options("lab options");
   options.add_options()("precision,p", po::value<std::string>()->default_value("f64"),
                         "evaluate in f32, f64 or mp<bits>")("help,h", "show this help");
+  po::options_description all;
+  all.add(options).add_options()("extra", po::value<std::vector<std::string>>(), "");
+  po::positional_options_description positional;
+  positional.add("extra", -1);
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(options).run(), vm);
-  po::notify(vm);
+  parse_command_line(args, all, positional, vm);
+  if (vm.count("extra")) {
+    throw InputError("lab takes no arguments (commands come from stdin), got " +
+                     quote(vm["extra"].as<std::vector<std::string>>().front()));
+  }
   if (vm.count("help")) {
     std::cout << "usage: shardsim lab [--precision P] < commands\n\n" << options;
     return 0;
   }
-  Lab lab(parse_precision(vm["precision"].as<std::string>()));
+  Precision precision;
+  try {
+    precision = parse_precision(vm["precision"].as<std::string>());
+  } catch (const InputError& e) {
+    throw InputError(std::string("--precision: ") + e.what());
+  }
+  Lab lab(precision);
   const bool interactive = ::isatty(STDIN_FILENO) != 0;
   std::cout << lab.banner();
   std::string line;

@@ -1,11 +1,18 @@
 // shardsim: replay sharded-vs-dense scenarios. See README.md.
+//
+// Every failure ends here as one line on stderr that starts "shardsim: error: " and an exit code:
+// 2 for bad input or usage (InputError, option errors, out of memory, a path the filesystem
+// refuses), 1 for a collective whose members disagree (a finding about the program), 3 for an
+// internal error. Nothing escapes as an uncaught exception (which would abort).
 #include <boost/program_options/errors.hpp>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <string>
 
 #include "shardsim/error.hpp"
 #include "shardsim/report/report.hpp"
+#include "shardsim/scenario/scenario.hpp"
 #include "sim/cli/commands.hpp"
 
 namespace {
@@ -22,53 +29,90 @@ constexpr const char* kUsage =
     "  precision SCENARIO --levels f32,f64,mp256              the non-associativity table\n"
     "  compare GOLDEN CANDIDATE [--rtol R --atol A --max-ulp U]   a backend against goldens\n"
     "  lab [--precision P]                                    the function lab (y = a*x^2)\n"
+    "  help [COMMAND]                                         this text, or a command's options\n"
     "\n"
     "exit codes: 0 outcome matches the scenario's [expect]; 1 unexpected divergence;\n"
     "            2 bad input or usage; 3 internal error\n"
-    "run 'shardsim COMMAND --help' for a command's options.\n";
+    "run 'shardsim help COMMAND' (or 'shardsim COMMAND --help') for a command's options.\n";
+
+struct Command {
+  const char* name;
+  int (*run)(const shardsim::cli::Args&);
+};
+
+constexpr Command kCommands[] = {
+    {"run", shardsim::cli::run_command},
+    {"explain", shardsim::cli::explain_command},
+    {"validate", shardsim::cli::validate_command},
+    {"list", shardsim::cli::list_command},
+    {"precision", shardsim::cli::precision_command},
+    {"compare", shardsim::cli::compare_command},
+    {"lab", shardsim::cli::lab_command},
+};
+
+const Command& find_command(const std::string& name) {
+  std::vector<std::string> names{"help"};
+  for (const Command& command : kCommands) {
+    if (name == command.name) return command;
+    names.emplace_back(command.name);
+  }
+  const std::string hint = shardsim::nearest(name, names);
+  throw shardsim::InputError("unknown command " + shardsim::quote(name) +
+                             (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +
+                             "; 'shardsim help' lists the commands");
+}
+
+int dispatch(const std::string& name, const shardsim::cli::Args& args) {
+  if (name == "help" || name == "--help" || name == "-h") {
+    if (args.empty() || (args.size() == 1 && args.front() == "help")) {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (args.size() > 1)
+      throw shardsim::InputError("help takes one COMMAND, got " + shardsim::quote(args[1]));
+    return find_command(args.front()).run({"--help"});
+  }
+  if (name == "--version") {
+    std::printf("shardsim %s\n", shardsim::kShardsimVersion);
+    return 0;
+  }
+  return find_command(name).run(args);
+}
+
+// One line, whatever the message holds; a message is never an echo of megabytes of input.
+int fail(const std::string& message, int code) {
+  constexpr std::size_t kLimit = 4000;
+  std::string line = message.size() > kLimit ? message.substr(0, kLimit) + "..." : message;
+  std::fprintf(stderr, "shardsim: error: %s\n", line.c_str());
+  return code;
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace shardsim;
   if (argc < 2) {
-    std::fputs(kUsage, stderr);
+    std::fprintf(stderr, "shardsim: error: missing COMMAND\n\n%s", kUsage);
     return 2;
   }
   const std::string command = argv[1];
-  const cli::Args args(argv + 2, argv + argc);
   try {
-    if (command == "run") return cli::run_command(args);
-    if (command == "explain") return cli::explain_command(args);
-    if (command == "validate") return cli::validate_command(args);
-    if (command == "list") return cli::list_command(args);
-    if (command == "precision") return cli::precision_command(args);
-    if (command == "compare") return cli::compare_command(args);
-    if (command == "lab") return cli::lab_command(args);
-    if (command == "--help" || command == "-h" || command == "help") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    if (command == "--version") {
-      std::printf("shardsim %s\n", kShardsimVersion);
-      return 0;
-    }
-    std::fprintf(stderr, "shardsim: unknown command '%s'\n\n%s", command.c_str(), kUsage);
-    return 2;
+    return dispatch(command, cli::Args(argv + 2, argv + argc));
   } catch (const InputError& e) {
-    std::fprintf(stderr, "shardsim: error: %s\n", e.what());
-    return 2;
+    return fail(e.what(), 2);
   } catch (const boost::program_options::error& e) {
-    std::fprintf(stderr, "shardsim %s: error: %s\n", command.c_str(), e.what());
-    return 2;
+    return fail(command + ": " + e.what() + " (see 'shardsim help " + command + "')", 2);
   } catch (const RendezvousError& e) {
-    std::fprintf(stderr, "shardsim: collective error: %s\n", e.what());
-    return 1;
+    return fail(std::string("collective mismatch: ") + e.what(), 1);
   } catch (const InternalError& e) {
-    std::fprintf(stderr, "shardsim: internal error (please report it): %s\n", e.what());
-    return 3;
+    return fail(std::string("internal error (please report it): ") + e.what(), 3);
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "shardsim: out of memory\n");
-    return 2;
+    return fail("out of memory (lower the scenario's sizes, or see --max-memory)", 2);
+  } catch (const std::filesystem::filesystem_error& e) {
+    return fail(e.path1().string() + ": " + e.code().message(), 2);
+  } catch (const std::exception& e) {
+    return fail(std::string("internal error (please report it): ") + e.what(), 3);
+  } catch (...) {
+    return fail("internal error (please report it): an unknown exception", 3);
   }
 }

@@ -39,24 +39,30 @@ int precision_command(const Args& args) {
       "quiet,q", "print only the verdict summary");
   po::variables_map vm;
   if (!parse_scenario_args(args, options, vm, kPrecisionUsage)) return 0;
+  std::vector<OutputRequest> outputs;
+  add_output(vm, "json", outputs);
+  add_output(vm, "html", outputs);
+  if (vm.count("heatmap") && !vm.count("html")) throw InputError("--heatmap needs --html FILE");
+  check_outputs(outputs, {vm["scenario"].as<std::string>()});
   const Scenario scenario = load_scenario(vm["scenario"].as<std::string>());
+  check_outputs(outputs, input_paths(scenario));  // also the input files it read
   PrecisionDiffOptions diff_options;
-  for (const std::string& level : split_list(vm["levels"].as<std::string>())) {
-    diff_options.levels.push_back(parse_precision(level));
-  }
+  diff_options.levels = parse_precision_list("--levels", vm["levels"].as<std::string>());
   if (vm.count("reduce-order")) {
     std::vector<ReduceOrder> orders;
     for (const std::string& order : split_list(vm["reduce-order"].as<std::string>())) {
-      orders.push_back(parse_reduce_order(order));
+      try {
+        orders.push_back(parse_reduce_order(order));
+      } catch (const InputError& e) {
+        throw InputError(std::string("--reduce-order: ") + e.what());
+      }
     }
     diff_options.run.reduce_order = orders.front();
     if (orders.size() > 1) diff_options.sweep_orders = orders;
   }
   if (vm.count("schedule")) diff_options.run.schedule = parse_schedule(vm["schedule"].as<std::string>());
-  std::string json_path, html_path;
-  if (vm.count("json")) check_output_path(json_path = vm["json"].as<std::string>());
-  if (vm.count("html")) check_output_path(html_path = vm["html"].as<std::string>());
-  if (vm.count("heatmap") && html_path.empty()) throw InputError("--heatmap needs --html FILE");
+  const std::string json_path = vm.count("json") ? vm["json"].as<std::string>() : "";
+  const std::string html_path = vm.count("html") ? vm["html"].as<std::string>() : "";
 
   const PrecisionDiff diff = precision_diff(scenario, diff_options);
   std::vector<Heatmap> heatmaps;
@@ -66,8 +72,9 @@ int precision_command(const Args& args) {
       const std::string selector = vm["heatmap"].as<std::string>();
       chosen = find_boundary(diff, selector);
       if (!chosen) {
-        throw InputError("--heatmap '" + selector +
-                         "': no such boundary (give #ID or a tensor name; 'shardsim explain' lists them)");
+        throw InputError(
+            "--heatmap " + quote(selector) +
+            ": no such boundary (give #ID or a tensor name; 'shardsim explain' lists them)");
       }
     } else {
       chosen = default_heatmap_boundary(diff);
@@ -82,8 +89,14 @@ int precision_command(const Args& args) {
   } else {
     std::cout << text;
   }
-  if (!json_path.empty()) write_file_atomically(json_path, precision_diff_json(diff));
-  if (!html_path.empty()) write_file_atomically(html_path, precision_html(diff, heatmaps));
+  if (!json_path.empty()) {
+    write_file_atomically(json_path, precision_diff_json(diff));
+    std::cout << "json report: written to " << json_path << "\n";
+  }
+  if (!html_path.empty()) {
+    write_file_atomically(html_path, precision_html(diff, heatmaps));
+    std::cout << "html report: written to " << html_path << "\n";
+  }
   bool any_bug = false;
   for (const BoundaryDiff& b : diff.boundaries) any_bug = any_bug || b.verdict == "bug";
   return any_bug && scenario.expect.pass ? 1 : 0;

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <boost/program_options.hpp>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <optional>
+#include <sstream>
 
 #include "shardsim/golden/golden_set.hpp"
 #include "shardsim/io.hpp"
@@ -20,10 +22,18 @@ namespace {
 
 RunOptions run_options(const po::variables_map& vm) {
   RunOptions options;
-  if (vm.count("reduce-order")) {
-    options.reduce_order = parse_reduce_order(vm["reduce-order"].as<std::string>());
+  try {
+    if (vm.count("reduce-order")) {
+      options.reduce_order = parse_reduce_order(vm["reduce-order"].as<std::string>());
+    }
+  } catch (const InputError& e) {
+    throw InputError(std::string("--reduce-order: ") + e.what());
   }
-  if (vm.count("schedule")) options.schedule = parse_schedule(vm["schedule"].as<std::string>());
+  try {
+    if (vm.count("schedule")) options.schedule = parse_schedule(vm["schedule"].as<std::string>());
+  } catch (const InputError& e) {
+    throw InputError(std::string("--schedule: ") + e.what());
+  }
   if (vm.count("max-memory")) {
     try {
       options.max_memory_bytes = parse_bytes(vm["max-memory"].as<std::string>());
@@ -41,6 +51,12 @@ void add_mesh_options(po::options_description& options) {
       "override mesh.schedule: rank, reverse or shuffle:SEED")(
       "max-memory", po::value<std::string>(),
       "refuse scenarios estimated above this size, e.g. 8GiB (default: 3/4 of physical memory)");
+}
+
+std::vector<TraceEntry> trace_of(const RunReport& report) {
+  std::vector<TraceEntry> trace;
+  for (const BoundaryResult& b : report.boundaries) trace.push_back(b.entry);
+  return trace;
 }
 
 // --golden DIR [--format safetensors|npy] [--dtype f32|f64|both] [--reference PRECISION].
@@ -72,20 +88,73 @@ std::optional<GoldenRequest> golden_request(const po::variables_map& vm) {
     if (format == "npy") {
       request.options.format = GoldenFormat::npy;
     } else if (format != "safetensors") {
-      throw InputError("--format: expected safetensors or npy, got '" + format + "'");
+      throw InputError("--format: expected safetensors or npy, got " + quote(format));
     }
   }
   if (vm.count("dtype")) {
     const std::string dtype = vm["dtype"].as<std::string>();
     if (dtype != "f32" && dtype != "f64" && dtype != "both") {
-      throw InputError("--dtype: expected f32, f64 or both, got '" + dtype + "'");
+      throw InputError("--dtype: expected f32, f64 or both, got " + quote(dtype));
     }
     request.options.write_f32 = dtype != "f64";
     request.options.write_f64 = dtype != "f32";
   }
-  if (vm.count("reference")) request.reference = parse_precision(vm["reference"].as<std::string>());
-  prepare_golden_dir(request.dir);
+  if (vm.count("reference")) {
+    try {
+      request.reference = parse_precision(vm["reference"].as<std::string>());
+    } catch (const InputError& e) {
+      throw InputError(std::string("--reference: ") + e.what());
+    }
+  }
   return request;
+}
+
+// Every output of `run`, checked before anything is computed (io.hpp check_outputs): against
+// the scenario file before it is loaded, and again against every file it reads (input_paths).
+void check_run_outputs(const po::variables_map& vm, const std::optional<GoldenRequest>& golden,
+                       const std::vector<std::string>& inputs) {
+  std::vector<OutputRequest> outputs;
+  add_output(vm, "report", outputs);
+  if (golden) {
+    const bool npy = golden->options.format == GoldenFormat::npy;
+    outputs.push_back({.flag = "--golden",
+                       .path = golden->dir,
+                       .directory = true,
+                       .written_names = {std::string(format::kManifestFile),
+                                         std::string(format::kGoldenSafetensorsFile)},
+                       .written_suffix = npy ? ".npy" : ""});
+  }
+  check_outputs(outputs, inputs);
+}
+
+// Runs every precision, writing each table to `out`, and returns the reports. The first run's
+// trace checks the [expect] names, so a misnamed expectation is bad input (exit 2) rather than
+// an unmet one.
+std::vector<RunReport> run_precisions(const Scenario& scenario,
+                                      const std::vector<Precision>& precisions,
+                                      const RunOptions& run, const po::variables_map& vm,
+                                      const std::optional<GoldenRequest>& golden,
+                                      std::optional<std::size_t>& golden_run, std::ostream& out) {
+  std::vector<RunReport> reports;
+  for (const Precision& precision : precisions) {
+    RunOptions options = run;
+    options.capture_tensors = golden && precision == golden->reference && !golden_run;
+    if (options.capture_tensors) golden_run = reports.size();
+    const auto start = std::chrono::steady_clock::now();
+    reports.push_back(evaluate(scenario, precision, options));
+    if (reports.size() == 1) check_expectation_names(scenario, trace_of(reports.front()));
+    if (vm.count("resources")) {
+      struct rusage usage {};
+      getrusage(RUSAGE_SELF, &usage);
+      reports.back().resources = RunResources{
+          .peak_rss_bytes = static_cast<std::int64_t>(usage.ru_maxrss) * 1024,  // KiB on Linux
+          .wall_seconds =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+    }
+    if (!vm.count("quiet")) out << format_run_table(reports.back()) << "\n";
+    if (vm.count("resources")) out << format_resources(reports.back());
+  }
+  return reports;
 }
 
 }  // namespace
@@ -103,43 +172,23 @@ int run_command(const Args& args) {
   add_golden_options(options);
   po::variables_map vm;
   if (!parse_scenario_args(args, options, vm, "usage: shardsim run SCENARIO [options]")) return 0;
-  const Scenario scenario = load_scenario(vm["scenario"].as<std::string>());
-  const RunOptions run = run_options(vm);
-  std::vector<Precision> precisions = scenario.precisions;
-  if (vm.count("precision")) {
-    precisions.clear();
-    for (const std::string& level : split_list(vm["precision"].as<std::string>())) {
-      precisions.push_back(parse_precision(level));
-    }
-  }
-  std::string report_path;
-  if (vm.count("report")) {
-    report_path = vm["report"].as<std::string>();
-    check_output_path(report_path);
-  }
   const std::optional<GoldenRequest> golden = golden_request(vm);
+  check_run_outputs(vm, golden, {vm["scenario"].as<std::string>()});
+  const Scenario scenario = load_scenario(vm["scenario"].as<std::string>());
+  check_run_outputs(vm, golden, input_paths(scenario));
+  const RunOptions run = run_options(vm);
+  const std::vector<Precision> precisions =
+      vm.count("precision") ? parse_precision_list("--precision", vm["precision"].as<std::string>())
+                            : scenario.precisions;
   // Refuse oversized runs before any of them starts.
   for (const Precision& precision : precisions) check_memory(scenario, precision, run);
   if (golden) check_memory(scenario, golden->reference, run);
-  std::vector<RunReport> reports;
+  // stdout is written at the end, so that bad input found on the way (a misnamed expectation, an
+  // oracle that is not finite at a later precision, a full disk) leaves it empty.
+  std::ostringstream out;
   std::optional<std::size_t> golden_run;  // the replay run that captured the goldens, if any
-  for (const Precision& precision : precisions) {
-    RunOptions options = run;
-    options.capture_tensors = golden && precision == golden->reference && !golden_run;
-    if (options.capture_tensors) golden_run = reports.size();
-    const auto start = std::chrono::steady_clock::now();
-    reports.push_back(evaluate(scenario, precision, options));
-    if (vm.count("resources")) {
-      struct rusage usage {};
-      getrusage(RUSAGE_SELF, &usage);
-      reports.back().resources = RunResources{
-          .peak_rss_bytes = static_cast<std::int64_t>(usage.ru_maxrss) * 1024,  // KiB on Linux
-          .wall_seconds =
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
-    }
-    if (!vm.count("quiet")) std::cout << format_run_table(reports.back()) << "\n";
-    if (vm.count("resources")) std::cout << format_resources(reports.back());
-  }
+  const std::vector<RunReport> reports =
+      run_precisions(scenario, precisions, run, vm, golden, golden_run, out);
   const Outcome outcome = judge(scenario, reports);
   if (golden) {
     // The goldens come from the replay's run at the reference precision, or from one extra run
@@ -150,17 +199,20 @@ int run_command(const Args& args) {
         golden_run ? reports[*golden_run] : evaluate(scenario, golden->reference, options);
     const GoldenSet set = build_goldens(scenario, reference, golden->options);
     write_goldens(golden->dir, set, golden->options);
-    std::cout << "goldens: " << set.entries.size() << " tensors from the "
-              << golden->reference.name() << " run written to " << golden->dir << " ("
-              << (golden->options.format == GoldenFormat::npy ? "npy" : "safetensors")
-              << " + manifest.json)\n";
+    out << "goldens: " << set.entries.size() << " tensors from the " << golden->reference.name()
+        << " run written to " << golden->dir << " ("
+        << (golden->options.format == GoldenFormat::npy ? "npy" : "safetensors")
+        << " + manifest.json)\n";
   }
   // After a divergence only: the probable causes (diagnosis.hpp).
   const Diagnosis diagnosis = outcome.pass ? Diagnosis{} : diagnose(scenario, reports, run);
-  if (!report_path.empty()) {
-    write_file_atomically(report_path, report_json(scenario, reports, outcome, diagnosis));
+  if (vm.count("report")) {
+    const std::string path = vm["report"].as<std::string>();
+    write_file_atomically(path, report_json(scenario, reports, outcome, diagnosis));
+    out << "report: written to " << path << "\n";
   }
-  std::cout << format_outcome(scenario, outcome) << format_diagnosis(diagnosis);
+  std::cout << out.str() << format_outcome(scenario, outcome, !vm.count("quiet"))
+            << format_diagnosis(diagnosis);
   return outcome.matches_expectation ? 0 : 1;
 }
 
@@ -171,7 +223,12 @@ namespace {
 int select_boundary(const RunReport& report, const std::string& selector) {
   const std::string digits = selector.starts_with("#") ? selector.substr(1) : selector;
   if (!digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos) {
-    return std::stoi(digits);
+    int id = 0;
+    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), id);
+    if (error != std::errc() || end != digits.data() + digits.size()) {
+      throw InputError("--diagnose: no boundary #" + clipped(digits));
+    }
+    return id;
   }
   int first = -1;
   for (const BoundaryResult& b : report.boundaries) {
@@ -179,7 +236,7 @@ int select_boundary(const RunReport& report, const std::string& selector) {
     if (b.status == Status::fail) return b.entry.id;
     if (first < 0) first = b.entry.id;
   }
-  if (first < 0) throw InputError("--diagnose: no boundary named '" + selector + "'");
+  if (first < 0) throw InputError("--diagnose: no boundary named " + quote(selector));
   return first;
 }
 
@@ -189,9 +246,18 @@ int select_boundary(const RunReport& report, const std::string& selector) {
 std::string signature_analysis(const Scenario& scenario, const po::variables_map& vm,
                                const RunOptions& options) {
   std::vector<Precision> precisions = scenario.precisions;
-  if (vm.count("precision")) precisions = {parse_precision(vm["precision"].as<std::string>())};
+  if (vm.count("precision")) {
+    try {
+      precisions = {parse_precision(vm["precision"].as<std::string>())};
+    } catch (const InputError& e) {
+      throw InputError(std::string("--precision: ") + e.what());
+    }
+  }
+  for (const Precision& precision : precisions) check_memory(scenario, precision, options);
   std::vector<RunReport> reports;
-  for (const Precision& precision : precisions) reports.push_back(evaluate(scenario, precision, options));
+  for (const Precision& precision : precisions) {
+    reports.push_back(evaluate(scenario, precision, options));
+  }
   const std::string selector = vm["diagnose"].as<std::string>();
   if (selector.empty()) return format_signature_analysis(diagnose(scenario, reports, options));
   const auto failed = std::find_if(reports.begin(), reports.end(),
@@ -221,7 +287,13 @@ int explain_command(const Args& args) {
     throw InputError("--precision needs --diagnose");
   }
   const Scenario scenario = load_scenario(vm["scenario"].as<std::string>());
-  const RunReport report = evaluate(scenario, parse_precision("f64"), run_options(vm));
+  const RunOptions run = run_options(vm);
+  check_memory(scenario, parse_precision("f64"), run);
+  const RunReport report = evaluate(scenario, parse_precision("f64"), run);
+  // The signature analysis runs before anything is printed, so that bad input found on the way
+  // (an unknown --diagnose boundary or precision) leaves stdout empty.
+  const std::string analysis =
+      vm.count("diagnose") ? "\n" + signature_analysis(scenario, vm, run) : std::string();
   std::cout << scenario.name << ": " << scenario.mesh.ranks() << " ranks"
             << (scenario.mesh.devices.ndim() > 1 ? " (mesh " + scenario.mesh.devices.str() + ")"
                                                  : std::string())
@@ -229,19 +301,28 @@ int explain_command(const Args& args) {
             << reduce_order_name(report.reduce_order) << ", schedule " << report.schedule.str()
             << "\n";
   if (!scenario.description.empty()) std::cout << scenario.description << "\n";
-  std::cout << "\n";
-  std::vector<TraceEntry> trace;
-  for (const BoundaryResult& b : report.boundaries) trace.push_back(b.entry);
-  std::cout << format_trace(trace);
-  if (vm.count("diagnose")) std::cout << "\n" << signature_analysis(scenario, vm, run_options(vm));
+  std::cout << "\n" << format_trace(trace_of(report)) << analysis;
   return 0;
 }
 
 int validate_command(const Args& args) {
   po::options_description options("validate options");
   po::variables_map vm;
-  if (!parse_scenario_args(args, options, vm, "usage: shardsim validate SCENARIO")) return 0;
+  if (!parse_scenario_args(args, options, vm,
+                           "usage: shardsim validate SCENARIO\n"
+                           "Checks the file, and, when [expect] names a tensor, an op or a chunk, "
+                           "that the plan has\nsuch a boundary (this runs the plan once at f64, "
+                           "up to the expected step, like explain).")) {
+    return 0;
+  }
   const Scenario scenario = load_scenario(vm["scenario"].as<std::string>());
+  if (scenario.expect.tensor || scenario.expect.op || scenario.expect.chunk) {
+    Scenario planned = scenario;  // the names repeat every training step: run up to the one named
+    if (planned.train_steps > 0)
+      planned.train_steps = std::min(planned.train_steps, scenario.expect.step.value_or(1));
+    check_memory(planned, parse_precision("f64"), {});
+    check_expectation_names(scenario, trace_of(evaluate(planned, parse_precision("f64"), {})));
+  }
   std::cout << scenario.file << ": ok: '" << scenario.name << "', " << scenario.tensors.size()
             << " tensors, " << scenario.steps.size() << " steps, " << scenario.mesh.ranks() << " ranks"
             << (scenario.mesh.devices.ndim() > 1 ? " (mesh " + scenario.mesh.devices.str() + ")"
@@ -250,33 +331,41 @@ int validate_command(const Args& args) {
   return 0;
 }
 
-int list_command(const Args& args) {
-  if (!args.empty()) throw InputError("list takes no arguments, got '" + args.front() + "'");
-  std::cout << "ops:\n";
-  for (const OpSchema& op : op_schemas()) {
-    std::cout << "  " << op.name << ": " << op.summary << "\n";
-    for (const ParamSchema& p : op.params) {
-      std::cout << "      " << p.key << (p.required ? " (required)" : "") << ": " << p.help;
-      if (const std::string range = p.bounds.str(); !range.empty()) {
-        std::cout << " {" << range << (p.bounds.note.empty() ? "" : " " + p.bounds.note) << "}";
-      }
-      if (!p.choices.empty()) {
-        std::cout << " [";
-        for (std::size_t i = 0; i < p.choices.size(); ++i) {
-          std::cout << (i ? ", " : "") << p.choices[i];
-        }
-        std::cout << "]";
-      }
-      std::cout << "\n";
+void print_schema(const OpSchema& op) {
+  std::cout << "  " << op.name << ": " << op.summary << "\n";
+  for (const ParamSchema& p : op.params) {
+    std::cout << "      " << p.key << (p.required ? " (required)" : "") << ": " << p.help;
+    if (const std::string range = p.bounds.str(); !range.empty()) {
+      std::cout << " {" << range << (p.bounds.note.empty() ? "" : " " + p.bounds.note) << "}";
     }
+    if (!p.choices.empty()) {
+      std::cout << " [";
+      for (std::size_t i = 0; i < p.choices.size(); ++i)
+        std::cout << (i ? ", " : "") << p.choices[i];
+      std::cout << "]";
+    }
+    std::cout << "\n";
   }
+}
+
+int list_command(const Args& args) {
+  if (!args.empty() && (args.front() == "--help" || args.front() == "-h") && args.size() == 1) {
+    std::cout << "usage: shardsim list\n"
+                 "Prints every op with its keys (types, defaults, bounds, choices), every seeded "
+                 "fault,\nthe placements, reduce orders, schedules and precisions. No options.\n";
+    return 0;
+  }
+  if (!args.empty()) throw InputError("list takes no arguments, got " + quote(args.front()));
+  std::cout << "ops:\n";
+  for (const OpSchema& op : op_schemas()) print_schema(op);
   std::cout << "faults:\n";
   for (const FaultInfo& f : fault_catalogue())
     std::cout << "  " << f.name << ": " << f.summary << "\n";
   std::cout << "placements: Replicate, Partial(sum), Shard(AXIS[, chunk|balanced|padded])\n"
                "reduce orders: rank, ring, tree\n"
                "schedules: rank, reverse, shuffle:SEED\n"
-               "precisions: f32, f64, mp<bits> (bits >= 64)\n";
+               "precisions: f32, f64, mp<bits> ("
+            << kMinMpBits << " <= bits <= " << kMaxMpBits << ")\n";
   return 0;
 }
 

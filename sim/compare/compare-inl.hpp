@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <tuple>
 #include <type_traits>
 
 #include "shardsim/compare/compare.hpp"
@@ -158,8 +159,7 @@ class Comparator final : public BoundarySink<T> {
         for (std::size_t a = 0; a < index.size(); ++a) {
           div.index.emplace_back(dense.shape()[a].name, index[a]);
         }
-        div.dense = dd;
-        div.sharded = sd;
+        set_values(div, d, s);
         div.reason = std::move(why);
         return div;
       };
@@ -209,6 +209,14 @@ class Comparator final : public BoundarySink<T> {
       }
     }
     return out;
+  }
+
+  static void set_values(Divergence& div, const T& dense, const T& sharded) {
+    div.dense = Traits::to_double(dense);
+    div.sharded = Traits::to_double(sharded);
+    if constexpr (!std::is_floating_point_v<T>) {  // mp: the doubles may print alike
+      std::tie(div.dense_text, div.sharded_text) = distinguishing_texts(dense, sharded);
+    }
   }
 
   static T magnitude(const T& v) {

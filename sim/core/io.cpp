@@ -8,10 +8,9 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
-#include <fstream>
+#include <filesystem>
 #include <memory>
 #include <mutex>
-#include <sstream>
 
 #include "shardsim/error.hpp"
 
@@ -42,12 +41,12 @@ extern "C" void shardsim_unlink_and_reraise(int sig) {
   ::raise(sig);  // delivered when the handler returns (sig is blocked while it runs)
 }
 
-// Installs the handler for SIGINT and SIGTERM once, leaving a signal alone when it is ignored
-// (nohup) or already has another handler.
+// Installs the handler for SIGINT, SIGTERM, SIGHUP (the terminal closed) and SIGQUIT (Ctrl-\)
+// once, leaving a signal alone when it is ignored (nohup) or already has another handler.
 void install_handlers() {
   static std::once_flag once;
   std::call_once(once, [] {
-    for (const int sig : {SIGINT, SIGTERM}) {
+    for (const int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
       struct sigaction previous {};
       if (::sigaction(sig, nullptr, &previous) != 0) continue;
       if ((previous.sa_flags & SA_SIGINFO) != 0 || previous.sa_handler != SIG_DFL) continue;
@@ -120,13 +119,28 @@ void write_and_sync(const std::string& temp, const std::string& path, std::strin
   if (::close(fd) != 0) fail(" (close)");
 }
 
+// The file a write to `path` replaces: the target of a symlink at `path` (so that writing
+// through a link updates the file it points to instead of replacing the link), else `path`.
+std::string write_target(const std::string& path) {
+  struct stat info {};
+  if (::lstat(path.c_str(), &info) != 0 || !S_ISLNK(info.st_mode)) return path;
+  std::error_code ec;
+  const std::filesystem::path target = std::filesystem::weakly_canonical(path, ec);
+  return ec ? path : target.string();
+}
+
 }  // namespace
 
-void write_files_atomically(const std::vector<std::pair<std::string, std::string_view>>& files,
+void write_files_atomically(const std::vector<std::pair<std::string, std::string_view>>& input,
                             const std::string& remove_dir_if_empty) {
+  std::vector<std::pair<std::string, std::string_view>> files;
   std::vector<std::string> temps;
-  temps.reserve(files.size());
-  for (const auto& file : files) temps.push_back(file.first + ".tmp." + std::to_string(::getpid()));
+  files.reserve(input.size());
+  temps.reserve(input.size());
+  for (const auto& [path, bytes] : input) {
+    files.emplace_back(write_target(path), bytes);
+    temps.push_back(files.back().first + ".tmp." + std::to_string(::getpid()));
+  }
   PendingTemps pending(temps, remove_dir_if_empty);
   try {
     for (std::size_t i = 0; i < files.size(); ++i) {
@@ -145,20 +159,6 @@ void write_files_atomically(const std::vector<std::pair<std::string, std::string
 
 void write_file_atomically(const std::string& path, std::string_view bytes) {
   write_files_atomically({{path, bytes}});
-}
-
-std::string read_file(const std::string& path) {
-  struct stat info {};
-  if (::stat(path.c_str(), &info) != 0) {
-    throw InputError(path + ": cannot open: " + std::strerror(errno));
-  }
-  if (S_ISDIR(info.st_mode)) throw InputError(path + ": is a directory, not a file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open: " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw InputError(path + ": cannot read");
-  return text.str();
 }
 
 }  // namespace shardsim

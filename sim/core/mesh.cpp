@@ -21,7 +21,8 @@ ReduceOrder parse_reduce_order(std::string_view text) {
   if (text == "rank") return ReduceOrder::rank;
   if (text == "ring") return ReduceOrder::ring;
   if (text == "tree") return ReduceOrder::tree;
-  throw InputError("unknown reduce order '" + std::string(text) + "' (known: rank, ring, tree)");
+  throw InputError("unknown reduce order " + quote(std::string(text)) +
+                   " (known: rank, ring, tree)");
 }
 
 std::string Schedule::str() const {

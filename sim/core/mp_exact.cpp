@@ -1,5 +1,6 @@
 #include "shardsim/mp_exact.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "shardsim/error.hpp"
@@ -12,6 +13,28 @@ std::string mp_exact_text(const Mp& value) {
   SHARDSIM_ASSERT(length >= 0 && text != nullptr, "mpfr_asprintf failed");
   std::string out(text, static_cast<std::size_t>(length));
   mpfr_free_str(text);
+  return out;
+}
+
+std::string mp_decimal_text(const Mp& value, int digits) {
+  char* text = nullptr;
+  const int length = mpfr_asprintf(&text, "%.*Re", digits - 1, value.backend().data());
+  SHARDSIM_ASSERT(length >= 0 && text != nullptr, "mpfr_asprintf failed");
+  std::string out(text, static_cast<std::size_t>(length));
+  mpfr_free_str(text);
+  return out;
+}
+
+std::pair<std::string, std::string> distinguishing_texts(const Mp& a, const Mp& b) {
+  // Enough digits for the wider significand to round-trip: ceil(bits * log10(2)) + 1.
+  const long bits = std::max(mpfr_get_prec(a.backend().data()), mpfr_get_prec(b.backend().data()));
+  const int most = static_cast<int>(static_cast<double>(bits) * 0.30103) + 2;
+  int digits = 17;
+  std::pair<std::string, std::string> out{mp_decimal_text(a, digits), mp_decimal_text(b, digits)};
+  while (out.first == out.second && digits < most && !(a == b) && !isnan(a) && !isnan(b)) {
+    ++digits;
+    out = {mp_decimal_text(a, digits), mp_decimal_text(b, digits)};
+  }
   return out;
 }
 

@@ -89,14 +89,14 @@ Placement parse_placement(std::string_view text) {
       } else if (policy == "padded") {
         split = SplitPolicy::padded;
       } else {
-        throw InputError("placement '" + std::string(s) + "': unknown split policy '" +
+        throw InputError("placement " + quote(std::string(s)) + ": unknown split policy '" +
                          std::string(policy) + "' (known: chunk, balanced, padded)");
       }
     }
     axis = trim(axis);
     if (is_axis_name(axis)) return Placement::shard(std::string(axis), split);
   }
-  throw InputError("invalid placement '" + std::string(s) + "': " + usage);
+  throw InputError("invalid placement " + quote(std::string(s)) + ": " + usage);
 }
 
 Slice rank_slice(const Shape& global, const Placement& placement, int ranks, int rank) {
@@ -165,6 +165,33 @@ std::string Layout::str() const {
   std::string out = "[";
   for (std::size_t d = 0; d < dims.size(); ++d) out += (d ? ", " : "") + dims[d].str();
   return out + "]";
+}
+
+Layout parse_layout(std::string_view text, int ndim) {
+  if (ndim == 1) return Layout({parse_placement(text)});
+  if (text.size() < 2 || text.front() != '[' || text.back() != ']') {
+    throw InputError("expected a list of " + std::to_string(ndim) +
+                     " placements, e.g. [Replicate, Shard(seq)]");
+  }
+  std::vector<Placement> dims;
+  std::string_view rest = text.substr(1, text.size() - 2);
+  int depth = 0;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i <= rest.size(); ++i) {
+    if (i < rest.size() && rest[i] == '(') ++depth;
+    if (i < rest.size() && rest[i] == ')') --depth;
+    if (i == rest.size() || (rest[i] == ',' && depth == 0)) {
+      std::string_view item = rest.substr(start, i - start);
+      while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+      dims.push_back(parse_placement(item));
+      start = i + 1;
+    }
+  }
+  if (static_cast<int>(dims.size()) != ndim) {
+    throw InputError("expected " + std::to_string(ndim) + " placements, one per mesh dim, got " +
+                     std::to_string(dims.size()));
+  }
+  return Layout(std::move(dims));
 }
 
 Slice axis_slice(const Shape& global, const Layout& layout, const Mesh& mesh, int rank,

@@ -28,7 +28,7 @@ Precision parse_precision(std::string_view text) {
         bits <= kMaxMpBits) {
       return {ScalarKind::mp, bits};
     }
-    throw InputError("invalid precision '" + std::string(text) + "': mp<bits> needs " +
+    throw InputError("invalid precision " + quote(std::string(text)) + ": mp<bits> needs " +
                      std::to_string(kMinMpBits) + " <= bits <= " + std::to_string(kMaxMpBits) +
                      " (e.g. mp128, mp256)");
   }

@@ -57,7 +57,8 @@ std::vector<TrendPoint> trend(const Scenario& scenario, const std::vector<RunRep
     try {
       add(evaluate(scenario, precision, plain));
     } catch (const InputError&) {
-      // Refused (over the memory limit): the trend has one level fewer.
+      // Refused (over the memory limit, or an oracle not finite at that level): the trend has
+      // one level fewer.
     }
   }
   return points;

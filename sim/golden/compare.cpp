@@ -66,26 +66,23 @@ ElementReport locate(const GoldenInfo& info, std::int64_t flat) {
     out.owner = "rank " + std::to_string(info.rank) + (padding ? " (padding)" : "");
     return out;
   }
-  try {
-    const Placement placement = parse_placement(info.placement);
-    if (placement.is_replicate()) {
-      out.owner = "every rank (Replicate)";
-    } else if (placement.is_partial()) {
-      out.owner = "sum over ranks (Partial)";
-    } else {
-      out.owner = "rank ?";
-      const auto axis = info.global_shape.find(placement.axis);
+  const Layout& layout = info.layout;
+  if (layout.is_replicate()) {
+    out.owner = "every rank (Replicate)";
+  } else if (layout.has_partial()) {
+    out.owner = "sum over ranks (Partial)";
+  } else {
+    // The first rank whose share holds the element (its replicas on Replicate dims hold it too).
+    out.owner = "rank ?";
+    for (int r = 0; r < info.mesh->size() && out.owner == "rank ?"; ++r) {
+      bool holds = true;
       for (const auto& [name, i] : out.index) {
-        if (name != placement.axis || !axis) continue;
-        const std::int64_t extent = info.global_shape[*axis].extent;
-        if (i >= 0 && i < extent) {
-          out.owner = "rank " + std::to_string(
-                                    owner_of(shard_slices(extent, info.ranks, placement.split), i));
-        }
+        if (!info.global_shape.has(name)) continue;
+        const Slice slice = axis_slice(info.global_shape, layout, *info.mesh, r, name);
+        holds = holds && i >= slice.begin && i < slice.end;
       }
+      if (holds) out.owner = "rank " + std::to_string(r);
     }
-  } catch (const InputError&) {
-    out.owner = "rank ? (placement '" + info.placement + "')";
   }
   return out;
 }
@@ -199,7 +196,7 @@ ComparisonReport compare_candidate(const GoldenDir& golden, const Candidate& can
   std::map<std::string, std::string> mapped;
   for (const auto& [from, to] : options.map) {
     if (!golden.tensors.count(from)) {
-      throw InputError("--map " + from + "=" + to + ": no golden tensor named '" + from + "'");
+      throw InputError("--map " + from + "=" + to + ": no golden tensor named " + quote(from));
     }
     if (!by_name.count(to)) {
       throw InputError("--map " + from + "=" + to + ": the candidate has no tensor named '" + to +

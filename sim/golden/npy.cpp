@@ -1,13 +1,15 @@
 // The npy codec (format: safetensors_format.hpp, after numpy's NEP 1).
 //
 // The decoder treats its input as hostile: the header is parsed by a small strict grammar (no
-// Python evaluation), every length is checked against the input size before it is used.
+// Python evaluation), and every length is checked against the input size before it is used; the
+// data is read only once its size matches the header's shape.
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
 
 #include "shardsim/error.hpp"
 #include "shardsim/golden/tensor_file.hpp"
+#include "sim/golden/byte_source.hpp"
 
 namespace shardsim {
 
@@ -15,9 +17,7 @@ namespace {
 
 using format::Dtype;
 
-[[noreturn]] void reject(const std::string& what, const std::string& message) {
-  throw InputError(what + ": " + message);
-}
+using golden_detail::reject;
 
 std::string shape_tuple(const std::vector<std::int64_t>& shape) {
   std::string out = "(";
@@ -62,7 +62,7 @@ class HeaderParser {
         seen_shape = true;
         header.shape = int_tuple();
       } else {
-        fail("unknown key '" + key + "'");
+        fail("unknown key " + quote(key));
       }
       skip_spaces();
       if (peek() == ',') {
@@ -177,58 +177,68 @@ std::string encode_npy(const RawTensor& tensor) {
   return out;
 }
 
-RawTensor decode_npy(std::string_view bytes, const std::string& what) {
-  if (bytes.size() < format::kNpyPreambleV1) {
-    reject(what, "truncated: " + std::to_string(bytes.size()) + " bytes, shorter than the npy preamble");
+namespace {
+
+// The preamble and the header dict, checked against the source's size. Sets `data_start`.
+NpyHeader read_header(const golden_detail::ByteSource& source, const std::string& what,
+                      std::uint64_t& data_start) {
+  if (source.size() < format::kNpyPreambleV1) {
+    reject(what,
+           "truncated: " + std::to_string(source.size()) + " bytes, shorter than the npy preamble");
   }
-  if (bytes.substr(0, format::kNpyMagic.size()) != format::kNpyMagic) {
+  std::string preamble = source.read(0, format::kNpyPreambleV1);
+  if (std::string_view(preamble).substr(0, format::kNpyMagic.size()) != format::kNpyMagic) {
     reject(what, "not an npy file (the magic \\x93NUMPY is missing)");
   }
-  const unsigned major = static_cast<unsigned char>(bytes[6]);
-  const unsigned minor = static_cast<unsigned char>(bytes[7]);
+  const unsigned major = static_cast<unsigned char>(preamble[6]);
+  const unsigned minor = static_cast<unsigned char>(preamble[7]);
   if (major < 1 || major > 3 || minor != 0) {
     reject(what, "unsupported npy version " + std::to_string(major) + "." + std::to_string(minor));
   }
-  std::size_t preamble = format::kNpyPreambleV1;
-  std::uint64_t header_length = static_cast<unsigned char>(bytes[8]) |
-                                (static_cast<unsigned>(static_cast<unsigned char>(bytes[9])) << 8);
   if (major >= 2) {
-    preamble = format::kNpyPreambleV2;
-    if (bytes.size() < preamble) reject(what, "truncated npy preamble");
-    header_length = 0;
-    for (int i = 0; i < 4; ++i) {
-      header_length |= std::uint64_t{static_cast<unsigned char>(bytes[8 + i])} << (8 * i);
-    }
+    if (source.size() < format::kNpyPreambleV2) reject(what, "truncated npy preamble");
+    preamble = source.read(0, format::kNpyPreambleV2);
   }
-  if (header_length > bytes.size() - preamble) {
+  const std::uint64_t header_length =
+      golden_detail::load_le(preamble.data() + 8, major >= 2 ? 4 : 2);
+  if (header_length > source.size() - preamble.size()) {
     reject(what, "header length " + std::to_string(header_length) + " runs past the end of the " +
-                     std::to_string(bytes.size()) + "-byte file");
+                     std::to_string(source.size()) + "-byte file");
   }
   if (header_length > format::kNpyMaxHeaderBytes) {
     reject(what, "header length " + std::to_string(header_length) + " exceeds the limit of " +
                      std::to_string(format::kNpyMaxHeaderBytes) + " bytes");
   }
-  const NpyHeader header = HeaderParser(bytes.substr(preamble, header_length), what).parse();
+  data_start = preamble.size() + header_length;
+  const std::string text = source.read(preamble.size(), header_length);
+  const NpyHeader header = HeaderParser(text, what).parse();
   if (header.fortran_order) {
     reject(what, "fortran_order True is not supported; save with np.ascontiguousarray(a)");
   }
-  if (header.descr.size() < 3) reject(what, "unknown dtype '" + header.descr + "'");
-  const char order = header.descr[0];
-  const std::string type = header.descr.substr(1);
-  std::optional<Dtype> dtype;
-  for (const format::DtypeInfo& info : format::kDtypes) {
-    if (!info.npy.empty() && info.npy.substr(1) == type) dtype = info.dtype;
+  return header;
+}
+
+// The dtype of an npy descr ('<f8', '>i4', '|u1').
+Dtype descr_dtype(const std::string& descr, const std::string& what) {
+  if (descr.size() >= 3) {
+    const char order = descr[0];
+    for (const format::DtypeInfo& info : format::kDtypes) {
+      if (info.npy.empty() || info.npy.substr(1) != descr.substr(1)) continue;
+      if (order == '<' || order == '>' || (order == '|' && info.size == 1)) return info.dtype;
+    }
   }
-  const bool one_byte = dtype && format::dtype_info(*dtype).size == 1;
-  if (!dtype || !(order == '<' || order == '>' || (order == '|' && one_byte))) {
-    reject(what, "unknown or unsupported dtype '" + header.descr +
-                     "' (supported: b1, u1, i1, u2, i2, u4, i4, u8, i8, f2, f4, f8)");
-  }
+  reject(what, "unknown or unsupported dtype " + quote(descr) +
+                   " (supported: b1, u1, i1, u2, i2, u4, i4, u8, i8, f2, f4, f8)");
+}
+
+RawTensor decode(const golden_detail::ByteSource& source, const std::string& what) {
+  std::uint64_t data_start = 0;
+  const NpyHeader header = read_header(source, what, data_start);
   RawTensor tensor;
-  tensor.dtype = *dtype;
+  tensor.dtype = descr_dtype(header.descr, what);
   tensor.shape = header.shape;
-  const std::uint64_t data_length = bytes.size() - preamble - header_length;
-  const std::uint64_t size = format::dtype_info(*dtype).size;
+  const std::uint64_t data_length = source.size() - data_start;
+  const std::uint64_t size = format::dtype_info(tensor.dtype).size;
   const bool empty = std::find(tensor.shape.begin(), tensor.shape.end(), 0) != tensor.shape.end();
   std::uint64_t need = empty ? 0 : size;
   bool too_big = false;
@@ -250,17 +260,28 @@ RawTensor decode_npy(std::string_view bytes, const std::string& what) {
                      header.descr + "' needs " + std::to_string(need) + " bytes, the file holds " +
                      std::to_string(data_length) + " (trailing bytes)");
   }
-  tensor.bytes.assign(bytes.substr(preamble + header_length));
-  if (order == '>' && size > 1) {
+  // Only now, with the size checked against the header, is the data read.
+  tensor.bytes = source.read(data_start, data_length);
+  if (header.descr[0] == '>' && size > 1) {
     for (std::size_t i = 0; i < tensor.bytes.size(); i += size) {
       std::reverse(tensor.bytes.begin() + static_cast<std::ptrdiff_t>(i),
                    tensor.bytes.begin() + static_cast<std::ptrdiff_t>(i + size));
     }
   }
-  if (*dtype == Dtype::boolean) {
+  if (tensor.dtype == Dtype::boolean) {
     for (char& c : tensor.bytes) c = c != 0 ? 1 : 0;
   }
   return tensor;
+}
+
+}  // namespace
+
+RawTensor decode_npy(std::string_view bytes, const std::string& what) {
+  return decode(golden_detail::MemorySource(bytes), what);
+}
+
+RawTensor read_npy(const std::string& path) {
+  return decode(golden_detail::FileSource(path), path);
 }
 
 std::string npy_file_name(std::string_view name) {

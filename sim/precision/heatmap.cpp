@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "shardsim/dist_tensor.hpp"
 #include "shardsim/error.hpp"
 #include "shardsim/precision/precision_diff.hpp"
 
@@ -68,35 +69,13 @@ double element_gap(const Precision& level, unsigned bits, const CapturedBoundary
   return worst;
 }
 
-}  // namespace
-
-Heatmap make_heatmap(const PrecisionDiff& diff, std::size_t level, std::size_t boundary) {
-  const BoundaryResult& result = diff.runs[level].boundaries[boundary];
-  const TraceEntry& entry = result.entry;
-  const CapturedBoundary& captured = *result.captured;
+// Which (rank, local flat) positions hold each global element of the boundary. With a Partial
+// dim, only the members at coordinate 0 of every Replicate dim: each addend once.
+std::vector<std::vector<std::pair<int, std::int64_t>>> holders(const TraceEntry& entry) {
   const Shape& global = entry.global;
-  const int ranks = static_cast<int>(entry.ranks.size());
-
-  Heatmap map;
-  map.boundary = entry.id;
-  map.tensor = entry.tensor;
-  map.level = diff.levels[level].name();
-  map.placement = entry.layout.str();
-  std::size_t column = global.rank() == 0 ? 0 : global.rank() - 1;
-  if (auto hidden = global.find("hidden")) column = *hidden;
-  map.column_axis = global.rank() == 0 ? "(scalar)" : global[column].name;
-  map.columns = global.rank() == 0 ? 1 : global[column].extent;
-  map.rows = map.columns == 0 ? 0 : global.numel() / map.columns;
-  for (std::size_t a = 0; a < global.rank(); ++a) {
-    if (a == column) continue;
-    map.row_axes += (map.row_axes.empty() ? "" : " x ") + global[a].name;
-  }
-  if (map.row_axes.empty()) map.row_axes = "(none)";
-
-  // Which (rank, local flat) positions hold each global element. With a Partial dim, only the
-  // members at coordinate 0 of every Replicate dim: each addend once.
-  std::vector<std::vector<std::pair<int, std::int64_t>>> from(static_cast<std::size_t>(global.numel()));
   const Mesh& mesh = *entry.mesh;
+  const int ranks = static_cast<int>(entry.ranks.size());
+  std::vector<std::vector<std::pair<int, std::int64_t>>> from(static_cast<std::size_t>(global.numel()));
   for (int r = 0; r < ranks; ++r) {
     bool counted = true;
     for (int d = 0; d < entry.layout.ndim() && entry.layout.has_partial(); ++d) {
@@ -112,29 +91,19 @@ Heatmap make_heatmap(const PrecisionDiff& diff, std::size_t level, std::size_t b
                      from[static_cast<std::size_t>(global_flat)].emplace_back(r, local_flat);
                    });
   }
+  return from;
+}
 
-  // The element at (row, col) is the global element whose index on the column axis is col and
-  // whose other indices, in order, flatten to row.
-  map.values.assign(static_cast<std::size_t>(global.numel()), kNaN);
-  for (std::int64_t g = 0; g < global.numel(); ++g) {
-    const std::vector<std::int64_t> index = unflatten(global, g);
-    std::int64_t row = 0;
-    for (std::size_t a = 0; a < global.rank(); ++a) {
-      if (a != column) row = row * global[a].extent + index[a];
-    }
-    const std::int64_t col = global.rank() == 0 ? 0 : index[column];
-    if (!captured.has_dense || from[static_cast<std::size_t>(g)].empty()) continue;
-    map.values[static_cast<std::size_t>(row * map.columns + col)] =
-        element_gap(diff.levels[level], diff.significand_bits[level], captured,
-                    entry.layout.has_partial(), from[static_cast<std::size_t>(g)], g);
-  }
-
-  // Shard edges (where a rank's piece of a sharded axis starts) and row labels.
+// Shard edges (where a rank's piece of a sharded axis starts: column edges on the column axis,
+// row edges on the others) and the row labels ("batch=0 seq=12").
+void add_edges_and_labels(Heatmap& map, const TraceEntry& entry, std::size_t column) {
+  const Shape& global = entry.global;
+  const int ranks = static_cast<int>(entry.ranks.size());
   std::map<std::string, std::set<std::int64_t>> begins;
   for (const Axis& axis : global.axes()) {
     if (!entry.layout.shards(axis.name)) continue;
     for (int r = 0; r < ranks; ++r) {
-      const Slice s = axis_slice(global, entry.layout, mesh, r, axis.name);
+      const Slice s = axis_slice(global, entry.layout, *entry.mesh, r, axis.name);
       if (s.begin > 0 && s.begin < axis.extent) begins[axis.name].insert(s.begin);
     }
   }
@@ -159,6 +128,49 @@ Heatmap make_heatmap(const PrecisionDiff& diff, std::size_t level, std::size_t b
     if (edge) map.row_edges.push_back(row);
     map.row_labels.push_back(label);
   }
+}
+
+}  // namespace
+
+Heatmap make_heatmap(const PrecisionDiff& diff, std::size_t level, std::size_t boundary) {
+  const BoundaryResult& result = diff.runs[level].boundaries[boundary];
+  const TraceEntry& entry = result.entry;
+  const CapturedBoundary& captured = *result.captured;
+  const Shape& global = entry.global;
+
+  Heatmap map;
+  map.boundary = entry.id;
+  map.tensor = entry.tensor;
+  map.level = diff.levels[level].name();
+  map.placement = entry.layout.str();
+  std::size_t column = global.rank() == 0 ? 0 : global.rank() - 1;
+  if (auto hidden = global.find("hidden")) column = *hidden;
+  map.column_axis = global.rank() == 0 ? "(scalar)" : global[column].name;
+  map.columns = global.rank() == 0 ? 1 : global[column].extent;
+  map.rows = map.columns == 0 ? 0 : global.numel() / map.columns;
+  for (std::size_t a = 0; a < global.rank(); ++a) {
+    if (a == column) continue;
+    map.row_axes += (map.row_axes.empty() ? "" : " x ") + global[a].name;
+  }
+  if (map.row_axes.empty()) map.row_axes = "(none)";
+
+  // The element at (row, col) is the global element whose index on the column axis is col and
+  // whose other indices, in order, flatten to row.
+  const auto from = holders(entry);
+  map.values.assign(static_cast<std::size_t>(global.numel()), kNaN);
+  for (std::int64_t g = 0; g < global.numel(); ++g) {
+    const std::vector<std::int64_t> index = unflatten(global, g);
+    std::int64_t row = 0;
+    for (std::size_t a = 0; a < global.rank(); ++a) {
+      if (a != column) row = row * global[a].extent + index[a];
+    }
+    const std::int64_t col = global.rank() == 0 ? 0 : index[column];
+    if (!captured.has_dense || from[static_cast<std::size_t>(g)].empty()) continue;
+    map.values[static_cast<std::size_t>(row * map.columns + col)] =
+        element_gap(diff.levels[level], diff.significand_bits[level], captured,
+                    entry.layout.has_partial(), from[static_cast<std::size_t>(g)], g);
+  }
+  add_edges_and_labels(map, entry, column);
   return map;
 }
 

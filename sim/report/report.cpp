@@ -1,7 +1,9 @@
 #include "shardsim/report/report.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iomanip>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -95,7 +97,12 @@ std::string format_divergence(const Divergence& d) {
   }
   char values[96];
   std::snprintf(values, sizeof values, "]: dense %.17g, sharded %.17g (", d.dense, d.sharded);
-  out << values << d.reason << ")";
+  if (d.dense_text.empty()) {
+    out << values;
+  } else {  // an mp run: doubles may print alike, these texts differ
+    out << "]: dense " << d.dense_text << ", sharded " << d.sharded_text << " (";
+  }
+  out << d.reason << ")";
   return out.str();
 }
 
@@ -164,21 +171,34 @@ std::string format_run_table(const RunReport& r) {
   out << "== " << r.precision.name() << " (" << r.significand_bits << "-bit significand), reduce "
       << reduce_order_name(r.reduce_order) << ", schedule " << r.schedule.str() << ": "
       << (r.pass ? "pass" : "FAIL") << "\n";
-  char line[256];
-  std::snprintf(line, sizeof line, "%4s %4s %5s  %-20s %-20s %-20s %-7s %9s %9s %9s\n", "id",
-                "step", "chunk", "op", "tensor", "placement", "status", "max_abs", "max_rel",
-                "max_ulp");
-  out << line;
+  // Columns as wide as their longest entry (at least 20), so a long op name never shifts a row.
+  int op_width = 20, tensor_width = 20;
+  for (const BoundaryResult& b : r.boundaries) {
+    op_width = std::max(op_width, static_cast<int>(b.entry.op.size()));
+    tensor_width = std::max(tensor_width, static_cast<int>(b.entry.tensor.size()));
+  }
+  auto row = [&](const char* id, const char* step, const char* chunk, const std::string& op,
+                 const std::string& tensor, const std::string& placement, const std::string& status,
+                 const std::string& abs, const std::string& rel, const std::string& ulp) {
+    char line[160];
+    std::snprintf(line, sizeof line, "%4s %4s %5s  ", id, step, chunk);
+    out << line << std::left << std::setw(op_width) << op << " " << std::setw(tensor_width)
+        << tensor << " " << std::setw(20) << placement << " ";
+    std::snprintf(line, sizeof line, "%-7s %9s %9s %9s\n", status.c_str(), abs.c_str(), rel.c_str(),
+                  ulp.c_str());
+    out << line;
+  };
+  row("id", "step", "chunk", "op", "tensor", "placement", "status", "max_abs", "max_rel",
+      "max_ulp");
   for (const BoundaryResult& b : r.boundaries) {
     const TraceEntry& e = b.entry;
-    std::snprintf(line, sizeof line, "%4d %4d %5d  %-20s %-20s %-20s %-7s %9s %9s %9s\n", e.id,
-                  e.step, e.chunk, e.op.c_str(), e.tensor.c_str(), e.layout.str().c_str(),
-                  std::string(status_name(b.status)).c_str(), short_scientific(b.max_abs).c_str(),
-                  short_scientific(b.max_rel).c_str(), short_scientific(b.max_ulp).c_str());
-    out << line;
+    row(std::to_string(e.id).c_str(), std::to_string(e.step).c_str(),
+        std::to_string(e.chunk).c_str(), e.op, e.tensor, e.layout.str(),
+        std::string(status_name(b.status)), short_scientific(b.max_abs),
+        short_scientific(b.max_rel), short_scientific(b.max_ulp));
     for (const std::string& note : e.notes) out << "           note: " << note << "\n";
   }
-  if (!r.activation.steps.empty()) {
+  if (!r.activation.steps.empty() && !r.activation.forward_only) {
     std::int64_t total = 0;
     out << "activation memory kept for backward, bytes per rank:";
     for (std::int64_t bytes : r.activation.per_rank) {
@@ -204,10 +224,12 @@ std::string format_resources(const RunReport& r) {
   return out.str();
 }
 
-std::string format_outcome(const Scenario& scenario, const Outcome& outcome) {
+std::string format_outcome(const Scenario& scenario, const Outcome& outcome, bool tables_shown) {
   std::ostringstream out;
   out << scenario.name << ": " << (outcome.pass ? "pass" : "FAIL");
-  if (outcome.first_divergence) {
+  if (outcome.first_divergence && tables_shown) {
+    out << " (first divergence at " << outcome.failed_at->name() << ": in its table above)";
+  } else if (outcome.first_divergence) {
     out << " (first divergence at " << outcome.failed_at->name() << ": "
         << format_divergence(*outcome.first_divergence) << ")";
   }

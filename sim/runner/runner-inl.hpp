@@ -118,7 +118,11 @@ class ScenarioRun {
     entry.ranks = rank_extents(tensor.global, tensor.layout, *tensor.mesh);
     entry.notes = label.notes;
     entry.inputs = label.inputs;
-    if (!oracle) oracle = find_oracle(label, entry, env_.dense);
+    entry.scenario_step = scenario_step_;
+    if (!oracle) {
+      oracle = find_oracle(label, entry, env_.dense);
+      if (oracle) check_oracle_finite(*oracle, entry);
+    }
     const bool same = sink_.on_boundary(entry, oracle, tensor);
     if (same) {
       identical_.insert(label.tensor);
@@ -127,6 +131,27 @@ class ScenarioRun {
     }
     trace_.push_back(std::move(entry));
     return same;
+  }
+
+  // A non-finite oracle is no reference: the scenario overflows (or is undefined) at this
+  // precision, which is bad input (exit 2), not a divergence of the sharded program.
+  void check_oracle_finite(const Tensor<T>& oracle, const TraceEntry& entry) const {
+    using std::isfinite;
+    for (std::int64_t i = 0; i < oracle.numel(); ++i) {
+      if (isfinite(oracle[i])) continue;
+      const std::vector<std::int64_t> index = unflatten(oracle.shape(), i);
+      std::string at;
+      for (std::size_t a = 0; a < index.size(); ++a) {
+        at += (a ? ", " : "") + oracle.shape()[a].name + "=" + std::to_string(index[a]);
+      }
+      throw InputError(scenario_.file + ": the oracle is not finite at boundary #" +
+                       std::to_string(entry.id) + " (step " + std::to_string(entry.step) +
+                       ", chunk " + std::to_string(entry.chunk) + ", " + entry.op + " -> " +
+                       entry.tensor + ") in the " + ScalarTraits<T>::name + " run, first at [" +
+                       at +
+                       "]: the scenario's values overflow or are undefined at this "
+                       "precision, so there is no reference to compare with");
+    }
   }
 
   // Inputs and parameters: drawn ones are f32-representable, identical at every precision;
@@ -193,9 +218,11 @@ class ScenarioRun {
 
   void forward() {
     for (std::size_t i = 0; i < ops_.size(); ++i) {
+      scenario_step_ = static_cast<int>(i);
       bind_world(i);
       ops_[i]->forward(env_);
     }
+    scenario_step_ = -1;
   }
 
   // The world a step's plans see: bound to the step's mesh dim.
@@ -204,6 +231,7 @@ class ScenarioRun {
   // After the first forward pass: the bytes each rank keeps for backward, per step.
   void report_activation_memory() {
     ActivationMemory memory;
+    memory.forward_only = scenario_.train_steps == 0;
     memory.per_rank.assign(static_cast<std::size_t>(world_.size()), 0);
     for (std::size_t i = 0; i < ops_.size(); ++i) {
       bind_world(i);
@@ -222,8 +250,10 @@ class ScenarioRun {
   // releasing changes no result.
   void backward() {
     for (std::size_t i = ops_.size(); i-- > 0;) {
+      scenario_step_ = static_cast<int>(i);
       bind_world(i);
       ops_[i]->backward(env_);
+      scenario_step_ = -1;
       std::vector<bool> reads_output;
       for (std::size_t j = 0; j < i; ++j) reads_output.push_back(ops_[j]->backward_reads_output());
       const LiveNames live = live_names(scenario_.steps, reads_output, pinned_);
@@ -296,6 +326,7 @@ class ScenarioRun {
   std::set<std::string> identical_;  // tensors whose latest boundary matched the oracle bitwise
   int step_ = 1;
   int chunk_ = 1;
+  int scenario_step_ = -1;  // the step whose forward or backward is running (TraceEntry)
   std::vector<std::unique_ptr<StepOp<T>>> ops_;
   std::set<std::string> pinned_;            // never released: declared tensors, parameter gradients
   std::map<std::string, Tensor<T>> whole_;  // streamed inputs, whole

@@ -4,6 +4,7 @@
 // anything is allocated, and a file that is truncated, has a hole or trailing bytes is rejected,
 // so a tensor is never read partially. The values are kept as doubles: F32, BF16 and F16 convert
 // exactly, F64 values are themselves (an f32 run rounds them once, in the runner).
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -61,14 +62,14 @@ const Loader::InputFile& Loader::input_file(const toml::node& node, const std::s
   auto file = std::make_shared<InputFile>();
   file->npy = resolved.ends_with(".npy");
   if (!file->npy && !resolved.ends_with(".safetensors")) {
-    fail(node, path, "'" + resolved + "' is neither a .safetensors nor a .npy file");
+    fail(node, path, quote(resolved) + " is neither a .safetensors nor a .npy file");
   }
   // A FIFO or device (/dev/zero behind a .npy symlink) could be read forever: only regular
   // files (after symlinks) are read. A missing file is left to read_file's message.
   std::error_code error;
   const auto status = std::filesystem::status(resolved, error);
   if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
-    fail(node, path, "'" + resolved + "' is not a regular file");
+    fail(node, path, quote(resolved) + " is not a regular file");
   }
   const std::string bytes = wrap(node, path, [&] { return read_file(resolved); });
   wrap(node, path, [&] {
@@ -96,7 +97,7 @@ InitSpec Loader::init_file(const toml::table& t, const std::string& path) const 
   if (file.npy) {
     if (name_node) {
       fail(*name_node, path + ".tensor",
-           "an .npy file holds one unnamed tensor: omit 'tensor' for '" + spec.file + "'");
+           "an .npy file holds one unnamed tensor: omit 'tensor' for " + quote(spec.file));
     }
     raw = &file.tensors.front();
   } else {
@@ -110,15 +111,14 @@ InitSpec Loader::init_file(const toml::table& t, const std::string& path) const 
     if (!raw) {
       const std::string hint = nearest(spec.file_tensor, names);
       fail(*name_node, path + ".tensor",
-           "no tensor '" + spec.file_tensor + "' in '" + spec.file + "'" +
-               (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
+           "no tensor " + quote(spec.file_tensor) + " in " + quote(spec.file) +
+               (hint.empty() ? "" : " (did you mean " + quote(hint) + "?)"));
     }
   }
   // Problems of the tensor itself are located at its name (at the file for an npy).
   const toml::node& at = name_node ? *name_node : file_node;
   const std::string at_path = path + (name_node ? ".tensor" : ".file");
-  const std::string what =
-      (file.npy ? "" : "'" + spec.file_tensor + "' in ") + "'" + spec.file + "'";
+  const std::string what = (file.npy ? "" : quote(spec.file_tensor) + " in ") + quote(spec.file);
   const format::DtypeInfo& info = format::dtype_info(raw->dtype);
   if (!exact_input_dtype(raw->dtype)) {
     fail(at, at_path,
@@ -135,6 +135,7 @@ InitSpec Loader::init_file(const toml::table& t, const std::string& path) const 
   spec.values = std::make_shared<const std::vector<double>>(std::move(values));
   spec.file_dtype = std::string(info.safetensors);
   spec.file_sha256 = file.sha256;
+  spec.file_read = resolved;
   spec.file_shape = raw->shape;
   return spec;
 }
@@ -145,11 +146,22 @@ void Loader::check_init_file_shape(const toml::node& node, const std::string& pa
   for (const Axis& axis : spec.shape.axes()) declared.push_back(axis.extent);
   if (declared == spec.init.file_shape) return;
   const std::string what =
-      (spec.init.file_tensor.empty() ? "" : "'" + spec.init.file_tensor + "' in ") + "'" +
-      spec.init.file + "'";
+      (spec.init.file_tensor.empty() ? "" : quote(spec.init.file_tensor) + " in ") +
+      quote(spec.init.file);
   fail(node, path,
-       what + " has shape " + extents_str(spec.init.file_shape) + ", but '" + spec.name +
-           "' declares " + spec.shape.str());
+       what + " has shape " + extents_str(spec.init.file_shape) + ", but " + quote(spec.name) +
+           " declares " + spec.shape.str());
+}
+
+std::vector<std::string> input_paths(const Scenario& scenario) {
+  std::vector<std::string> out{scenario.file};
+  for (const TensorSpec& spec : scenario.tensors) {
+    if (spec.init.dist != InitDist::file) continue;
+    if (std::find(out.begin(), out.end(), spec.init.file_read) == out.end()) {
+      out.push_back(spec.init.file_read);
+    }
+  }
+  return out;
 }
 
 }  // namespace shardsim

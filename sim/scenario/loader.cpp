@@ -2,7 +2,9 @@
 // steps, [stream], faults and [expect] in loader_steps.cpp.
 #include "sim/scenario/loader.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "shardsim/io.hpp"
 
@@ -114,27 +116,60 @@ Layout Loader::layout(const toml::node& node, const std::string& path, const Mes
   return Layout(std::move(dims));
 }
 
+// An init parameter: finite and within the f32 range, since inputs are drawn as f32 values at
+// every precision (README "Scenario format").
+double Loader::init_number(const toml::node& node, const std::string& path) const {
+  const double x = number(node, path);
+  if (!std::isfinite(x) || std::fabs(x) > std::numeric_limits<float>::max()) {
+    fail(node, path,
+         "must be finite and within the f32 range (|x| <= 3.4028234663852886e+38; inputs are "
+         "drawn as f32 values at every precision), got " +
+             format_number(x));
+  }
+  return x;
+}
+
 InitSpec Loader::init(const toml::node& node, const std::string& path, std::uint64_t& seed) const {
   const toml::table& t = table(node, path);
   if (t.get("file")) return init_file(t, path);
   check_keys(t, path, {"dist", "low", "high", "mean", "std", "value", "seed"});
+  const toml::node* dist_node = t.get("dist");
+  if (!dist_node) {
+    fail(node, path,
+         "init needs dist = \"uniform\" (keys low, high), \"normal\" (mean, std) "
+         "or \"constant\" (value), or a file (keys file, tensor)");
+  }
+  const std::string dist = string(*dist_node, path + ".dist");
   InitSpec spec;
-  const std::string dist = t.get("dist") ? string(*t.get("dist"), path + ".dist") : "uniform";
+  std::vector<std::string> keys;  // the parameters this distribution uses
   if (dist == "uniform") {
     spec.dist = InitDist::uniform;
+    keys = {"low", "high"};
   } else if (dist == "normal") {
     spec.dist = InitDist::normal;
+    keys = {"mean", "std"};
   } else if (dist == "constant") {
     spec.dist = InitDist::constant;
+    keys = {"value"};
   } else {
-    fail(*t.get("dist"), path + ".dist",
-         "unknown distribution '" + dist + "' (known: uniform, normal, constant)");
+    fail(*dist_node, path + ".dist",
+         "unknown distribution " + quote(dist) + " (known: uniform, normal, constant)");
   }
-  if (auto* v = t.get("low")) spec.low = number(*v, path + ".low");
-  if (auto* v = t.get("high")) spec.high = number(*v, path + ".high");
-  if (auto* v = t.get("mean")) spec.mean = number(*v, path + ".mean");
-  if (auto* v = t.get("std")) spec.stddev = number(*v, path + ".std");
-  if (auto* v = t.get("value")) spec.value = number(*v, path + ".value");
+  for (auto&& [key, value] : t) {
+    const std::string name(key.str());
+    if (name == "dist" || name == "seed" || std::find(keys.begin(), keys.end(), name) != keys.end())
+      continue;
+    fail(value, path + "." + name,
+         "dist = \"" + dist + "\" does not use " + quote(name) + " (its keys: " + keys.front() +
+             (keys.size() > 1 ? ", " + keys.back() : "") + ")");
+  }
+  if (auto* v = t.get("low")) spec.low = init_number(*v, path + ".low");
+  if (auto* v = t.get("high")) spec.high = init_number(*v, path + ".high");
+  if (auto* v = t.get("mean")) spec.mean = init_number(*v, path + ".mean");
+  if (auto* v = t.get("std")) spec.stddev = init_number(*v, path + ".std");
+  if (auto* v = t.get("value")) spec.value = init_number(*v, path + ".value");
+  if (spec.dist == InitDist::constant && !t.get("value"))
+    fail(node, path, "dist = \"constant\" needs value");
   if (auto* v = t.get("seed")) {
     const std::int64_t s = integer(*v, path + ".seed");
     if (s < 0) fail(*v, path + ".seed", "seed must be >= 0");
@@ -143,8 +178,11 @@ InitSpec Loader::init(const toml::node& node, const std::string& path, std::uint
   if (spec.dist == InitDist::uniform && !(spec.low < spec.high)) {
     fail(node, path, "uniform init needs low < high");
   }
-  if (spec.dist == InitDist::normal && !(spec.stddev > 0)) {
-    fail(node, path, "normal init needs std > 0");
+  // Box-Muller's |z| stays below sqrt(2 * 24 ln 2) < 6, so mean + std z stays a finite float.
+  if (spec.dist == InitDist::normal &&
+      !(spec.stddev > 0 &&
+        std::fabs(spec.mean) + 6 * spec.stddev <= std::numeric_limits<float>::max())) {
+    fail(node, path, "normal init needs std > 0 and |mean| + 6 std within the f32 range");
   }
   return spec;
 }
@@ -173,13 +211,19 @@ TensorSpec Loader::tensor(const toml::node& node, const std::string& path,
     const std::string axis_path = path + ".axes[" + std::to_string(i) + "]";
     const std::string extent_path = path + ".shape[" + std::to_string(i) + "]";
     std::string axis = string(*axes.get(i), axis_path);
+    if (!is_axis_name(axis)) {
+      fail(*axes.get(i), axis_path,
+           "axis name " + quote(axis) +
+               " must be non-empty and use only letters, digits and '_' "
+               "(placements write Shard(AXIS), goldens AXIS=BEGIN:END)");
+    }
     const std::int64_t extent = integer(*shape.get(i), extent_path);
     if (extent <= 0) {
       fail(*shape.get(i), extent_path,
-           "size of axis '" + axis + "' must be positive, got " + std::to_string(extent));
+           "size of axis " + quote(axis) + " must be positive, got " + std::to_string(extent));
     }
     for (const Axis& seen : named) {
-      if (seen.name == axis) fail(*axes.get(i), axis_path, "duplicate axis '" + axis + "'");
+      if (seen.name == axis) fail(*axes.get(i), axis_path, "duplicate axis " + quote(axis));
     }
     named.push_back({axis, extent});
     extents.push_back(extent);
@@ -198,7 +242,8 @@ TensorSpec Loader::tensor(const toml::node& node, const std::string& path,
     } else if (r == "target") {
       spec.role = TensorRole::target;
     } else {
-      fail(*role, path + ".role", "unknown role '" + r + "' (known: input, parameter, target)");
+      fail(*role, path + ".role",
+           "unknown role " + quote(r) + " (known: input, parameter, target)");
     }
   }
   spec.init_seed = scenario_seed ^ fnv1a64(spec.name);
@@ -239,7 +284,7 @@ void Loader::header(const toml::table& root, Scenario& s) const {
     const std::string name = string(*list.get(i), path);
     const Precision precision = wrap(*list.get(i), path, [&] { return parse_precision(name); });
     if (std::find(s.precisions.begin(), s.precisions.end(), precision) != s.precisions.end()) {
-      fail(*list.get(i), path, "precision '" + precision.name() + "' is listed twice");
+      fail(*list.get(i), path, "precision " + quote(precision.name()) + " is listed twice");
     }
     s.precisions.push_back(precision);
   }
@@ -249,14 +294,14 @@ void Loader::header(const toml::table& root, Scenario& s) const {
 void Loader::tensors(const toml::table& root, Scenario& s,
                      std::map<std::string, TensorState>& defined) {
   const toml::node* tensors = root.get("tensors");
-  if (!tensors) throw InputError(located(file_, {}, "tensors", "missing [[tensors]]"));
+  if (!tensors) throw LocatedError(located(file_, {}, "tensors", "missing [[tensors]]"));
   const toml::array& list = array(*tensors, "tensors");
   for (std::size_t i = 0; i < list.size(); ++i) {
     const std::string path = "tensors[" + std::to_string(i) + "]";
     TensorSpec spec = tensor(*list.get(i), path, s.seed, s.mesh.devices);
     if (defined.count(spec.name)) {
       fail(*list.get(i)->as_table()->get("name"), path + ".name",
-           "duplicate tensor name '" + spec.name + "'");
+           "duplicate tensor name " + quote(spec.name));
     }
     defined[spec.name] = {spec.shape, spec.layout};
     s.tensors.push_back(std::move(spec));
@@ -278,7 +323,7 @@ void Loader::steps(const toml::table& root, Scenario& s,
   }
   for (const auto& [name, state] : defined) s.tensor_layouts[name] = {state.shape, state.layout};
   if (s.steps.empty())
-    throw InputError(located(file_, {}, "steps", "needs at least one [[steps]]"));
+    throw LocatedError(located(file_, {}, "steps", "needs at least one [[steps]]"));
 }
 
 // train_steps, learning_rate and [tolerance].
@@ -293,9 +338,12 @@ void Loader::training(const toml::table& root, Scenario& s) const {
   }
   if (const toml::node* v = root.get("learning_rate")) {
     s.learning_rate = number(*v, "learning_rate");
-    if (!(s.learning_rate > 0) || !std::isfinite(s.learning_rate)) {
-      fail(*v, "learning_rate",
-           "learning_rate must be > 0 and finite, got " + format_number(s.learning_rate));
+    if (!(s.learning_rate > 0) || !(s.learning_rate <= std::numeric_limits<float>::max())) {
+      fail(
+          *v, "learning_rate",
+          "learning_rate must be > 0 and within the f32 range (f32 runs use float(learning_rate)), "
+          "got " +
+              format_number(s.learning_rate));
     }
   }
   if (const toml::node* v = root.get("tolerance")) {
@@ -304,8 +352,11 @@ void Loader::training(const toml::table& root, Scenario& s) const {
       const std::string path = "tolerance." + name;
       const Precision p = wrap(node, path, [&] { return parse_precision(name); });
       const double rtol = number(node, path);
-      if (!(rtol > 0) || !std::isfinite(rtol)) {
-        fail(node, path, "a tolerance must be > 0 and finite, got " + format_number(rtol));
+      if (!(rtol > 0 && rtol < 1)) {
+        fail(node, path,
+             "a tolerance must be in (0, 1) (a normwise rtol of 1 accepts any value "
+             "no larger than the oracle's largest), got " +
+                 format_number(rtol));
       }
       s.tolerance[p.name()] = rtol;
     }
@@ -317,7 +368,7 @@ Scenario parse_scenario(std::string text, const std::string& file) {
   try {
     root = toml::parse(text, file);
   } catch (const toml::parse_error& e) {
-    throw InputError(located(
+    throw LocatedError(located(
         file, {static_cast<int>(e.source().begin.line), static_cast<int>(e.source().begin.column)},
         "", "malformed TOML: " + std::string(e.description())));
   }
@@ -330,7 +381,7 @@ Scenario parse_scenario(std::string text, const std::string& file) {
   s.text = std::move(text);
   load.header(root, s);
   const toml::node* mesh = root.get("mesh");
-  if (!mesh) throw InputError(located(file, {}, "mesh", "missing required table [mesh]"));
+  if (!mesh) throw LocatedError(located(file, {}, "mesh", "missing required table [mesh]"));
   s.mesh = load.mesh(load.table(*mesh, "mesh"));
   std::map<std::string, TensorState> defined;
   load.tensors(root, s, defined);
@@ -342,8 +393,8 @@ Scenario parse_scenario(std::string text, const std::string& file) {
       s.faults.push_back(load.fault(*list.get(i), "faults[" + std::to_string(i) + "]", s));
     }
   }
-  if (const toml::node* v = root.get("expect")) s.expect = load.expect(load.table(*v, "expect"));
   if (const toml::node* v = root.get("stream")) s.stream = load.stream(load.table(*v, "stream"), s);
+  if (const toml::node* v = root.get("expect")) s.expect = load.expect(load.table(*v, "expect"), s);
   for (const StepSpec& step : s.steps) {
     if (const OpEntry& entry = find_op_entry(step.kind); entry.check_plan) {
       entry.check_plan(step, s);
@@ -352,6 +403,8 @@ Scenario parse_scenario(std::string text, const std::string& file) {
   return s;
 }
 
-Scenario load_scenario(const std::string& path) { return parse_scenario(read_file(path), path); }
+Scenario load_scenario(const std::string& path) {
+  return parse_scenario(read_file(path, kMaxScenarioBytes), path);
+}
 
 }  // namespace shardsim

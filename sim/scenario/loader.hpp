@@ -27,6 +27,7 @@ class Loader : public TomlReader {
                 const Shape& shape) const;
 
   InitSpec init(const toml::node& node, const std::string& path, std::uint64_t& seed) const;
+  double init_number(const toml::node& node, const std::string& path) const;
 
   // init = { file = PATH, tensor = NAME } (input_files.cpp): one tensor of a safetensors or npy
   // file, PATH relative to the scenario file's directory. Read like `shardsim compare` reads a
@@ -66,7 +67,9 @@ class Loader : public TomlReader {
   // training loop.
   Fault fault(const toml::node& node, const std::string& path, const Scenario& s) const;
 
-  Expectation expect(const toml::table& t) const;
+  // [expect]; step and chunk within the scenario's training steps and streamed chunks (so the
+  // stream is read first).
+  Expectation expect(const toml::table& t, const Scenario& s) const;
 
  private:
   struct InputFile;  // one decoded tensor file and its SHA-256 (input_files.cpp)

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "shardsim/error.hpp"
 #include "shardsim/scenario/scenario.hpp"
 
 namespace shardsim {
@@ -53,5 +54,12 @@ class StepContext {
 
 std::string located(const std::string& file, SourceLoc loc, const std::string& path,
                     const std::string& message);
+
+// An InputError whose message is located already ("file:line:col: key.path: ..."), so that
+// relocating a bare error (TomlReader::wrap) never prints a location twice.
+class LocatedError : public InputError {
+ public:
+  using InputError::InputError;
+};
 
 }  // namespace shardsim

@@ -20,7 +20,8 @@ StepSpec Loader::step(const toml::node& node, int index, const Mesh& mesh) const
     const std::vector<std::string> op_names(std::begin(kOpNames), std::end(kOpNames));
     const std::string hint = nearest(op_text, op_names);
     fail(*op, path + ".op",
-         "unknown op '" + op_text + "'" + (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
+         "unknown op " + quote(op_text) +
+             (hint.empty() ? "" : " (did you mean " + quote(hint) + "?)"));
   }
   spec.kind = *kind;
   const OpEntry& entry = find_op_entry(spec.kind);
@@ -31,7 +32,7 @@ StepSpec Loader::step(const toml::node& node, int index, const Mesh& mesh) const
   for (const ParamSchema& p : entry.schema.params) {
     const toml::node* value = t.get(p.key);
     if (!value) {
-      if (p.required) fail(node, path, "op '" + op_text + "' needs key '" + p.key + "'");
+      if (p.required) fail(node, path, "op " + quote(op_text) + " needs key " + quote(p.key));
       continue;
     }
     spec.params.emplace(p.key, param(*value, path + "." + p.key, p));
@@ -77,7 +78,7 @@ StepValue Loader::param(const toml::node& value, const std::string& key_path,
           std::find(p.choices.begin(), p.choices.end(), s) == p.choices.end()) {
         std::string known;
         for (const std::string& c : p.choices) known += (known.empty() ? "" : ", ") + c;
-        fail(value, key_path, "unknown value '" + s + "' (known: " + known + ")");
+        fail(value, key_path, "unknown value " + quote(s) + " (known: " + known + ")");
       }
       if (p.type == ParamType::placement) wrap(value, key_path, [&] { return parse_placement(s); });
       v.value = std::move(s);
@@ -151,14 +152,14 @@ StreamSpec Loader::stream(const toml::table& t, const Scenario& s) const {
     }
   }
   if (!streamed) {
-    fail(*axis, "stream.axis", "no input or target has an axis '" + spec.axis + "' to stream");
+    fail(*axis, "stream.axis", "no input or target has an axis " + quote(spec.axis) + " to stream");
   }
   for (const StepSpec& step : s.steps) {
     if (step.kind == OpKind::mse_loss && step.has("valid_lengths")) {
-      throw InputError(located(file_, step.params.at("valid_lengths").loc,
-                               "steps[" + std::to_string(step.index) + "].valid_lengths",
-                               "valid_lengths counts tokens of the whole sequence, which "
-                               "[stream] cuts into chunks; it is not supported with [stream]"));
+      throw LocatedError(located(file_, step.params.at("valid_lengths").loc,
+                                 "steps[" + std::to_string(step.index) + "].valid_lengths",
+                                 "valid_lengths counts tokens of the whole sequence, which "
+                                 "[stream] cuts into chunks; it is not supported with [stream]"));
     }
   }
   return spec;
@@ -173,13 +174,14 @@ Fault Loader::fault(const toml::node& node, const std::string& path, const Scena
     const std::vector<std::string> known(std::begin(kFaultNames), std::end(kFaultNames));
     const std::string hint = nearest(name, known);
     fail(node, path,
-         "unknown fault '" + name + "'" + (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
+         "unknown fault " + quote(name) +
+             (hint.empty() ? "" : " (did you mean " + quote(hint) + "?)"));
   }
-  if (s.has_fault(*fault)) fail(node, path, "fault '" + name + "' is listed twice");
+  if (s.has_fault(*fault)) fail(node, path, "fault " + quote(name) + " is listed twice");
   const FaultInfo& info = fault_catalogue()[static_cast<std::size_t>(*fault)];
   if (info.ops.empty()) {
     if (s.train_steps == 0) {
-      fail(node, path, "fault '" + name + "' changes the training loop; it needs train_steps");
+      fail(node, path, "fault " + quote(name) + " changes the training loop; it needs train_steps");
     }
     if (*fault == Fault::grad_reduce_wrong_dim && s.mesh.devices.ndim() < 2) {
       fail(node, path, "fault '" + name + "' needs a mesh of two or more dims ([mesh] dims)");
@@ -193,23 +195,35 @@ Fault Loader::fault(const toml::node& node, const std::string& path, const Scena
     }
     ops += (ops.empty() ? "" : ", ") + std::string(op_name(op));
   }
-  fail(node, path, "fault '" + name + "' applies to " + ops + ", which this scenario does not use");
+  fail(node, path,
+       "fault " + quote(name) + " applies to " + ops + ", which this scenario does not use");
 }
 
-Expectation Loader::expect(const toml::table& t) const {
+Expectation Loader::expect(const toml::table& t, const Scenario& s) const {
   check_keys(t, "expect", {"verdict", "step", "chunk", "tensor", "op"});
   Expectation e;
+  e.loc = loc_of(t);
+  for (auto&& [key, value] : t) e.keys[std::string(key.str())] = loc_of(value);
   if (const toml::node* v = t.get("verdict")) {
     const std::string verdict = string(*v, "expect.verdict");
     if (verdict != "pass" && verdict != "fail") {
-      fail(*v, "expect.verdict", "verdict must be \"pass\" or \"fail\", got '" + verdict + "'");
+      fail(*v, "expect.verdict", "verdict must be \"pass\" or \"fail\", got " + quote(verdict));
     }
     e.pass = verdict == "pass";
   }
   for (const char* key : {"step", "chunk"}) {
     if (const toml::node* v = t.get(key)) {
       const std::int64_t n = integer(*v, std::string("expect.") + key);
-      if (n < 1) fail(*v, std::string("expect.") + key, "must be >= 1");
+      const bool step = std::string(key) == "step";
+      const std::int64_t most =
+          step ? std::max(1, s.train_steps)
+               : static_cast<std::int64_t>(s.stream ? s.stream->chunks.size() : 1);
+      if (n < 1 || n > most) {
+        fail(*v, std::string("expect.") + key,
+             std::string("must be in [1, ") + std::to_string(most) + "]: the scenario runs " +
+                 std::to_string(most) + (step ? " training step(s)" : " streamed chunk(s)") +
+                 ", got " + std::to_string(n));
+      }
       (std::string(key) == "step" ? e.step : e.chunk) = static_cast<int>(n);
     }
   }

@@ -57,9 +57,15 @@ std::string located(const std::string& file, SourceLoc loc, const std::string& p
 }
 
 std::string nearest(std::string_view word, const std::vector<std::string>& candidates) {
+  // Plausible: at most a third of the word changed (and at least one edit allowed).
+  const std::size_t plausible = std::max<std::size_t>(1, word.size() / 3);
   std::string best;
   std::size_t best_distance = SIZE_MAX;
   for (const std::string& candidate : candidates) {
+    // The distance is at least the difference in length: skip what cannot be plausible (a
+    // megabyte-long key costs nothing).
+    const std::size_t longer = std::max(word.size(), candidate.size());
+    if (longer - std::min(word.size(), candidate.size()) > plausible) continue;
     // Optimal-string-alignment distance (Levenshtein plus adjacent transpositions, so the
     // common typo "esp" for "eps" is one edit), one row at a time.
     std::vector<std::size_t> before(candidate.size() + 1), prev(candidate.size() + 1),
@@ -82,8 +88,7 @@ std::string nearest(std::string_view word, const std::vector<std::string>& candi
       best = candidate;
     }
   }
-  // Plausible: at most a third of the word changed (and at least one edit allowed).
-  return best_distance <= std::max<std::size_t>(1, word.size() / 3) ? best : "";
+  return best_distance <= plausible ? best : "";
 }
 
 const TensorState& StepContext::tensor(const StepSpec& step, const std::string& key) {
@@ -94,15 +99,15 @@ const TensorState& StepContext::tensor(const StepSpec& step, const std::string& 
     for (const auto& [defined, state] : tensors_) known.push_back(defined);
     std::string hint = nearest(name, known);
     fail(step, key,
-         "tensor '" + name + "' is used before it is defined" +
-             (hint.empty() ? std::string() : " (did you mean '" + hint + "'?)"));
+         "tensor " + quote(name) + " is used before it is defined" +
+             (hint.empty() ? std::string() : " (did you mean " + quote(hint) + "?)"));
   }
   return it->second;
 }
 
 void StepContext::define(const StepSpec& step, const std::string& key, TensorState state) {
   const std::string& name = step.str(key);
-  if (tensors_.count(name)) fail(step, key, "duplicate tensor name '" + name + "'");
+  if (tensors_.count(name)) fail(step, key, "duplicate tensor name " + quote(name));
   tensors_.emplace(name, std::move(state));
 }
 
@@ -142,7 +147,7 @@ void StepContext::require_replicate_elsewhere(const StepSpec& step, const std::s
 void StepContext::fail(const StepSpec& step, const std::string& key, const std::string& message) {
   auto it = step.params.find(key);
   const SourceLoc loc = it != step.params.end() ? it->second.loc : step.loc;
-  throw InputError(
+  throw LocatedError(
       located(file_, loc, "steps[" + std::to_string(step.index) + "]." + key, message));
 }
 

@@ -8,7 +8,9 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -27,6 +29,8 @@ struct OpEntry {
   std::function<void(const StepSpec&, StepContext&)> infer;
   // Whole-scenario checks that need the mesh or the faults; may print warnings. Optional.
   std::function<void(const StepSpec&, const Scenario&)> check_plan;
+  // Every key of the schema, in order, with the value a run uses (resolved_params).
+  std::function<std::vector<ResolvedParam>(const StepSpec&, const Scenario&)> resolve;
 };
 
 template <OpKind Kind>
@@ -46,63 +50,81 @@ class OpEntryBuilder {
 
   // An input tensor the step reads.
   OpEntryBuilder& tensor(std::string key, std::string Args::*field, std::string help) {
-    return add({std::move(key), ParamType::tensor, true, std::move(help), {}, {}},
-               [field](Args& a, const StepValue& v) { a.*field = text_of(v); });
+    return add(
+        {std::move(key), ParamType::tensor, true, std::move(help), {}, {}},
+        [field](Args& a, const StepValue& v) { a.*field = text_of(v); }, getter(field));
   }
   OpEntryBuilder& optional_tensor(std::string key, std::optional<std::string> Args::*field,
                                   std::string help) {
-    return add({std::move(key), ParamType::tensor, false, std::move(help), {}, {}},
-               [field](Args& a, const StepValue& v) { a.*field = text_of(v); });
+    return add(
+        {std::move(key), ParamType::tensor, false, std::move(help), {}, {}},
+        [field](Args& a, const StepValue& v) { a.*field = text_of(v); }, getter(field));
   }
   // The tensor the step defines.
   OpEntryBuilder& output(std::string key, std::string Args::*field, std::string help) {
-    return add({std::move(key), ParamType::output, true, std::move(help), {}, {}},
-               [field](Args& a, const StepValue& v) { a.*field = text_of(v); });
+    return add(
+        {std::move(key), ParamType::output, true, std::move(help), {}, {}},
+        [field](Args& a, const StepValue& v) { a.*field = text_of(v); }, getter(field));
   }
   // A string with a default (the field's initial value); `choices` empty means free-form.
   OpEntryBuilder& text(std::string key, std::string Args::*field, std::string help,
                        std::vector<std::string> choices = {}) {
-    return add({std::move(key), ParamType::string, false, std::move(help), std::move(choices), {}},
-               [field](Args& a, const StepValue& v) { a.*field = text_of(v); });
+    return add(
+        {std::move(key), ParamType::string, false, std::move(help), std::move(choices), {}},
+        [field](Args& a, const StepValue& v) { a.*field = text_of(v); }, getter(field));
   }
   OpEntryBuilder& optional_text(std::string key, std::optional<std::string> Args::*field,
                                 std::string help, std::vector<std::string> choices = {}) {
-    return add({std::move(key), ParamType::string, false, std::move(help), std::move(choices), {}},
-               [field](Args& a, const StepValue& v) { a.*field = text_of(v); });
+    return add(
+        {std::move(key), ParamType::string, false, std::move(help), std::move(choices), {}},
+        [field](Args& a, const StepValue& v) { a.*field = text_of(v); }, getter(field));
   }
   OpEntryBuilder& number(std::string key, double Args::*field, bool required, std::string help,
                          ParamBounds bounds) {
-    return add({std::move(key), ParamType::number, required, std::move(help), {}, bounds},
-               [field](Args& a, const StepValue& v) { a.*field = number_of(v); });
+    return add(
+        {std::move(key), ParamType::number, required, std::move(help), {}, bounds},
+        [field](Args& a, const StepValue& v) { a.*field = number_of(v); }, getter(field));
   }
   // An integer stored into `field` (std::int64_t, or std::optional of an integer type whose
   // range `bounds` must fit).
   template <typename Field>
   OpEntryBuilder& integer(std::string key, Field Args::*field, bool required, std::string help,
                           ParamBounds bounds) {
-    return add({std::move(key), ParamType::integer, required, std::move(help), {}, bounds},
-               [field](Args& a, const StepValue& v) {
-                 using Stored = typename optional_value<Field>::type;
-                 a.*field = static_cast<Stored>(std::get<std::int64_t>(v.value));
-               });
+    return add(
+        {std::move(key), ParamType::integer, required, std::move(help), {}, bounds},
+        [field](Args& a, const StepValue& v) {
+          using Stored = typename optional_value<Field>::type;
+          a.*field = static_cast<Stored>(std::get<std::int64_t>(v.value));
+        },
+        getter(field));
   }
   OpEntryBuilder& integer_list(std::string key,
                                std::optional<std::vector<std::int64_t>> Args::*field,
                                std::string help) {
-    return add({std::move(key), ParamType::integer_list, false, std::move(help), {}, {}},
-               [field](Args& a, const StepValue& v) {
-                 a.*field = std::get<std::vector<std::int64_t>>(v.value);
-               });
+    return add(
+        {std::move(key), ParamType::integer_list, false, std::move(help), {}, {}},
+        [field](Args& a, const StepValue& v) {
+          a.*field = std::get<std::vector<std::int64_t>>(v.value);
+        },
+        getter(field));
   }
   OpEntryBuilder& placement(std::string key, Placement Args::*field, std::string help) {
-    return add({std::move(key), ParamType::placement, true, std::move(help), {}, {}},
-               [field](Args& a, const StepValue& v) { a.*field = parse_placement(text_of(v)); });
+    return add(
+        {std::move(key), ParamType::placement, true, std::move(help), {}, {}},
+        [field](Args& a, const StepValue& v) { a.*field = parse_placement(text_of(v)); },
+        [field](const Args& a) { return ParamValue(std::string((a.*field).str())); });
   }
 
   OpEntryBuilder& rules(Rules infer) {
     entry_.infer = [infer](const StepSpec& step, StepContext& ctx) {
       infer(step.as<Args>(), step, ctx);
     };
+    return *this;
+  }
+  // Defaults that come from the scenario rather than the Args' initializers (a dropout's seed
+  // and stream), filled in for resolved_params.
+  OpEntryBuilder& defaults(void (*fill)(Args&, const StepSpec&, const Scenario&)) {
+    defaults_ = fill;
     return *this;
   }
   OpEntryBuilder& plan_check(void (*check)(const Args&, const StepSpec&, const Scenario&)) {
@@ -122,11 +144,46 @@ class OpEntryBuilder {
       }
       return OpArgs(std::move(args));
     };
+    entry_.resolve = [getters = getters_, fill = defaults_](const StepSpec& step,
+                                                            const Scenario& scenario) {
+      Args args = step.as<Args>();
+      if (fill) fill(args, step, scenario);
+      std::vector<ResolvedParam> out;
+      for (const auto& [key, get] : getters) out.push_back({key, get(args)});
+      return out;
+    };
     return std::move(entry_);
   }
 
  private:
   using Setter = std::function<void(Args&, const StepValue&)>;
+  using Getter = std::function<ParamValue(const Args&)>;
+
+  // Reads a field back as a ParamValue: strings, numbers, integers (of any width), lists, and
+  // std::optional of each (monostate when absent).
+  template <typename Field>
+  static ParamValue value_of(const Field& v) {
+    if constexpr (std::is_same_v<Field, std::string> || std::is_same_v<Field, double> ||
+                  std::is_same_v<Field, std::vector<std::int64_t>>) {
+      return ParamValue(v);
+    } else {
+      return ParamValue(static_cast<std::int64_t>(v));
+    }
+  }
+  template <typename Field>
+  static Getter getter(Field Args::*field) {
+    return [field](const Args& a) -> ParamValue {
+      if constexpr (is_optional<Field>::value) {
+        return a.*field ? value_of(*(a.*field)) : ParamValue();
+      } else {
+        return value_of(a.*field);
+      }
+    };
+  }
+  template <typename Field>
+  struct is_optional : std::false_type {};
+  template <typename Inner>
+  struct is_optional<std::optional<Inner>> : std::true_type {};
 
   template <typename Field>
   struct optional_value {
@@ -143,14 +200,17 @@ class OpEntryBuilder {
     return std::get<double>(v.value);
   }
 
-  OpEntryBuilder& add(ParamSchema schema, Setter set) {
+  OpEntryBuilder& add(ParamSchema schema, Setter set, Getter get) {
     setters_.emplace_back(schema.key, std::move(set));
+    getters_.emplace_back(schema.key, std::move(get));
     entry_.schema.params.push_back(std::move(schema));
     return *this;
   }
 
   OpEntry entry_;
   std::vector<std::pair<std::string, Setter>> setters_;
+  std::vector<std::pair<std::string, Getter>> getters_;
+  void (*defaults_)(Args&, const StepSpec&, const Scenario&) = nullptr;
 };
 
 }  // namespace shardsim

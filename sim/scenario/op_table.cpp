@@ -33,6 +33,10 @@ const OpEntry& find_op_entry(OpKind kind) {
   return entry;
 }
 
+std::vector<ResolvedParam> resolved_params(const StepSpec& step, const Scenario& scenario) {
+  return find_op_entry(step.kind).resolve(step, scenario);
+}
+
 const std::vector<OpSchema>& op_schemas() {
   static const std::vector<OpSchema> schemas = [] {
     std::vector<OpSchema> out;

@@ -37,7 +37,7 @@ class TomlReader {
 
   [[noreturn]] void fail(const toml::node& node, const std::string& path,
                          const std::string& message) const {
-    throw InputError(located(file_, loc_of(node), path, message));
+    throw LocatedError(located(file_, loc_of(node), path, message));
   }
 
   // Rejects keys outside `allowed`, suggesting the nearest one.
@@ -47,11 +47,12 @@ class TomlReader {
       const std::string name(key.str());
       if (std::find(allowed.begin(), allowed.end(), name) != allowed.end()) continue;
       const std::string hint = nearest(name, allowed);
-      throw InputError(located(
+      throw LocatedError(located(
           file_,
           {static_cast<int>(key.source().begin.line), static_cast<int>(key.source().begin.column)},
-          path.empty() ? name : path + "." + name,
-          "unknown key '" + name + "'" + (hint.empty() ? "" : " (did you mean '" + hint + "'?)")));
+          path.empty() ? clipped(name) : path + "." + clipped(name),
+          "unknown key " + quote(name) +
+              (hint.empty() ? "" : " (did you mean " + quote(hint) + "?)")));
     }
   }
 
@@ -95,11 +96,13 @@ class TomlReader {
     }
   }
 
-  // Runs `parse`, relocating a bare InputError to `node`.
+  // Runs `parse`, relocating a bare InputError to `node` (a located one passes unchanged).
   template <typename F>
   auto wrap(const toml::node& node, const std::string& path, F parse) const {
     try {
       return parse();
+    } catch (const LocatedError&) {
+      throw;
     } catch (const InputError& e) {
       fail(node, path, e.what());
     }

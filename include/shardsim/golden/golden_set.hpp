@@ -81,7 +81,9 @@ struct GoldenInfo {
   std::string slice;
   std::map<std::string, std::int64_t> offset;  // shard: global offset per sharded axis
   Shape global_shape;                 // the boundary's global shape
-  std::string placement;              // "Shard(seq)", ...
+  std::string placement;              // "Shard(seq)", ...; N-D: "[Replicate, Shard(seq)]"
+  Layout layout;                      // placement, parsed (one entry per mesh dim)
+  std::shared_ptr<const Mesh> mesh;   // the manifest's mesh ("ranks" alone: 1-D)
   int ranks = 1;                      // mesh size
   std::string sha256;
   std::string boundary;               // "#5 step 1 chunk 1 layer_norm -> y"
@@ -90,6 +92,7 @@ struct GoldenInfo {
 struct GoldenDir {
   std::string path;
   std::string precision;
+  std::string storage;                         // "safetensors" or "npy"
   std::vector<GoldenInfo> infos;               // manifest order
   std::map<std::string, RawTensor> tensors;    // by name
 };

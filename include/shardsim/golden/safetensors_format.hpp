@@ -95,6 +95,6 @@ inline constexpr std::size_t kNpyMaxHeaderBytes = 10000;
 inline constexpr std::string_view kGoldenSafetensorsFile = "goldens.safetensors";
 inline constexpr std::string_view kManifestFile = "manifest.json";
 inline constexpr std::string_view kManifestFormat = "shardsim-goldens";
-inline constexpr int kManifestFormatVersion = 1;
+inline constexpr int kManifestFormatVersion = 2;
 
 }  // namespace shardsim::format

@@ -54,6 +54,11 @@ std::string encode_safetensors(const std::vector<RawTensor>& tensors,
 // an unknown dtype, a shape/size mismatch, offsets that overlap or leave holes, truncated data,
 // non-string metadata values.
 SafetensorsFile decode_safetensors(std::string_view bytes, const std::string& what);
+// Reads and decodes the safetensors file `path` (a regular file, io.hpp): the header first, then,
+// once every declared length matches the file's size, the data. So a file larger or smaller than
+// its header declares (say /dev/zero behind a symlink, or 100 GB of trailing bytes) is refused
+// before its data is read. Errors name the path.
+SafetensorsFile read_safetensors(const std::string& path);
 
 // npy format 1.0, header padded so the data starts at a multiple of 64 bytes. BF16 has no npy
 // dtype. REQUIRES: tensor.dtype != bf16.
@@ -61,6 +66,9 @@ std::string encode_npy(const RawTensor& tensor);
 // Parses npy versions 1.0, 2.0 and 3.0 (C order; little-endian, big-endian is byte-swapped).
 // The returned tensor's name is empty. Throws InputError("WHAT: ...") like decode_safetensors.
 RawTensor decode_npy(std::string_view bytes, const std::string& what);
+// Reads and decodes the npy file `path` like read_safetensors: the preamble and header first, the
+// data only once the file's size matches the header's shape.
+RawTensor read_npy(const std::string& path);
 
 // The .npy file name of golden tensor `name`: '/' becomes "__", and every byte outside
 // [A-Za-z0-9._()[]=:@+#-] becomes %XX.

@@ -31,8 +31,10 @@ std::string format_signature_analysis(const Diagnosis& diagnosis);
 // A per-boundary table for one precision, readable in an 100-column terminal.
 std::string format_run_table(const RunReport& report);
 
-// The verdict line(s): what diverged first, where, and whether that was expected.
-std::string format_outcome(const Scenario& scenario, const Outcome& outcome);
+// The verdict line(s): what diverged first, where, and whether that was expected. With
+// `tables_shown` the first divergence is only pointed at: its run table printed it already.
+std::string format_outcome(const Scenario& scenario, const Outcome& outcome,
+                           bool tables_shown = false);
 
 // One line of a run's measured resources and its per-rank activation bytes.
 // REQUIRES: report.resources.

@@ -28,6 +28,9 @@ struct ActivationMemory {
   };
   std::vector<std::int64_t> per_rank;  // summed over steps
   std::vector<StepShare> steps;
+  // A forward-only run (no train_steps) keeps nothing for a backward that never runs: the figures
+  // are what one training step would keep, and the run table does not print them.
+  bool forward_only = false;
 };
 
 template <typename T>

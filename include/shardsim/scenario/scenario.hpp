@@ -48,6 +48,15 @@ struct StepValue {
   SourceLoc loc;
 };
 
+// A step parameter's value as a run uses it: the scenario's value or the op's default;
+// std::monostate for an optional key left out (e.g. no bias, plain causal attention).
+using ParamValue = std::variant<std::monostate, std::int64_t, double, bool, std::string,
+                                std::vector<std::int64_t>>;
+struct ResolvedParam {
+  std::string key;
+  ParamValue value;
+};
+
 // One [[steps]] entry. `args` holds its typed parameters (op_list.hpp), parsed and validated
 // once by the loader; `params` keeps the raw values with their source locations, for located
 // messages and for the runner's liveness bookkeeping (release.hpp).
@@ -78,6 +87,8 @@ struct Expectation {
   std::optional<int> chunk;
   std::optional<std::string> tensor;
   std::optional<std::string> op;
+  SourceLoc loc;                          // the [expect] table
+  std::map<std::string, SourceLoc> keys;  // where each given key's value is
 };
 
 struct MeshSpec {
@@ -132,9 +143,28 @@ struct Scenario {
   double rtol(const Precision& precision) const;
 };
 
+// Scenario files above this size are refused before they are read.
+inline constexpr std::uint64_t kMaxScenarioBytes = std::uint64_t{64} << 20;
+
 // Reads and validates a scenario file. Throws InputError with file:line:col and key path.
 Scenario load_scenario(const std::string& path);
 Scenario parse_scenario(std::string text, const std::string& file);
+
+// Every file a run of `scenario` reads: the scenario file and each input file (init = { file }),
+// as read. Commands pass them to check_outputs, so that no output overwrites an input.
+std::vector<std::string> input_paths(const Scenario& scenario);
+
+// Checks the names [expect] gives (step, chunk, tensor, op) against a trace of the scenario's
+// plan: some boundary must match all of them, or the expectation could never be met. Throws a
+// located InputError at the key (suggesting the nearest name) otherwise.
+struct TraceEntry;
+void check_expectation_names(const Scenario& scenario, const std::vector<TraceEntry>& trace);
+
+// Every key of `step`'s op, in the order `shardsim list` prints them, with the value its run
+// uses: defaults filled in, including those taken from the scenario (a dropout's seed and
+// stream). The golden manifest records them per boundary.
+struct Scenario;
+std::vector<ResolvedParam> resolved_params(const StepSpec& step, const Scenario& scenario);
 
 // The vocabulary the loader accepts, for `shardsim list` and for suggestions.
 enum class ParamType { tensor, output, string, number, integer, boolean, placement, integer_list };

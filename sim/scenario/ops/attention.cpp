@@ -1,5 +1,6 @@
 // sliding_window_attention: schema, rules and plan checks.
 #include <cstdio>
+#include <limits>
 
 #include "sim/scenario/op_entry.hpp"
 
@@ -22,8 +23,8 @@ void attention_rules(const SlidingWindowAttentionArgs& args, const StepSpec& ste
   }
   if (!input.placement(step).is_replicate()) {
     ctx.fail(step, "input",
-             "'" + x_name +
-                 "' must be Replicate over the cp group (queries are not sharded), not " +
+             quote(x_name) +
+                 " must be Replicate over the cp group (queries are not sharded), not " +
                  input.placement(step).str());
   }
   ctx.require_passive(step, "input", input, {"seq", "hidden"});
@@ -39,13 +40,14 @@ void attention_rules(const SlidingWindowAttentionArgs& args, const StepSpec& ste
     const Shape& want = key == "wo" ? out_proj : in_proj;
     if (!(w.shape == want)) {
       ctx.fail(step, key,
-               "shape mismatch: '" + step.str(key) + "' is " + w.shape.str() + " but '" + x_name +
-                   "' " + input.shape.str() + " with n_head = " + std::to_string(args.n_head) +
+               "shape mismatch: " + quote(step.str(key)) + " is " + w.shape.str() + " but '" +
+                   x_name + "' " + input.shape.str() +
+                   " with n_head = " + std::to_string(args.n_head) +
                    ", head_dim = " + std::to_string(args.head_dim) + " needs " + want.str());
     }
     ctx.require_replicate_elsewhere(step, key, w);
     if (!w.placement(step).is_replicate()) {
-      ctx.fail(step, key, "'" + step.str(key) + "' must be Replicate, not " + w.placement(step).str());
+      ctx.fail(step, key, quote(step.str(key)) + " must be Replicate, not " + w.placement(step).str());
     }
   }
   ctx.define(step, "output", {input.shape, input.layout});
@@ -60,10 +62,10 @@ void attention_plan_check(const SlidingWindowAttentionArgs& args, const StepSpec
     return step.has(key) ? step.params.at(key).loc : step.loc;
   };
   if (scenario.has_fault(Fault::rope_after_gather_wrong_offset) && args.cp_mode != "allgather") {
-    throw InputError(located(scenario.file, loc_of("cp_mode"), path + ".cp_mode",
-                             "fault 'rope_after_gather_wrong_offset' rotates the gathered keys, "
-                             "so it needs cp_mode = \"allgather\", not \"" +
-                                 args.cp_mode + "\""));
+    throw LocatedError(located(scenario.file, loc_of("cp_mode"), path + ".cp_mode",
+                               "fault 'rope_after_gather_wrong_offset' rotates the gathered keys, "
+                               "so it needs cp_mode = \"allgather\", not \"" +
+                                   args.cp_mode + "\""));
   }
   // About one key of a query's window per shard, or fewer.
   const std::int64_t cp_size = scenario.mesh.devices.dim(step.mesh_dim).size;
@@ -104,7 +106,10 @@ OpEntry op_entry<OpKind::sliding_window_attention>() {
                "causal",
                {.low = 1, .note = "key (omit it for plain causal attention)"})
       .number("rope_theta", &A::rope_theta, false, "RoPE base theta (default 10000)",
-              {.low = 0, .low_open = true})
+              {.low = 0,
+               .high = std::numeric_limits<float>::max(),
+               .low_open = true,
+               .note = "(the f32 range: f32 runs use float(rope_theta))"})
       .text("rope", &A::rope, "RoPE pairing (default rotate_half)", {"rotate_half", "interleaved"})
       .text("cp_mode", &A::cp_mode, "context-parallel plan (default allgather)",
             {"allgather", "ring", "ulysses"})

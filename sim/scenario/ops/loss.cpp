@@ -12,13 +12,13 @@ void mse_loss_rules(const MseLossArgs& args, const StepSpec& step, StepContext& 
   const TensorState& target = ctx.tensor(step, "target");
   if (!(target.shape == input.shape)) {
     ctx.fail(step, "target",
-             "shape mismatch: '" + step.str("target") + "' is " + target.shape.str() + " but '" +
-                 step.str("input") + "' is " + input.shape.str());
+             "shape mismatch: " + quote(step.str("target")) + " is " + target.shape.str() +
+                 " but " + quote(step.str("input")) + " is " + input.shape.str());
   }
   if (!(target.layout == input.layout)) {
     ctx.fail(step, "target",
-             "placement mismatch: '" + step.str("target") + "' is " + target.layout.str() +
-                 " but '" + step.str("input") + "' is " + input.layout.str());
+             "placement mismatch: " + quote(step.str("target")) + " is " + target.layout.str() +
+                 " but " + quote(step.str("input")) + " is " + input.layout.str());
   }
   const std::string& batch = args.batch_axis;
   const std::string& seq = args.seq_axis;
@@ -26,9 +26,9 @@ void mse_loss_rules(const MseLossArgs& args, const StepSpec& step, StepContext& 
   for (const auto& [key, axis] :
        {std::pair{"batch_axis", batch}, {"seq_axis", seq}, {"feature_axis", feature}}) {
     if (!input.shape.has(axis)) {
-      ctx.fail(
-          step, key,
-          "axis '" + axis + "' is not an axis of '" + step.str("input") + "' " + input.shape.str());
+      ctx.fail(step, key,
+               "axis " + quote(axis) + " is not an axis of " + quote(step.str("input")) + " " +
+                   input.shape.str());
     }
   }
   if (input.placement(step).is_partial() ||

@@ -6,6 +6,26 @@ namespace shardsim {
 
 namespace {
 
+// A linear's bias: shape [out], held like the output features of the layer's `form`.
+void linear_bias_rules(const StepSpec& step, StepContext& ctx, const TensorState& weight,
+                       const std::string& out, const std::string& form,
+                       const Placement& bias_placement) {
+  const TensorState& bias = ctx.tensor(step, "bias");
+  ctx.require_replicate_elsewhere(step, "bias", bias);
+  const Shape bias_shape(std::vector<Axis>{{out, weight.shape.extent(out)}});
+  if (!(bias.shape == bias_shape)) {
+    ctx.fail(step, "bias",
+             "shape mismatch: " + quote(step.str("bias")) + " is " + bias.shape.str() + " but " +
+                 quote(step.str("weight")) + " " + weight.shape.str() + " needs " +
+                 bias_shape.str());
+  }
+  if (!(bias.placement(step) == bias_placement)) {
+    ctx.fail(step, "bias",
+             quote(step.str("bias")) + " must be " + bias_placement.str() + " for a " + form +
+                 "-parallel layer, not " + bias.placement(step).str());
+  }
+}
+
 // linear: W is (out, in); the weight's placement decides the form (ops/linear_plan.hpp).
 void linear_rules(const LinearArgs& args, const StepSpec& step, StepContext& ctx) {
   const TensorState& input = ctx.tensor(step, "input");
@@ -15,26 +35,26 @@ void linear_rules(const LinearArgs& args, const StepSpec& step, StepContext& ctx
   if (weight.shape.rank() != 2) {
     ctx.fail(
         step, "weight",
-        "'" + w_name + "' " + weight.shape.str() + " must have two axes [out, in] (y = x W^T)");
+        quote(w_name) + " " + weight.shape.str() + " must have two axes [out, in] (y = x W^T)");
   }
   const std::string out = weight.shape[0].name;
   const std::string in = weight.shape[1].name;
   if (!input.shape.has(in)) {
     ctx.fail(step, "weight",
-             "'" + w_name + "' " + weight.shape.str() + " is [out, in] = [" + out + ", " + in +
-                 "] but '" + x_name + "' " + input.shape.str() + " has no axis '" + in +
-                 "' (the convention is W (out, in))");
+             quote(w_name) + " " + weight.shape.str() + " is [out, in] = [" + out + ", " + in +
+                 "] but " + quote(x_name) + " " + input.shape.str() + " has no axis " + quote(in) +
+                 " (the convention is W (out, in))");
   }
   if (input.shape.has(out)) {
     ctx.fail(step, "weight",
-             "'" + w_name + "' " + weight.shape.str() + " produces axis '" + out + "', which '" +
-                 x_name + "' " + input.shape.str() +
+             quote(w_name) + " " + weight.shape.str() + " produces axis '" + out + "', which " +
+                 quote(x_name) + " " + input.shape.str() +
                  " already has; name the output features differently");
   }
   if (input.shape.extent(in) != weight.shape.extent(in)) {
     ctx.fail(step, "weight",
-             "shape mismatch: '" + w_name + "' " + weight.shape.str() + " contracts " + in + "=" +
-                 std::to_string(weight.shape.extent(in)) + " but '" + x_name + "' is " +
+             "shape mismatch: " + quote(w_name) + " " + weight.shape.str() + " contracts " + in +
+                 "=" + std::to_string(weight.shape.extent(in)) + " but " + quote(x_name) + " is " +
                  input.shape.str());
   }
   ctx.require_passive(step, "input", input, {in});
@@ -45,7 +65,7 @@ void linear_rules(const LinearArgs& args, const StepSpec& step, StepContext& ctx
   const Placement& wp = weight.placement(step);
   if (wp.is_partial()) {
     ctx.fail(step, "weight",
-             "'" + w_name + "' must be Replicate, Shard(" + out + ") or Shard(" + in +
+             quote(w_name) + " must be Replicate, Shard(" + out + ") or Shard(" + in +
                  "), not Partial(sum)");
   } else if (wp.is_shard() && wp.axis == out) {
     form = "column";
@@ -53,8 +73,9 @@ void linear_rules(const LinearArgs& args, const StepSpec& step, StepContext& ctx
     output_placement = Placement::shard(out, wp.split);
     if (!input.placement(step).is_replicate()) {
       ctx.fail(step, "input",
-               "column-parallel linear ('" + w_name + "' is " + wp.str() + ") needs its input '" +
-                   x_name + "' Replicate over the group, but it is " + input.placement(step).str() +
+               "column-parallel linear (" + quote(w_name) + " is " + wp.str() +
+                   ") needs its input '" + x_name + "' Replicate over the group, but it is " +
+                   input.placement(step).str() +
                    "; all-gather it first (a redistribute to \"Replicate\")");
     }
   } else if (wp.is_shard() && wp.axis == in) {
@@ -62,21 +83,21 @@ void linear_rules(const LinearArgs& args, const StepSpec& step, StepContext& ctx
     output_placement = Placement::partial();
     if (!(input.placement(step) == wp)) {
       ctx.fail(step, "input",
-               "row-parallel linear ('" + w_name + "' is " + wp.str() + ") needs its input '" +
-                   x_name + "' " + wp.str() + ", but it is " + input.placement(step).str());
+               "row-parallel linear (" + quote(w_name) + " is " + wp.str() + ") needs its input " +
+                   quote(x_name) + " " + wp.str() + ", but it is " + input.placement(step).str());
     }
   } else if (wp.is_shard()) {
     ctx.fail(step, "weight",
-             "'" + w_name + "' " + weight.shape.str() + " is " + wp.str() +
+             quote(w_name) + " " + weight.shape.str() + " is " + wp.str() +
                  "; a weight is sharded on its out axis '" + out +
-                 "' (column-parallel) or its in axis '" + in + "' (row-parallel)");
+                 "' (column-parallel) or its in axis " + quote(in) + " (row-parallel)");
   } else if (input.placement(step).is_partial() ||
              (input.placement(step).is_shard() && input.placement(step).axis == in)) {
     ctx.fail(step, "input",
-             "'" + x_name + "' is " + input.placement(step).str() + " but '" + w_name +
+             quote(x_name) + " is " + input.placement(step).str() + " but '" + w_name +
                  "' is Replicate: a Replicate weight needs whole input rows "
-                 "(shard the weight on '" +
-                 in + "' for a row-parallel layer)");
+                 "(shard the weight on " +
+                 quote(in) + " for a row-parallel layer)");
   }
   if (args.parallel && *args.parallel != form) {
     ctx.fail(step, "parallel",
@@ -84,21 +105,7 @@ void linear_rules(const LinearArgs& args, const StepSpec& step, StepContext& ctx
                  ", which makes the layer " + form + "-parallel" +
                  (form == "none" ? " (not parallel)" : ""));
   }
-  if (step.has("bias")) {
-    const TensorState& bias = ctx.tensor(step, "bias");
-    ctx.require_replicate_elsewhere(step, "bias", bias);
-    const Shape bias_shape(std::vector<Axis>{{out, weight.shape.extent(out)}});
-    if (!(bias.shape == bias_shape)) {
-      ctx.fail(step, "bias",
-               "shape mismatch: '" + step.str("bias") + "' is " + bias.shape.str() + " but '" +
-                   w_name + "' " + weight.shape.str() + " needs " + bias_shape.str());
-    }
-    if (!(bias.placement(step) == bias_placement)) {
-      ctx.fail(step, "bias",
-               "'" + step.str("bias") + "' must be " + bias_placement.str() + " for a " + form +
-                   "-parallel layer, not " + bias.placement(step).str());
-    }
-  }
+  if (step.has("bias")) linear_bias_rules(step, ctx, weight, out, form, bias_placement);
   std::vector<Axis> axes = input.shape.axes();
   axes[input.shape.position(in)] = {out, weight.shape.extent(out)};
   ctx.define(step, "output", {Shape(std::move(axes)), input.with(step, output_placement)});
@@ -121,6 +128,12 @@ void gelu_rules(const GeluArgs&, const StepSpec& step, StepContext& ctx) {
   elementwise_rules(step, ctx);
 }
 
+// The runner's defaults (sim/runner/steps/dropout_step.hpp): the scenario seed, the step index.
+void dropout_defaults(DropoutArgs& args, const StepSpec& step, const Scenario& scenario) {
+  if (!args.seed) args.seed = scenario.seed;
+  if (!args.stream) args.stream = static_cast<std::uint32_t>(step.index);
+}
+
 void dropout_rules(const DropoutArgs&, const StepSpec& step, StepContext& ctx) {
   elementwise_rules(step, ctx);
 }
@@ -131,13 +144,14 @@ void add_rules(const AddArgs&, const StepSpec& step, StepContext& ctx) {
   const TensorState& residual = ctx.tensor(step, "residual");
   if (!(residual.shape == input.shape)) {
     ctx.fail(step, "residual",
-             "shape mismatch: '" + step.str("residual") + "' is " + residual.shape.str() +
+             "shape mismatch: " + quote(step.str("residual")) + " is " + residual.shape.str() +
                  " but '" + step.str("input") + "' is " + input.shape.str());
   }
   if (!(residual.layout == input.layout)) {
     ctx.fail(step, "residual",
-             "placement mismatch: '" + step.str("residual") + "' is " + residual.layout.str() +
-                 " but '" + step.str("input") + "' is " + input.layout.str());
+             "placement mismatch: " + quote(step.str("residual")) + " is " +
+                 residual.layout.str() + " but " + quote(step.str("input")) + " is " +
+                 input.layout.str());
   }
   ctx.define(step, "output", {input.shape, input.layout});
 }
@@ -195,6 +209,7 @@ OpEntry op_entry<OpKind::dropout>() {
             "seeded bugs, also switched on by the dropout_* faults)",
             {"global", "same_seed", "rank_offset"})
       .rules(dropout_rules)
+      .defaults(dropout_defaults)
       .build();
 }
 

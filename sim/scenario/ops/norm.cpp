@@ -1,11 +1,16 @@
 // layer_norm and rms_norm: schema and shape/placement rules.
+#include <limits>
+
 #include "sim/scenario/op_entry.hpp"
 
 namespace shardsim {
 
 namespace {
 
-const ParamBounds kNonNegative{.low = 0};
+// eps is used as float(eps) in f32 runs: beyond the largest float it would be inf.
+const ParamBounds kEpsBounds{.low = 0,
+                             .high = std::numeric_limits<float>::max(),
+                             .note = "(the f32 range: f32 runs use float(eps))"};
 
 // The shared rules: a Shard or Replicate input with the normalized axis, parameters of shape
 // [axis] held like the input's features. `layer_norm` is null for RMSNorm, which has one
@@ -15,8 +20,9 @@ void norm_rules(const StepSpec& step, StepContext& ctx, const std::string& axis,
   const std::string& x_name = step.str("input");
   const TensorState& input = ctx.tensor(step, "input");
   if (!input.shape.has(axis)) {
-    ctx.fail(step, "axis",
-             "axis '" + axis + "' is not an axis of '" + x_name + "' " + input.shape.str());
+    ctx.fail(
+        step, "axis",
+        "axis " + quote(axis) + " is not an axis of " + quote(x_name) + " " + input.shape.str());
   }
   if (input.placement(step).is_partial()) {
     ctx.fail(step, "input",
@@ -29,15 +35,15 @@ void norm_rules(const StepSpec& step, StepContext& ctx, const std::string& axis,
     const std::optional<std::string>& stats = layer_norm->stats;
     if (hidden && !stats) {
       ctx.fail(step, "input",
-               "'" + x_name + "' is " + input.placement(step).str() +
+               quote(x_name) + " is " + input.placement(step).str() +
                    ", sharded on the normalized axis '" + axis +
                    "': choose the distributed statistics with stats = \"sum_sumsq\", "
                    "\"welford\" or \"redistribute\"");
     }
     if (!hidden && stats) {
       ctx.fail(step, "stats",
-               "stats applies only to an input sharded on the normalized axis '" + axis + "'; '" +
-                   x_name + "' is " + input.placement(step).str());
+               "stats applies only to an input sharded on the normalized axis '" + axis + "'; " +
+                   quote(x_name) + " is " + input.placement(step).str());
     }
     if (step.has("token_axis") && stats != "redistribute") {
       ctx.fail(step, "token_axis",
@@ -47,7 +53,7 @@ void norm_rules(const StepSpec& step, StepContext& ctx, const std::string& axis,
     const std::string& token_axis = layer_norm->token_axis;
     if (stats == "redistribute" && (!input.shape.has(token_axis) || token_axis == axis)) {
       ctx.fail(step, step.has("token_axis") ? "token_axis" : "stats",
-               "the redistribute mode needs a token axis other than '" + axis + "': '" +
+               "the redistribute mode needs a token axis other than " + quote(axis) + ": '" +
                    token_axis + "' is not one of " + input.shape.str());
     }
   }
@@ -59,13 +65,13 @@ void norm_rules(const StepSpec& step, StepContext& ctx, const std::string& axis,
     const TensorState& param = ctx.tensor(step, key);
     if (!(param.shape == param_shape)) {
       ctx.fail(step, key,
-               "shape mismatch: '" + step.str(key) + "' is " + param.shape.str() + " but '" +
+               "shape mismatch: " + quote(step.str(key)) + " is " + param.shape.str() + " but '" +
                    x_name + "' " + input.shape.str() + " needs " + param_shape.str());
     }
     ctx.require_replicate_elsewhere(step, key, param);
     if (!(param.placement(step) == param_placement)) {
       ctx.fail(step, key,
-               "'" + step.str(key) + "' must be " + param_placement.str() + " (the input '" +
+               quote(step.str(key)) + " must be " + param_placement.str() + " (the input '" +
                    x_name + "' is " + input.placement(step).str() + "), not " + param.placement(step).str());
     }
   }
@@ -96,7 +102,7 @@ OpEntry op_entry<OpKind::layer_norm>() {
       .optional_tensor("bias", &A::bias, "shift, shape [axis], placed like weight")
       .text("axis", &A::axis, "normalized axis (default hidden)")
       .number("eps", &A::eps, false, "added to the variance inside the sqrt (default 1e-5)",
-              kNonNegative)
+              kEpsBounds)
       .optional_text("stats", &A::stats,
                      "distributed statistics when the input is Shard(axis) (required then): "
                      "all-reduce of sum and sum of squares (cancellation risk when |mean| >> "
@@ -123,7 +129,7 @@ OpEntry op_entry<OpKind::rms_norm>() {
                        "scale, shape [axis]: Replicate, or Shard(axis) for a Shard(axis) input")
       .text("axis", &A::axis, "normalized axis (default hidden)")
       .number("eps", &A::eps, false, "added to the mean square inside the sqrt (default 1e-5)",
-              kNonNegative)
+              kEpsBounds)
       .rules(rms_norm_rules)
       .build();
 }

@@ -9,8 +9,8 @@ void redistribute_rules(const RedistributeArgs& args, const StepSpec& step, Step
   const TensorState& input = ctx.tensor(step, "input");
   if (args.to.is_shard() && !input.shape.has(args.to.axis)) {
     ctx.fail(step, "to",
-             "unknown axis '" + args.to.axis + "' in placement " + args.to.str() + ": '" +
-                 step.str("input") + "' has axes " + input.shape.str());
+             "unknown axis " + quote(args.to.axis) + " in placement " + args.to.str() + ": " +
+                 quote(step.str("input")) + " has axes " + input.shape.str());
   }
   // A gather on this dim must not cut through a later dim's shards of the same axis (their
   // pieces of it would not be contiguous); DTensor has the same rule without _StridedShard.

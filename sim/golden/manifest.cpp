@@ -1,0 +1,225 @@
+// The golden manifest (README "The manifest"): what it records about the run, each boundary
+// that has goldens (with its op's parameters), and each tensor; its digest.
+#include "sim/golden/manifest.hpp"
+
+#include <set>
+
+#include "shardsim/report/report.hpp"
+#include "shardsim/sha256.hpp"
+
+namespace shardsim::golden_detail {
+
+namespace {
+
+std::vector<std::string> axis_names(const Shape& shape) {
+  std::vector<std::string> out;
+  for (const Axis& axis : shape.axes()) out.push_back(axis.name);
+  return out;
+}
+
+Json param_json(const ParamValue& value) {
+  return std::visit(
+      [](const auto& v) -> Json {
+        if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::monostate>) {
+          return nullptr;
+        } else {
+          return v;
+        }
+      },
+      value);
+}
+
+// A boundary's parameters: the op's keys for a step's boundary (defaults filled in), the
+// learning rate for a parameter update, null otherwise.
+Json params_json(const Scenario& scenario, const TraceEntry& e) {
+  if (e.scenario_step >= 0) {
+    Json out = Json::object();
+    const StepSpec& step = scenario.steps.at(static_cast<std::size_t>(e.scenario_step));
+    for (const ResolvedParam& p : resolved_params(step, scenario)) out[p.key] = param_json(p.value);
+    return out;
+  }
+  if (e.kind == BoundaryKind::update) return Json{{"learning_rate", scenario.learning_rate}};
+  return nullptr;
+}
+
+Json boundaries_json(const Scenario& scenario, const RunReport& reference,
+                     const std::vector<GoldenEntry>& entries) {
+  std::set<std::size_t> used;
+  for (const GoldenEntry& entry : entries) used.insert(entry.boundary);
+  Json out = Json::array();
+  for (std::size_t b : used) {
+    const TraceEntry& e = reference.boundaries[b].entry;
+    const StepSpec* step = e.scenario_step >= 0
+                               ? &scenario.steps.at(static_cast<std::size_t>(e.scenario_step))
+                               : nullptr;
+    out.push_back(Json{{"id", e.id},
+                       {"step", e.step},
+                       {"chunk", e.chunk},
+                       {"kind", boundary_kind_name(e.kind)},
+                       {"op", e.op},
+                       {"tensor", e.tensor},
+                       {"scenario_step", step ? Json(step->index) : Json(nullptr)},
+                       {"scenario_op", step ? Json(std::string(step->op())) : Json(nullptr)},
+                       {"params", params_json(scenario, e)}});
+  }
+  return out;
+}
+
+// The manifest's "scenario": name, SHA-256 and text, and "input_files" when some tensor is read
+// from a file (init = { file, tensor }): which file, its SHA-256, so that a golden set names
+// exactly what it was computed from.
+Json scenario_json(const Scenario& scenario) {
+  Json out{{"name", scenario.name}, {"sha256", sha256_hex(scenario.text)}, {"text", scenario.text}};
+  Json files = Json::array();
+  for (const TensorSpec& spec : scenario.tensors) {
+    if (spec.init.dist != InitDist::file) continue;
+    files.push_back(Json{{"tensor", spec.name},
+                         {"file", spec.init.file},
+                         {"file_tensor", spec.init.file_tensor},
+                         {"dtype", spec.init.file_dtype},
+                         {"sha256", spec.init.file_sha256}});
+  }
+  if (!files.empty()) out["input_files"] = files;
+  return out;
+}
+
+Json tensor_json(const GoldenEntry& entry, const TraceEntry& e) {
+  const Mesh& mesh = *e.mesh;
+  const Shape& shape =
+      entry.rank < 0 ? e.global : e.ranks[static_cast<std::size_t>(entry.rank)].local_shape;
+  Json item{{"name", entry.tensor.name},
+            {"file", entry.file},
+            {"dtype", format::dtype_info(entry.tensor.dtype).safetensors},
+            {"shape", entry.tensor.shape},
+            {"axes", axis_names(shape)},
+            {"role", entry.rank < 0 ? "global" : "shard"},
+            {"rank", entry.rank < 0 ? Json(nullptr) : Json(entry.rank)},
+            {"slice", entry.rank < 0 ? Json(nullptr) : Json(entry.slice)}};
+  item["offset"] =
+      entry.rank < 0 ? Json::object() : offset_json(e.global, e.layout, mesh, entry.rank);
+  item["boundary"] = Json{
+      {"id", e.id}, {"step", e.step},     {"chunk", e.chunk}, {"kind", boundary_kind_name(e.kind)},
+      {"op", e.op}, {"tensor", e.tensor}, {"dense", e.dense}, {"exact_claimed", e.exact}};
+  item["global_shape"] = shape_json(e.global);
+  item["placement"] = e.layout.str();
+  item["ranks"] = ranks_json(e.global, e.layout, mesh);
+  item["sha256"] = sha256_hex(entry.tensor.bytes);
+  return item;
+}
+
+}  // namespace
+
+Json shape_json(const Shape& shape) {
+  Json out = Json::object();
+  for (const Axis& axis : shape.axes()) out[axis.name] = axis.extent;
+  return out;
+}
+
+Json rank_json(const RankExtent& r) {
+  Json offset = Json::object();
+  for (const auto& [axis, begin] : r.offset) offset[axis] = begin;
+  Json out{{"rank", r.rank}};
+  if (r.coords.size() > 1) out["coords"] = r.coords;  // N-D meshes only
+  out["local_shape"] = shape_json(r.local_shape);
+  out["offset"] = offset;
+  out["slice"] = r.slice;
+  return out;
+}
+
+Json ranks_json(const Shape& global, const Layout& layout, const Mesh& mesh) {
+  Json out = Json::array();
+  for (const RankExtent& r : rank_extents(global, layout, mesh)) out.push_back(rank_json(r));
+  return out;
+}
+
+std::string slice_label(const Shape& global, const Layout& layout, const Mesh& mesh, int rank) {
+  std::string out;
+  for (const Axis& axis : global.axes()) {
+    if (!layout.shards(axis.name)) continue;
+    const Slice slice = axis_slice(global, layout, mesh, rank, axis.name);
+    out += (out.empty() ? "" : ",") + axis.name + "=" + std::to_string(slice.begin) + ":" +
+           std::to_string(slice.end);
+    if (slice.pad() > 0) out += "+" + std::to_string(slice.pad()) + "pad";
+  }
+  if (layout.has_partial()) return out.empty() ? "partial" : out + ",partial";
+  return out.empty() ? "replicate" : out;
+}
+
+Json offset_json(const Shape& global, const Layout& layout, const Mesh& mesh, int rank) {
+  Json out = Json::object();
+  for (const Axis& axis : global.axes()) {
+    if (layout.shards(axis.name)) out[axis.name] = axis_slice(global, layout, mesh, rank, axis.name).begin;
+  }
+  return out;
+}
+
+std::string shard_name(const std::string& name, const Mesh& mesh, int rank,
+                       const std::string& slice) {
+  std::string coords;
+  if (mesh.ndim() > 1) {
+    for (int d = 0; d < mesh.ndim(); ++d) {
+      coords += std::string(d ? "," : "(") + mesh.dim(d).name + "=" +
+                std::to_string(mesh.coord(rank, d));
+    }
+    coords += ")";
+  }
+  return name + "@rank" + std::to_string(rank) + coords + "[" + slice + "]";
+}
+
+Json mesh_json(const Mesh& mesh) {
+  Json out = Json::array();
+  for (const MeshDim& dim : mesh.dims()) out.push_back(Json{{"name", dim.name}, {"size", dim.size}});
+  return out;
+}
+
+std::string manifest_digest(std::string_view text, std::string_view value) {
+  const std::string quoted = "\"" + std::string(value) + "\"";
+  const std::size_t at = text.rfind(quoted);
+  SHARDSIM_ASSERT(at != std::string_view::npos, "manifest_digest: the value is in the text");
+  std::string zeroed(text);
+  zeroed.replace(at + 1, value.size(), std::string(value.size(), '0'));
+  return sha256_hex(zeroed);
+}
+
+std::string manifest_text(const Scenario& scenario, const RunReport& reference,
+                          const std::vector<GoldenEntry>& entries, const GoldenOptions& options) {
+  Json tensors = Json::array();
+  for (const GoldenEntry& entry : entries) {
+    tensors.push_back(tensor_json(entry, reference.boundaries[entry.boundary].entry));
+  }
+  Json dtypes = Json::array();
+  if (options.write_f64) dtypes.push_back("f64");
+  if (options.write_f32) dtypes.push_back("f32");
+  const std::string zeros(64, '0');
+  Json manifest{{"format", format::kManifestFormat},
+                {"format_version", format::kManifestFormatVersion},
+                {"shardsim_version", kShardsimVersion},
+                {"scenario", scenario_json(scenario)},
+                {"precision", reference.precision.name()},
+                {"significand_bits", reference.significand_bits},
+                {"reduce_order", reduce_order_name(reference.reduce_order)},
+                {"schedule", reference.schedule.str()},
+                {"ranks", scenario.mesh.ranks()},
+                {"faults", scenario.fault_names()},
+                {"verdict", reference.pass ? "pass" : "fail"},
+                {"storage", options.format == GoldenFormat::safetensors ? "safetensors" : "npy"},
+                {"dtypes", dtypes},
+                {"boundaries", boundaries_json(scenario, reference, entries)},
+                {"tensors", tensors},
+                {std::string(kManifestDigestKey), zeros}};
+  if (scenario.mesh.devices.ndim() > 1) {
+    // N-D: the mesh's dims follow "ranks" (a 1-D manifest has no "mesh": its one dim is implied).
+    Json with_mesh = Json::object();
+    for (auto& [key, value] : manifest.items()) {
+      with_mesh[key] = std::move(value);
+      if (key == "ranks") with_mesh["mesh"] = mesh_json(scenario.mesh.devices);
+    }
+    manifest = std::move(with_mesh);
+  }
+  std::string text = manifest.dump(2) + "\n";
+  const std::string digest = manifest_digest(text, zeros);
+  text.replace(text.rfind("\"" + zeros + "\"") + 1, zeros.size(), digest);
+  return text;
+}
+
+}  // namespace shardsim::golden_detail

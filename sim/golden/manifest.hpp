@@ -1,0 +1,49 @@
+// Private to the golden writer and reader: the manifest's JSON pieces that both sides build the
+// same way (so the reader can check the metadata by rebuilding it), and the manifest digest.
+//
+// manifest_sha256, the last key of the manifest, is the SHA-256 of the file's bytes with that
+// key's value (64 hex digits) written as 64 '0' characters. With each tensor's own sha256 over
+// its data, every byte of a golden directory is covered by a hash.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+#include "shardsim/golden/golden_set.hpp"
+#include "shardsim/trace.hpp"
+
+namespace shardsim::golden_detail {
+
+using Json = nlohmann::ordered_json;
+
+inline constexpr std::string_view kManifestDigestKey = "manifest_sha256";
+
+Json shape_json(const Shape& shape);
+Json rank_json(const RankExtent& r);
+// Every rank's extent of a boundary, as the manifest lists them under "ranks".
+Json ranks_json(const Shape& global, const Layout& layout, const Mesh& mesh);
+// A shard's slice label: "seq=12:13", "seq=12:13+3pad", "replicate", "partial"; on an N-D mesh
+// every sharded axis ("batch=0:1,seq=7:13"), then ",partial" where a dim holds addends.
+std::string slice_label(const Shape& global, const Layout& layout, const Mesh& mesh, int rank);
+// A shard's "offset" object: {axis: begin} for every sharded axis, {} otherwise.
+Json offset_json(const Shape& global, const Layout& layout, const Mesh& mesh, int rank);
+// A shard's name: NAME@rankR[SLICE]; on an N-D mesh NAME@rankR(dp=1,tp=0)[SLICE].
+std::string shard_name(const std::string& name, const Mesh& mesh, int rank,
+                       const std::string& slice);
+// The manifest's "mesh": [{"name": "dp", "size": 2}, ...] (written for N-D meshes only).
+Json mesh_json(const Mesh& mesh);
+
+// The SHA-256 (hex) of `text` with the last occurrence of the quoted string `value` replaced by
+// as many '0' characters. REQUIRES: the quoted value occurs in `text`.
+std::string manifest_digest(std::string_view text, std::string_view value);
+
+// The manifest of a golden set (README "The manifest"), its digest filled in.
+std::string manifest_text(const Scenario& scenario, const RunReport& reference,
+                          const std::vector<GoldenEntry>& entries, const GoldenOptions& options);
+
+// The manifest's header, digest and tensors (not the tensors' data), every tensor's metadata
+// checked against its placement. Throws InputError located as "WHAT: key.path: ...".
+GoldenDir parse_manifest(const std::string& text, const std::string& what);
+
+}  // namespace shardsim::golden_detail

@@ -1,0 +1,245 @@
+// Reading a golden manifest back: every key typed and located, the digest checked, and each
+// tensor's metadata (global shape, placement, offsets, slices, ranks) rebuilt from its placement
+// and compared, so an edited manifest is refused (exit 2) instead of misleading `compare`.
+#include <set>
+
+#include "shardsim/error.hpp"
+#include "sim/golden/manifest.hpp"
+
+namespace shardsim::golden_detail {
+
+namespace {
+
+// Typed access to the manifest with located errors ("DIR/manifest.json: tensors[3].shape: ...").
+class ManifestReader {
+ public:
+  explicit ManifestReader(std::string what) : what_(std::move(what)) {}
+
+  [[noreturn]] void fail(const std::string& path, const std::string& message) const {
+    throw InputError(what_ + ": " + path + ": " + message);
+  }
+  const Json& member(const Json& object, const std::string& path, const std::string& key) const {
+    if (!object.is_object()) fail(path, "expected an object");
+    auto found = object.find(key);
+    if (found == object.end()) fail(path, "missing key '" + key + "'");
+    return *found;
+  }
+  std::string string(const Json& object, const std::string& path, const std::string& key) const {
+    const Json& v = member(object, path, key);
+    if (!v.is_string()) fail(path + "." + key, "expected a string, got " + clipped(v.dump()));
+    return v.get<std::string>();
+  }
+  std::int64_t integer(const Json& v, const std::string& path) const {
+    if (!v.is_number_integer()) fail(path, "expected an integer, got " + clipped(v.dump()));
+    if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)) {
+      fail(path, "integer too large");
+    }
+    return v.get<std::int64_t>();
+  }
+  std::int64_t integer(const Json& object, const std::string& path, const std::string& key) const {
+    return integer(member(object, path, key), path + "." + key);
+  }
+
+ private:
+  std::string what_;
+};
+
+Json parse_json(const std::string& text, const std::string& what) {
+  auto depth_limit = [&](int depth, Json::parse_event_t, Json&) {
+    if (depth > 32) throw InputError(what + ": invalid JSON: nested deeper than 32 levels");
+    return true;
+  };
+  try {
+    return Json::parse(text, depth_limit);
+  } catch (const Json::exception& e) {
+    throw InputError(what + ": invalid JSON: " + e.what());
+  }
+}
+
+// shape, axes, global_shape: typed, non-negative, at most 64 axes.
+void parse_shapes(const ManifestReader& m, const Json& item, const std::string& path,
+                  GoldenInfo& info) {
+  const Json& shape = m.member(item, path, "shape");
+  const Json& axes = m.member(item, path, "axes");
+  if (!shape.is_array() || !axes.is_array() || shape.size() != axes.size() || shape.size() > 64) {
+    m.fail(path + ".shape", "shape and axes must be arrays of the same length");
+  }
+  for (std::size_t a = 0; a < shape.size(); ++a) {
+    const std::int64_t extent = m.integer(shape[a], path + ".shape[" + std::to_string(a) + "]");
+    if (extent < 0) m.fail(path + ".shape", "negative extent");
+    info.shape.push_back(extent);
+    if (!axes[a].is_string()) m.fail(path + ".axes", "axis names must be strings");
+    info.axes.push_back(axes[a].get<std::string>());
+  }
+  const Json& global = m.member(item, path, "global_shape");
+  if (!global.is_object() || global.size() > 64)
+    m.fail(path + ".global_shape", "expected an object");
+  std::vector<Axis> global_axes;
+  for (const auto& [axis, extent] : global.items()) {
+    global_axes.push_back({axis, m.integer(extent, path + ".global_shape." + clipped(axis))});
+    if (global_axes.back().extent < 0) m.fail(path + ".global_shape", "negative extent");
+  }
+  info.global_shape = Shape(std::move(global_axes));
+}
+
+// The metadata must be what the writer derives from the global shape, the placement and the
+// rank: the same axes, the local shape, offset, slice label and every rank's extent.
+void check_metadata(const ManifestReader& m, const Json& item, const std::string& path,
+                    const GoldenInfo& info) {
+  Layout layout;
+  try {
+    layout = parse_layout(info.placement, info.mesh->ndim());
+  } catch (const InputError& e) {
+    m.fail(path + ".placement", e.what());
+  }
+  const Mesh& mesh = *info.mesh;
+  std::vector<std::string> global_axes;
+  for (const Axis& axis : info.global_shape.axes()) global_axes.push_back(axis.name);
+  if (global_axes != info.axes) {
+    m.fail(path + ".global_shape",
+           "its axes " + info.global_shape.str() + " are not the tensor's axes, in order");
+  }
+  for (const Placement& placement : layout.dims) {
+    if (placement.is_shard() && !info.global_shape.has(placement.axis)) {
+      m.fail(path + ".placement", layout.str() + " shards an axis global_shape does not have");
+    }
+  }
+  const bool shard = info.rank >= 0;
+  if (m.string(item, path, "role") != (shard ? "shard" : "global")) {
+    m.fail(path + ".role", shard ? "a tensor with a rank must be a \"shard\""
+                                 : "a tensor without a rank must be \"global\"");
+  }
+  const Shape expected =
+      shard ? local_shape(info.global_shape, layout, mesh, info.rank) : info.global_shape;
+  std::vector<std::int64_t> extents;
+  for (const Axis& axis : expected.axes()) extents.push_back(axis.extent);
+  if (extents != info.shape) {
+    m.fail(path + ".shape", "does not match " + expected.str() + ", which global_shape and " +
+                                layout.str() + " give " +
+                                (shard ? "this rank" : "the global value"));
+  }
+  const Json offset =
+      shard ? offset_json(info.global_shape, layout, mesh, info.rank) : Json::object();
+  if (m.member(item, path, "offset") != offset) {
+    m.fail(path + ".offset", "expected " + offset.dump() + " for " + layout.str());
+  }
+  if (shard && info.slice != slice_label(info.global_shape, layout, mesh, info.rank)) {
+    m.fail(path + ".slice",
+           "expected " + quote(slice_label(info.global_shape, layout, mesh, info.rank)));
+  }
+  if (m.member(item, path, "ranks") != ranks_json(info.global_shape, layout, mesh)) {
+    m.fail(path + ".ranks", "does not match the extents " + layout.str() +
+                                " gives each of the " + std::to_string(info.ranks) + " ranks");
+  }
+}
+
+GoldenInfo parse_info(const ManifestReader& m, const Json& item, const std::string& path,
+                      const std::shared_ptr<const Mesh>& mesh) {
+  const int ranks = mesh->size();
+  GoldenInfo info;
+  info.name = m.string(item, path, "name");
+  info.file = m.string(item, path, "file");
+  if (info.file.empty() || info.file.find('/') != std::string::npos || info.file.front() == '.') {
+    m.fail(path + ".file", quote(info.file) + " must be a plain file name inside the directory");
+  }
+  const std::string dtype = m.string(item, path, "dtype");
+  const auto parsed = format::dtype_from_safetensors(dtype);
+  if (!parsed) m.fail(path + ".dtype", "unknown dtype " + quote(dtype));
+  info.dtype = *parsed;
+  parse_shapes(m, item, path, info);
+  const Json& rank = m.member(item, path, "rank");
+  if (!rank.is_null()) {
+    const std::int64_t r = m.integer(rank, path + ".rank");
+    if (r < 0 || r >= ranks) m.fail(path + ".rank", "rank out of range");
+    info.rank = static_cast<int>(r);
+    info.slice = m.string(item, path, "slice");
+  }
+  const Json& offset = m.member(item, path, "offset");
+  if (!offset.is_object()) m.fail(path + ".offset", "expected an object");
+  for (const auto& [axis, begin] : offset.items()) {
+    info.offset[axis] = m.integer(begin, path + ".offset." + clipped(axis));
+  }
+  info.placement = m.string(item, path, "placement");
+  info.ranks = ranks;
+  info.mesh = mesh;
+  info.sha256 = m.string(item, path, "sha256");
+  const Json& boundary = m.member(item, path, "boundary");
+  info.boundary = "#" + std::to_string(m.integer(boundary, path + ".boundary", "id")) + " step " +
+                  std::to_string(m.integer(boundary, path + ".boundary", "step")) + " chunk " +
+                  std::to_string(m.integer(boundary, path + ".boundary", "chunk")) + " " +
+                  m.string(boundary, path + ".boundary", "op") + " -> " +
+                  m.string(boundary, path + ".boundary", "tensor");
+  check_metadata(m, item, path, info);
+  info.layout = parse_layout(info.placement, mesh->ndim());
+  return info;
+}
+
+// The manifest's mesh: "mesh" (N-D) must multiply to "ranks"; without it, a 1-D mesh of ranks.
+Mesh parse_mesh(const ManifestReader& m, const Json& manifest, int ranks) {
+  if (!manifest.contains("mesh")) return Mesh(ranks);
+  const Json& dims = manifest["mesh"];
+  if (!dims.is_array() || dims.empty()) m.fail("mesh", "expected a non-empty array of dims");
+  std::vector<MeshDim> out;
+  std::int64_t total = 1;
+  for (std::size_t d = 0; d < dims.size(); ++d) {
+    const std::string path = "mesh[" + std::to_string(d) + "]";
+    const std::string name = m.string(dims[d], path, "name");
+    if (!is_axis_name(name)) m.fail(path + ".name", "not a dim name: " + quote(name));
+    const std::int64_t size = m.integer(dims[d], path, "size");
+    if (size < 1 || size > 4096) m.fail(path + ".size", "out of range");
+    total *= size;
+    if (total > 4096) m.fail("mesh", "more than 4096 ranks");
+    out.push_back({name, static_cast<int>(size)});
+  }
+  if (total != ranks) m.fail("mesh", "its dims multiply to " + std::to_string(total) + ", not to ranks");
+  return Mesh(std::move(out));
+}
+
+// The format, version and digest: anything else in the file is trusted only after these.
+void check_header(const ManifestReader& m, const Json& manifest, const std::string& text) {
+  if (!manifest.is_object() || m.string(manifest, "(root)", "format") != format::kManifestFormat) {
+    m.fail("format", "not a shardsim golden manifest");
+  }
+  if (m.integer(manifest, "(root)", "format_version") != format::kManifestFormatVersion) {
+    m.fail("format_version", "unsupported version (this shardsim reads version " +
+                                 std::to_string(format::kManifestFormatVersion) +
+                                 "; rewrite the goldens with this shardsim)");
+  }
+  const std::string digest = m.string(manifest, "(root)", std::string(kManifestDigestKey));
+  if (digest.size() != 64 || digest.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    m.fail(std::string(kManifestDigestKey), "expected 64 lowercase hex digits");
+  }
+  if (manifest_digest(text, digest) != digest) {
+    m.fail(std::string(kManifestDigestKey),
+           "does not match the manifest's bytes: the manifest was edited or is corrupt");
+  }
+}
+
+}  // namespace
+
+GoldenDir parse_manifest(const std::string& text, const std::string& what) {
+  const Json manifest = parse_json(text, what);
+  const ManifestReader m(what);
+  check_header(m, manifest, text);
+  GoldenDir out;
+  out.precision = m.string(manifest, "(root)", "precision");
+  const std::int64_t ranks = m.integer(manifest, "(root)", "ranks");
+  if (ranks < 1 || ranks > 4096) m.fail("ranks", "out of range");
+  const auto mesh = std::make_shared<const Mesh>(parse_mesh(m, manifest, static_cast<int>(ranks)));
+  out.storage = m.string(manifest, "(root)", "storage");
+  if (out.storage != "safetensors" && out.storage != "npy")
+    m.fail("storage", "expected safetensors or npy");
+  const Json& tensors = m.member(manifest, "(root)", "tensors");
+  if (!tensors.is_array()) m.fail("tensors", "expected an array");
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const std::string path = "tensors[" + std::to_string(i) + "]";
+    out.infos.push_back(parse_info(m, tensors[i], path, mesh));
+    if (!names.insert(out.infos.back().name).second) {
+      m.fail(path + ".name", "duplicate name " + quote(out.infos.back().name));
+    }
+  }
+  return out;
+}
+
+}  // namespace shardsim::golden_detail
