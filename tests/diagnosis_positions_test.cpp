@@ -141,3 +141,36 @@ TEST_CASE("window_mask: the lse of a window bound off by one", "[diagnosis]") {
   shardsim::set_held(lse, 1, 2, 7.0);  // a value no mask gives
   CHECK_FALSE(shardsim::window_mask(c, kF64).present());
 }
+
+TEST_CASE("ring_merge: only the rows that merged KV blocks are wrong", "[diagnosis]") {
+  // lse [batch=1, seq=6, head=1] Shard(seq) over 2 ranks, no cache (kv = 6), window 3. The KV
+  // axis is torch.chunk'ed into blocks [0, 3) and [3, 6). Query i attends keys i-2 .. i:
+  // i = 0, 1, 2 -> block 0 only; i = 3 (keys 1..3) and i = 4 (keys 2..4) -> both blocks;
+  // i = 5 (keys 3..5) -> block 1 only. Rank 0 holds rows 0..2, rank 1 rows 3..5.
+  const Shape shape({{"batch", 1}, {"seq", 6}, {"head", 1}});
+  const std::vector<double> dense{1, 2, 3, 4, 5, 6};
+  auto with_wrong_rows = [&](const std::vector<std::int64_t>& rows) {
+    Observed o = shardsim::observed_of("y.lse", shape, Placement::shard("seq"), 2, dense);
+    for (std::int64_t row : rows) {
+      shardsim::set_held(o, row < 3 ? 0 : 1, row, dense[static_cast<std::size_t>(row)] + 0.5);
+    }
+    return o;
+  };
+  auto finding = [&](const Observed& o) {
+    return shardsim::ring_merge({.o = &o, .kv = 6, .window = 3, .group = 2}, kF64);
+  };
+  // Both merged rows off, every single-block row exact: a merge bug.
+  const Observed merge_bug = with_wrong_rows({3, 4});
+  const shardsim::Finding present = finding(merge_bug);
+  CHECK(present.present());
+  CHECK(present.cause == Cause::softmax_merge);
+  CHECK(has(present.evidence, "one KV block: 0 of 4 elements off"));
+  CHECK(has(present.evidence, "two or more: 2 of 2"));
+  // A single-block row off too: not (only) the merge.
+  CHECK_FALSE(finding(with_wrong_rows({1, 3, 4})).present());
+  // One of the two merged rows: no more than half, as a mask bound moved by one would do.
+  CHECK_FALSE(finding(with_wrong_rows({3})).present());
+  // Nothing off, or no geometry: absent.
+  CHECK_FALSE(finding(with_wrong_rows({})).present());
+  CHECK_FALSE(shardsim::ring_merge({}, kF64).present());
+}

@@ -34,7 +34,10 @@
   X(grad_reduce_wrong_dim)          \
   X(row_bias_every_rank)            \
   X(column_backward_unreduced)      \
-  X(gather_wrong_axis)
+  X(gather_wrong_axis)              \
+  X(ring_merge_no_max)              \
+  X(ring_merge_average)             \
+  X(ring_backward_local_lse)
 
 namespace shardsim {
 

@@ -185,6 +185,30 @@ Finding window_signature(Context& ctx, int id) {
   return window_mask(c, ctx.unit());
 }
 
+Finding ring_signature(Context& ctx, int id) {
+  const TraceEntry& e = ctx.entry(id);
+  RingCase c;
+  const StepSpec* step = ctx.owning_step(id);
+  if (!step && is_grad_name(e.tensor)) {
+    // A ring backward boundary, grad(NAME.part): the attention step that owns NAME.
+    for (const StepSpec& s : ctx.scenario().steps) {
+      std::string prefix = grad_name(s.output() + ".");  // "grad(NAME.)" without its ")"
+      prefix.pop_back();
+      if (s.kind == OpKind::sliding_window_attention && e.tensor.starts_with(prefix)) step = &s;
+    }
+  }
+  if (step && step->kind == OpKind::sliding_window_attention && e.op.starts_with("ring_attention")) {
+    const auto& args = step->as<SlidingWindowAttentionArgs>();
+    if (const auto k = ctx.latest(part_name(args.output, "k_shard"), id, true)) {
+      c.o = &ctx.observed(id);
+      c.kv = ctx.entry(*k).global.extent("kv");
+      c.window = args.window;
+      c.group = static_cast<int>(ctx.observed(id).ranks.size());
+    }
+  }
+  return ring_merge(c, ctx.unit());
+}
+
 Finding provenance_signature(Context& ctx, int id) {
   std::vector<const Observed*> earlier;
   for (int b = 0; b < id; ++b) {

@@ -49,6 +49,7 @@ Finding replica_signature(Context& ctx, int id);
 Finding mask_signature(Context& ctx, int id);
 Finding rope_signature(Context& ctx, int id);
 Finding window_signature(Context& ctx, int id);
+Finding ring_signature(Context& ctx, int id);
 Finding provenance_signature(Context& ctx, int id);
 Finding norm_signature(Context& ctx, int id);
 Finding loss_signature(Context& ctx, int id);

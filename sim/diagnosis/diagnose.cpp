@@ -82,6 +82,7 @@ std::vector<Finding> measure(diag::Context& ctx, int id, const std::vector<Trend
           shifted_copy(o, unit),
           diag::rope_signature(ctx, id),
           diag::window_signature(ctx, id),
+          diag::ring_signature(ctx, id),
           chunk_onset(statuses, id),
           diag::provenance_signature(ctx, id),
           diag::norm_signature(ctx, id),

@@ -32,6 +32,8 @@ std::string_view cause_name(Cause cause) {
       return "default_value";
     case Cause::wrong_stage:
       return "wrong_stage";
+    case Cause::softmax_merge:
+      return "softmax_merge";
     case Cause::rounding:
       return "rounding";
   }
@@ -66,6 +68,9 @@ std::string_view cause_summary(Cause cause) {
       return "default value assumed: a constant (ones/zeros init) in place of the data";
     case Cause::wrong_stage:
       return "another stage's values: a transform skipped or applied twice, or a stale tensor";
+    case Cause::softmax_merge:
+      return "softmax merge: the partial results of KV blocks combined wrongly (the log-sum-exp "
+             "merge of ring or flash attention)";
     case Cause::rounding:
       return "not a bug: rounding noise, the gap shrinks with precision";
   }

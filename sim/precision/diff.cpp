@@ -96,6 +96,18 @@ void detail::judge_boundary(BoundaryDiff& diff, const std::vector<Precision>& le
       return;
     }
   }
+  for (std::size_t l = 0; l < levels.size(); ++l) {
+    // The oracle is finite at every level (the runner refuses one that is not), so a sharded
+    // value that is not finite is an overflow or an undefined operation of the sharded program
+    // at that level: a range bug of that format, which rounding at the same precision does not
+    // explain even when wider formats agree.
+    if (!std::isfinite(diff.gap[l].max_abs)) {
+      diff.verdict = "bug";
+      diff.why = "not finite at " + levels[l].name() +
+                 " where the oracle is finite (overflow or an undefined operation)";
+      return;
+    }
+  }
   const double bound = default_rtol(levels[top]);
   const double at_top = diff.gap[top].normwise;
   const double at_bottom = diff.gap.front().normwise;

@@ -119,6 +119,21 @@ const std::vector<FaultInfo>& fault_catalogue() {
          "along the first axis (batch) instead of the sharded axis, then reads the result as the "
          "global shape",
          {OpKind::redistribute}},
+        {Fault::ring_merge_no_max,
+         "",
+         "sliding_window_attention (ring): the log-sum-exp merge of block results without "
+         "subtracting the running max; exp overflows at large logits (f32: lse > 88.7)",
+         {OpKind::sliding_window_attention}},
+        {Fault::ring_merge_average,
+         "",
+         "sliding_window_attention (ring): block outputs averaged instead of weighted by their "
+         "log-sum-exp",
+         {OpKind::sliding_window_attention}},
+        {Fault::ring_backward_local_lse,
+         "",
+         "sliding_window_attention (ring) backward: each KV block's probabilities normalized by "
+         "the block's own log-sum-exp instead of the merged (global) one",
+         {OpKind::sliding_window_attention}},
     };
     SHARDSIM_ASSERT(rows.size() == kFaultCount, "one catalogue row per fault");
     for (std::size_t k = 0; k < rows.size(); ++k) {

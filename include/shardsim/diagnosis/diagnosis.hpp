@@ -35,9 +35,10 @@ enum class Cause {
   axis_order,                // token identity permuted: axes read in the wrong order
   default_value,             // a constant (ones/zeros init) in place of the data
   wrong_stage,               // another boundary's values: a transform skipped or a stale tensor
+  softmax_merge,             // partial softmax results merged wrongly (ring / flash LSE merge)
   rounding,                  // not a bug: the gap shrinks with precision
 };
-inline constexpr int kCauseCount = 13;
+inline constexpr int kCauseCount = 14;
 
 // "wrong_divisor", ... (the report's "cause").
 std::string_view cause_name(Cause cause);

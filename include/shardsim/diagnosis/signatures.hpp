@@ -135,6 +135,19 @@ struct AttentionCase {
 };
 Finding window_mask(const AttentionCase& c, double unit);
 
+// ring_merge: at a boundary of the ring's merged results (rows [batch, seq, head, ...]), every
+// row whose window falls in one KV block (no merge happened) matches the oracle and most of the
+// rows that merged two or more blocks (more than half their elements) carry the gap ->
+// softmax_merge. A position bug moves single-block rows too; a mask bound moved by one moves
+// only the merged rows where it admits or drops a key.
+struct RingCase {
+  const Observed* o = nullptr;    // the failing boundary, rows (batch, seq, head[, head_dim])
+  std::int64_t kv = 0;            // keys in the KV axis: cache + chunk
+  std::optional<std::int64_t> window;
+  int group = 1;                  // cp ranks: the KV axis is torch.chunk'ed into `group` blocks
+};
+Finding ring_merge(const RingCase& c, double unit);
+
 // ---- streaming and provenance -----------------------------------------------------------------
 
 // chunk_onset: every boundary of chunk 1 passes and the first divergence is in chunk >= 2 at a

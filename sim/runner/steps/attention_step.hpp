@@ -21,6 +21,9 @@ class SlidingWindowAttentionStep final : public StepOp<T> {
     config_.params.rope.convention = parse_rope_convention(args.rope);
     config_.mode = parse_cp_mode(args.cp_mode);
     config_.faults.cache_raw_k = scenario.has_fault(Fault::cache_raw_k);
+    config_.faults.ring_merge_no_max = scenario.has_fault(Fault::ring_merge_no_max);
+    config_.faults.ring_merge_average = scenario.has_fault(Fault::ring_merge_average);
+    config_.faults.ring_backward_local_lse = scenario.has_fault(Fault::ring_backward_local_lse);
     config_.faults.rope_local_positions = scenario.has_fault(Fault::rope_local_positions);
     config_.faults.window_off_by_one = scenario.has_fault(Fault::window_off_by_one);
     config_.faults.rope_after_gather_wrong_offset =

@@ -67,6 +67,16 @@ void attention_plan_check(const SlidingWindowAttentionArgs& args, const StepSpec
                                "so it needs cp_mode = \"allgather\", not \"" +
                                    args.cp_mode + "\""));
   }
+  for (Fault ring_only : {Fault::ring_merge_no_max, Fault::ring_merge_average,
+                          Fault::ring_backward_local_lse}) {
+    if (scenario.has_fault(ring_only) && args.cp_mode != "ring") {
+      throw LocatedError(located(scenario.file, loc_of("cp_mode"), path + ".cp_mode",
+                                 "fault '" + std::string(fault_name(ring_only)) +
+                                     "' changes the ring's merge, so it needs cp_mode = \"ring\", "
+                                     "not \"" +
+                                     args.cp_mode + "\""));
+    }
+  }
   // About one key of a query's window per shard, or fewer.
   const std::int64_t cp_size = scenario.mesh.devices.dim(step.mesh_dim).size;
   if (cp_size > 1 && args.window && *args.window <= cp_size) {

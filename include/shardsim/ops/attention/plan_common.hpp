@@ -51,6 +51,10 @@ struct AttentionFaults {
   // allgather only: no per-shard RoPE; RoPE once on the gathered chunk keys at positions offset
   // by the cache length a second time (gathered index g rotated at P + g instead of P - L + g).
   bool rope_after_gather_wrong_offset = false;
+  // ring only: the merge of block results (ring_plan.hpp).
+  bool ring_merge_no_max = false;        // log-sum-exp merge without subtracting the running max
+  bool ring_merge_average = false;       // block outputs averaged, not weighted by their lse
+  bool ring_backward_local_lse = false;  // backward normalizes each block by its own lse
 };
 
 struct CpAttentionConfig {

@@ -41,6 +41,53 @@ void ring_copy_cache_tail(const Tensor<T>& k_block, const Tensor<T>& v_block, co
   copy_along(v_block, "kv", from - block.begin, cache_v, from - tail_begin, block.end - from);
 }
 
+// The merge of the ring_merge_* faults (AttentionFaults), in place of attention_merge:
+//   no_max:  w_running = exp(lse_running), w_block = exp(lse_block), lse = log(w_running +
+//            w_block), without subtracting the larger lse first: exp overflows to inf once a
+//            log-sum-exp passes the format's range (about 88.7 in f32), and out becomes NaN;
+//   average: out = (out * n + block_out) / (n + 1) over the n blocks merged so far (`merged`,
+//            one count per row), ignoring the blocks' weights; lse is merged correctly.
+// A fully masked block (lse = -inf) is a no-op in both, as in the correct merge.
+template <typename T>
+void ring_merge_faulty(const AttentionFaults& faults, Tensor<T>& out, Tensor<T>& lse,
+                       std::vector<int>& merged, const Tensor<T>& block_out,
+                       const Tensor<T>& block_lse) {
+  using std::exp;
+  using std::isinf;
+  using std::log;
+  const AxisView rows{1, lse.numel(), 1};
+  const std::int64_t dim = out.numel() / std::max<std::int64_t>(1, lse.numel());
+  merged.resize(static_cast<std::size_t>(lse.numel()), 0);
+  for (std::int64_t row = 0; row < rows.extent; ++row) {
+    const T lse_block = block_lse[row];
+    if (isinf(lse_block) && lse_block < T(0)) continue;
+    int& n = merged[static_cast<std::size_t>(row)];
+    const T lse_running = lse[row];
+    const bool first = n == 0;
+    for (std::int64_t d = 0; d < dim; ++d) {
+      const std::int64_t at = row * dim + d;
+      if (first) {
+        out[at] = block_out[at];
+      } else if (faults.ring_merge_average) {
+        out[at] = (out[at] * T(n) + block_out[at]) / T(n + 1);
+      } else {
+        const T w_running = exp(lse_running);
+        const T w_block = exp(lse_block);
+        out[at] = (out[at] * w_running + block_out[at] * w_block) / (w_running + w_block);
+      }
+    }
+    if (first) {
+      lse[row] = lse_block;
+    } else if (faults.ring_merge_average) {
+      const T m = lse_running > lse_block ? lse_running : lse_block;
+      lse[row] = m + log(exp(lse_running - m) + exp(lse_block - m));
+    } else {
+      lse[row] = log(exp(lse_running) + exp(lse_block));
+    }
+    ++n;
+  }
+}
+
 }  // namespace detail
 
 // Phase 6 forward in ring mode: returns NAME.attn (batch, seq=t, head, head_dim), Replicate;
@@ -62,6 +109,7 @@ DistTensor<T> ring_attention_forward(const World<T>& world, const CpAttentionCon
   // seq=slice, head); the cache being written back (batch, kv=C, head, head_dim); and the KV
   // block held at the current hop (batch, kv=block, head, head_dim).
   std::vector<Tensor<T>> out(count), lse(count), cache_k(count), cache_v(count);
+  std::vector<std::vector<int>> merged(count);  // ring_merge_faulty's per-row block counts
   std::vector<Tensor<T>> k_blocks = saved.k_shard.locals;
   std::vector<Tensor<T>> v_blocks = saved.v_shard.locals;
   const std::int64_t tail_begin = geo.cached + geo.length - geo.keep;
@@ -88,7 +136,12 @@ DistTensor<T> ring_attention_forward(const World<T>& world, const CpAttentionCon
                         position_range(geo.first + queries.begin, queries.valid()), k_blocks[at],
                         v_blocks[at], kv_positions(geo.first, geo.cached, block),
                         config.attention(), block_out, block_saved);
-      attention_merge(out[at], lse[at], block_out, block_saved.lse);
+      if (config.faults.ring_merge_no_max || config.faults.ring_merge_average) {
+        detail::ring_merge_faulty(config.faults, out[at], lse[at], merged[at], block_out,
+                                  block_saved.lse);
+      } else {
+        attention_merge(out[at], lse[at], block_out, block_saved.lse);
+      }
       detail::ring_copy_cache_tail(k_blocks[at], v_blocks[at], block, tail_begin, cache_k[at],
                                    cache_v[at]);
     });
@@ -151,11 +204,24 @@ CoreGrads<T> ring_attention_backward(const World<T>& world, const CpAttentionCon
       const Slice& queries = q_slices[static_cast<std::size_t>(coord)];
       Tensor<T> dk_block(k_blocks[at].shape());  // (batch, kv=block, head, head_dim)
       Tensor<T> dv_block(v_blocks[at].shape());
-      attention_block_backward(dattn_shard.local(r), saved.q_part.local(r),
-                               position_range(geo.first + queries.begin, queries.valid()),
-                               k_blocks[at], v_blocks[at],
-                               kv_positions(geo.first, geo.cached, block), saved.attn_part.local(r),
-                               saved.lse.local(r), config.attention(), dq[at], dk_block, dv_block);
+      const std::vector<std::int64_t> q_pos =
+          position_range(geo.first + queries.begin, queries.valid());
+      const std::vector<std::int64_t> k_pos = kv_positions(geo.first, geo.cached, block);
+      // The probabilities are exp(s - lse) with the merged lse; the fault uses the block's own
+      // lse (recomputed from the block), which normalizes each block on its own.
+      Tensor<T> block_lse;
+      if (config.faults.ring_backward_local_lse) {
+        Tensor<T> block_out;
+        AttentionSaved<T> block_saved;
+        attention_forward(saved.q_part.local(r), q_pos, k_blocks[at], v_blocks[at], k_pos,
+                          config.attention(), block_out, block_saved);
+        block_lse = std::move(block_saved.lse);
+      }
+      attention_block_backward(dattn_shard.local(r), saved.q_part.local(r), q_pos, k_blocks[at],
+                               v_blocks[at], k_pos, saved.attn_part.local(r),
+                               config.faults.ring_backward_local_lse ? block_lse
+                                                                     : saved.lse.local(r),
+                               config.attention(), dq[at], dk_block, dv_block);
       copy_along(dk_block, "kv", 0, dk[at], block.begin, block.valid());
       copy_along(dv_block, "kv", 0, dv[at], block.begin, block.valid());
     });
