@@ -201,10 +201,23 @@ TEST_CASE("sliding_window_attention validates its plan with located errors", "[s
   expect_error(wide, location(wide, "wq =", "\"wq\""), "steps[0].wq",
                "shape mismatch: 'wq' is [hidden=4, head=3, head_dim=2] but 'x' [batch=1, seq=14, "
                "hidden=4] with n_head = 2, head_dim = 2 needs [hidden=4, head=2, head_dim=2]");
-  const std::string sharded =
-      edited("shape = [1, 14, 4]\n", "shape = [1, 14, 4]\nplacement = \"Shard(seq)\"\n");
+  // Queries sharded on the hidden axis: neither Replicate nor Shard(seq).
+  const std::string hidden =
+      edited("shape = [1, 14, 4]\n", "shape = [1, 14, 4]\nplacement = \"Shard(hidden)\"\n");
+  expect_error(hidden, location(hidden, "input = \"x\"", "\"x\""), "steps[0].input",
+               "'x' must be Replicate or Shard(seq) over the cp group");
+  // Sequence-sharded queries (x and the target Shard(seq)): ring mode is refused, and with
+  // allgather the stream is (no KV cache is read).
+  std::string sharded = kStream;
+  for (std::size_t at = 0; (at = sharded.find("shape = [1, 14, 4]\n", at)) != std::string::npos;) {
+    sharded.insert(at + 19, "placement = \"Shard(seq)\"\n");
+    at += 19;
+  }
+  const std::string sharded_ring = edited("cp_mode = \"allgather\"", "cp_mode = \"ring\"", sharded);
+  expect_error(sharded_ring, location(sharded_ring, "input = \"x\"", "\"x\""), "steps[0].input",
+               "are supported with cp_mode = \"allgather\"");
   expect_error(sharded, location(sharded, "input = \"x\"", "\"x\""), "steps[0].input",
-               "'x' must be Replicate over the cp group");
+               "cannot be streamed ([stream])");
   const std::string ring =
       edited("cp_mode = \"allgather\"", "cp_mode = \"ring\"",
              edited("train_steps = 2", "faults = [\"rope_after_gather_wrong_offset\"]"));

@@ -37,7 +37,8 @@
   X(gather_wrong_axis)              \
   X(ring_merge_no_max)              \
   X(ring_merge_average)             \
-  X(ring_backward_local_lse)
+  X(ring_backward_local_lse)        \
+  X(mask_local_query_positions)
 
 namespace shardsim {
 

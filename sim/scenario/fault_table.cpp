@@ -134,6 +134,11 @@ const std::vector<FaultInfo>& fault_catalogue() {
          "sliding_window_attention (ring) backward: each KV block's probabilities normalized by "
          "the block's own log-sum-exp instead of the merged (global) one",
          {OpKind::sliding_window_attention}},
+        {Fault::mask_local_query_positions,
+         "",
+         "sliding_window_attention (sequence-sharded queries): each cp rank masks with its "
+         "queries' local row indices instead of their global positions",
+         {OpKind::sliding_window_attention}},
     };
     SHARDSIM_ASSERT(rows.size() == kFaultCount, "one catalogue row per fault");
     for (std::size_t k = 0; k < rows.size(); ++k) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "shardsim/ops/attention/plan.hpp"
+#include "shardsim/ops/attention/sharded_plan.hpp"
 #include "shardsim/ops/attention/stream.hpp"
 #include "sim/runner/steps/step_env.hpp"
 
@@ -24,6 +25,8 @@ class SlidingWindowAttentionStep final : public StepOp<T> {
     config_.faults.ring_merge_no_max = scenario.has_fault(Fault::ring_merge_no_max);
     config_.faults.ring_merge_average = scenario.has_fault(Fault::ring_merge_average);
     config_.faults.ring_backward_local_lse = scenario.has_fault(Fault::ring_backward_local_lse);
+    config_.faults.mask_local_query_positions =
+        scenario.has_fault(Fault::mask_local_query_positions);
     config_.faults.rope_local_positions = scenario.has_fault(Fault::rope_local_positions);
     config_.faults.window_off_by_one = scenario.has_fault(Fault::window_off_by_one);
     config_.faults.rope_after_gather_wrong_offset =
@@ -58,8 +61,17 @@ class SlidingWindowAttentionStep final : public StepOp<T> {
     store(AttentionPart::attn, acts_.attn);
     env.dense[output] = acts_.y;
 
+    const DistTensor<T>& x = env.sharded_at(args_.input);
+    // Queries sharded on the cp dim (the loader allows it for allgather without [stream]).
+    sharded_queries_ = env.world.placement(x).is_shard();
+    if (sharded_queries_) {
+      env.sharded[output] = cp_sharded_attention_forward(
+          env.world, x, env.sharded_at(args_.wq), env.sharded_at(args_.wk),
+          env.sharded_at(args_.wv), env.sharded_at(args_.wo), config_, sharded_saved_);
+      return;
+    }
     env.sharded[output] = cp_attention_forward(
-        env.world, env.sharded_at(args_.input), env.sharded_at(args_.wq), env.sharded_at(args_.wk),
+        env.world, x, env.sharded_at(args_.wq), env.sharded_at(args_.wk),
         env.sharded_at(args_.wv), env.sharded_at(args_.wo), config_, sharded_cache_, saved_);
   }
 
@@ -90,10 +102,19 @@ class SlidingWindowAttentionStep final : public StepOp<T> {
     store(AttentionPart::v, g.v);
 
     // Sharded plan.
-    CpAttentionGrads<T> sg =
-        cp_attention_backward(env.world, env.sharded_at(grad_name(output)), env.sharded_at(input),
-                              env.sharded_at(names[0]), env.sharded_at(names[1]),
-                              env.sharded_at(names[2]), env.sharded_at(names[3]), config_, saved_);
+    CpAttentionGrads<T> sg;
+    if (sharded_queries_) {
+      const DistTensor<T>& x = env.sharded_at(input);
+      const DistTensor<T> dy = align_grad(env.world, env.sharded_at(grad_name(output)), x.layout);
+      sg = cp_sharded_attention_backward(env.world, dy, x, env.sharded_at(names[0]),
+                                         env.sharded_at(names[1]), env.sharded_at(names[2]),
+                                         env.sharded_at(names[3]), config_, sharded_saved_);
+    } else {
+      sg = cp_attention_backward(env.world, env.sharded_at(grad_name(output)),
+                                 env.sharded_at(input), env.sharded_at(names[0]),
+                                 env.sharded_at(names[1]), env.sharded_at(names[2]),
+                                 env.sharded_at(names[3]), config_, saved_);
+    }
 
     // Replicate gradients, computed on every rank by the dense arithmetic from the recorded
     // activation gradients: exact exactly while those match the oracle bitwise.
@@ -128,6 +149,11 @@ class SlidingWindowAttentionStep final : public StepOp<T> {
       const std::vector<std::int64_t> more = local_bytes(tensor, width);
       for (std::size_t r = 0; r < bytes.size(); ++r) bytes[r] += more[r];
     };
+    if (sharded_queries_) {
+      const CpShardedSaved<T>& s = sharded_saved_;
+      for (const DistTensor<T>* t : {&s.q_rot, &s.k_all, &s.v_all, &s.attn, &s.lse}) add(*t);
+      return bytes;
+    }
     add(saved_.attn);
     switch (config_.mode) {
       case CpMode::allgather:
@@ -157,6 +183,8 @@ class SlidingWindowAttentionStep final : public StepOp<T> {
   StreamAttentionActivations<T> acts_;
   CpKvCache<T> sharded_cache_;
   CpAttentionSaved<T> saved_;
+  bool sharded_queries_ = false;  // the input is Shard(seq) on the cp dim (sharded_plan.hpp)
+  CpShardedSaved<T> sharded_saved_;
 };
 
 }  // namespace shardsim

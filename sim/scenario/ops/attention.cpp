@@ -8,8 +8,9 @@ namespace shardsim {
 
 namespace {
 
-// x [batch, seq, hidden] Replicate (queries are not sharded); wq, wk, wv [hidden, head,
-// head_dim] and wo [head, head_dim, hidden], Replicate; output like x.
+// x [batch, seq, hidden] Replicate on the cp dim, or Shard(seq) (chunk or balanced) with
+// cp_mode = "allgather" (sequence-sharded queries, ops/attention/sharded_plan.hpp); wq, wk, wv
+// [hidden, head, head_dim] and wo [head, head_dim, hidden], Replicate; output like x.
 void attention_rules(const SlidingWindowAttentionArgs& args, const StepSpec& step,
                      StepContext& ctx) {
   const TensorState& input = ctx.tensor(step, "input");
@@ -21,11 +22,18 @@ void attention_rules(const SlidingWindowAttentionArgs& args, const StepSpec& ste
              std::string(step.op()) + " needs input axes [batch, seq, hidden]; '" + x_name +
                  "' is " + input.shape.str());
   }
-  if (!input.placement(step).is_replicate()) {
+  const Placement& x_on = input.placement(step);
+  const bool sharded_queries = x_on.is_shard() && x_on.axis == "seq";
+  if (!x_on.is_replicate() && !sharded_queries) {
     ctx.fail(step, "input",
-             quote(x_name) +
-                 " must be Replicate over the cp group (queries are not sharded), not " +
-                 input.placement(step).str());
+             quote(x_name) + " must be Replicate or Shard(seq) over the cp group, not " +
+                 x_on.str());
+  }
+  if (sharded_queries && (args.cp_mode != "allgather" || x_on.split == SplitPolicy::padded)) {
+    ctx.fail(step, "input",
+             "sequence-sharded queries (" + quote(x_name) + " is " + x_on.str() +
+                 ") are supported with cp_mode = \"allgather\" and a chunk or balanced split; "
+                 "got cp_mode = \"" + args.cp_mode + "\" (Replicate the input for ring or ulysses)");
   }
   ctx.require_passive(step, "input", input, {"seq", "hidden"});
   if (args.head_dim % 2 != 0) {
@@ -76,6 +84,20 @@ void attention_plan_check(const SlidingWindowAttentionArgs& args, const StepSpec
                                      "not \"" +
                                      args.cp_mode + "\""));
     }
+  }
+  const Placement& x_on = scenario.tensor_layouts.count(args.input)
+                             ? scenario.tensor_layouts.at(args.input).layout.on(step.mesh_dim)
+                             : Placement::replicate();
+  if (scenario.has_fault(Fault::mask_local_query_positions) && !x_on.is_shard()) {
+    throw LocatedError(located(scenario.file, loc_of("input"), path + ".input",
+                               "fault 'mask_local_query_positions' needs sequence-sharded "
+                               "queries: the input Shard(seq) on the cp dim"));
+  }
+  if (x_on.is_shard() && scenario.stream) {
+    throw LocatedError(located(scenario.file, loc_of("input"), path + ".input",
+                               "sequence-sharded queries (" + x_on.str() +
+                                   ") read no KV cache, so they cannot be streamed ([stream]); "
+                                   "Replicate the input on the cp dim to stream"));
   }
   // About one key of a query's window per shard, or fewer.
   const std::int64_t cp_size = scenario.mesh.devices.dim(step.mesh_dim).size;

@@ -55,6 +55,9 @@ struct AttentionFaults {
   bool ring_merge_no_max = false;        // log-sum-exp merge without subtracting the running max
   bool ring_merge_average = false;       // block outputs averaged, not weighted by their lse
   bool ring_backward_local_lse = false;  // backward normalizes each block by its own lse
+  // sequence-sharded queries only: the mask reads each rank's query positions from 0 (its
+  // local row index) while the keys keep their global positions (RoPE stays right).
+  bool mask_local_query_positions = false;
 };
 
 struct CpAttentionConfig {
