@@ -12,14 +12,14 @@
 #include <sstream>
 #include <string>
 
-#include "robustness_support.hpp"
+#include "cli_test_support.hpp"
 #include "shardsim/error.hpp"
 
 namespace fs = std::filesystem;
-using robustness::CliResult;
-using robustness::q;
-using robustness::run_cli;
-using robustness::TempDir;
+using cli_test::CliResult;
+using cli_test::q;
+using cli_test::run_cli;
+using cli_test::TempDir;
 using shardsim::InputError;
 using shardsim::Lab;
 using shardsim::parse_precision;
