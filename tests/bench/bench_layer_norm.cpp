@@ -177,7 +177,7 @@ int target_emulation(const Options& o) {
     e.dense = label.dense;
     e.exact = label.exact;
     e.global = t.global;
-    e.placement = t.placement;
+    e.layout = t.layout;
     trace.push_back(std::move(e));
     return true;
   });
