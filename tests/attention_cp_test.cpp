@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "norm_test_support.hpp"
+#include "tensor_test_support.hpp"
 #include "shardsim/mp.hpp"
 #include "shardsim/ops/attention/plan.hpp"
 #include "shardsim/ops/attention/stream.hpp"
@@ -26,7 +26,7 @@ using shardsim::RopeConvention;
 using shardsim::Shape;
 using shardsim::Tensor;
 
-using norm_test::seeded_normal;
+using tensor_test::seeded_normal;
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "norm_test_support.hpp"
+#include "tensor_test_support.hpp"
 #include "shardsim/mp.hpp"
 #include "shardsim/ops/attention/stream.hpp"
 #include "shardsim/ops/rope.hpp"
@@ -16,7 +16,7 @@ using shardsim::Mp;
 using shardsim::Shape;
 using shardsim::Tensor;
 
-using norm_test::seeded_normal;
+using tensor_test::seeded_normal;
 
 TEST_CASE("the streamed oracle caches the last window - 1 keys after RoPE", "[streaming]") {
   const Tensor<double> x =

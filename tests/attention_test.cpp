@@ -13,7 +13,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "norm_test_support.hpp"
+#include "tensor_test_support.hpp"
 #include "shardsim/mp.hpp"
 #include "shardsim/ops/attention/project.hpp"
 #include "shardsim/ops/rope.hpp"
@@ -27,7 +27,7 @@ using shardsim::position_range;
 using shardsim::Shape;
 using shardsim::Tensor;
 
-using norm_test::seeded_normal;
+using tensor_test::seeded_normal;
 
 namespace {
 

@@ -99,7 +99,7 @@ def torch_steps(model, x, target, steps, lr, dtype):
 
 
 class MlpBlockRoundTrip(unittest.TestCase):
-    """The issue's 2-layer block with a SP+TP plan on 4 ranks, 2 SGD steps."""
+    """A 2-layer MLP block with a SP+TP plan on 4 ranks, 2 SGD steps."""
 
     @classmethod
     def setUpClass(cls):

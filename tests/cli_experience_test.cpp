@@ -1,9 +1,9 @@
 // What a new user sees in the run tables and verdict lines: the activation-memory line only where
 // something is kept for backward, the first divergence printed once, columns that hold the
 // longest op name, and mp divergences printed with digits enough to differ.
-#include "robustness_support.hpp"
+#include "cli_test_support.hpp"
 
-using namespace robustness;
+using namespace cli_test;
 
 namespace {
 

@@ -12,29 +12,29 @@
 #include <string>
 #include <vector>
 
-#include "robustness_support.hpp"
+#include "cli_test_support.hpp"
 
-// The child-process runner, scratch directories and slurp are the robustness tests' helpers.
-using robustness::CliResult;
-using robustness::run_cli;
-using robustness::slurp;
-using robustness::TempDir;
+// The child-process runner, scratch directories and slurp come from cli_test_support.hpp.
+using cli_test::CliResult;
+using cli_test::run_cli;
+using cli_test::slurp;
+using cli_test::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string shell_quoted(const fs::path& path) { return robustness::q(path); }
+std::string shell_quoted(const fs::path& path) { return cli_test::q(path); }
 
 std::string source_scenario(const std::string& name) {
   return std::string(SHARDSIM_SOURCE_DIR) + "/scenarios/" + name;
 }
 
-// The tiny valid scenario of robustness_support.hpp (its line numbers are in the messages).
-const std::string& kValid = robustness::kTiny;
+// The tiny valid scenario of cli_test_support.hpp (its line numbers are in the messages).
+const std::string& kValid = cli_test::kTiny;
 
 // kValid with the first occurrence of `from` replaced by `to`.
 std::string edited(const std::string& from, const std::string& to) {
-  return robustness::replaced(kValid, from, to);
+  return cli_test::replaced(kValid, from, to);
 }
 
 // Runs `shardsim run` on `text` with --report, and checks the bad-input contract: exit code 2,
@@ -51,7 +51,7 @@ void expect_located_error(const std::string& text, const std::string& location,
   CHECK(r.err.find("shardsim: error: " + scenario.string() + ":" + location + ": ") == 0);
   CHECK(r.err.find(what) != std::string::npos);
   CHECK(r.out.empty());
-  CHECK(robustness::entries(dir.path()) == std::vector<std::string>{"scenario.toml"});
+  CHECK(cli_test::entries(dir.path()) == std::vector<std::string>{"scenario.toml"});
 }
 
 }  // namespace
@@ -138,7 +138,7 @@ TEST_CASE("cli: bad command-line usage exits 2 and writes nothing", "[cli]") {
     CHECK(r.err.find("unknown command 'frobnicate'") != std::string::npos);
   }
   // One message, on stderr only, and never a partial report.
-  CHECK(robustness::entries(dir.path()) == std::vector<std::string>{"scenario.toml"});
+  CHECK(cli_test::entries(dir.path()) == std::vector<std::string>{"scenario.toml"});
 }
 
 TEST_CASE("cli: an unmet expectation exits 1 and still writes the report", "[cli]") {

@@ -12,18 +12,18 @@
 #include <sstream>
 #include <string>
 
-#include "robustness_support.hpp"
+#include "cli_test_support.hpp"
 #include "shardsim/golden/golden_set.hpp"
 
 namespace fs = std::filesystem;
 using namespace shardsim;
 // The CLI runner, scratch directories and file helpers are the robustness tests'.
-using robustness::CliResult;
-using robustness::entries;
-using robustness::q;
-using robustness::run_cli;
-using robustness::slurp;
-using robustness::TempDir;
+using cli_test::CliResult;
+using cli_test::entries;
+using cli_test::q;
+using cli_test::run_cli;
+using cli_test::slurp;
+using cli_test::TempDir;
 
 namespace {
 

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "robustness_support.hpp"
+#include "cli_test_support.hpp"
 #include "shardsim/diagnosis/diagnosis.hpp"
 #include "shardsim/report/report.hpp"
 
@@ -147,30 +147,30 @@ TEST_CASE("the report's diagnosis is a list of {cause, confidence, evidence}",
 
 TEST_CASE("run prints the probable causes and explain --diagnose the signature analysis",
           "[diagnosis][cli]") {
-  const std::string fault = robustness::q(kScenarios / "faults" / "norm_unbiased_variance.toml");
-  const auto run = robustness::run_cli("run --quiet " + fault);
+  const std::string fault = cli_test::q(kScenarios / "faults" / "norm_unbiased_variance.toml");
+  const auto run = cli_test::run_cli("run --quiet " + fault);
   CHECK(run.exit_code == 0);  // the divergence is expected
   CHECK(run.out.find("probable causes:\n  1. normalization_convention (0.95)") !=
         std::string::npos);
-  const auto explain = robustness::run_cli("explain " + fault + " --diagnose");
+  const auto explain = cli_test::run_cli("explain " + fault + " --diagnose");
   CHECK(explain.exit_code == 0);
   CHECK(explain.out.find("signature analysis") != std::string::npos);
   CHECK(explain.out.find("  precision_trend ") != std::string::npos);  // every signature listed
-  const auto selected = robustness::run_cli("explain " + fault + " --diagnose '#5' -p mp256");
+  const auto selected = cli_test::run_cli("explain " + fault + " --diagnose '#5' -p mp256");
   CHECK(selected.out.find("boundary #5 layer_norm -> y (mp256 run)") != std::string::npos);
-  const auto missing = robustness::run_cli("explain " + fault + " --diagnose nowhere");
+  const auto missing = cli_test::run_cli("explain " + fault + " --diagnose nowhere");
   CHECK(missing.exit_code == 2);
   CHECK(missing.err.find("no boundary named 'nowhere'") != std::string::npos);
   CHECK(missing.out.empty());  // bad input found by the analysis: the plan is not printed either
   // A boundary number beyond int and an unknown precision are bad input too (exit 2, one line).
-  const auto huge = robustness::run_cli("explain " + fault + " --diagnose 99999999999999999999");
+  const auto huge = cli_test::run_cli("explain " + fault + " --diagnose 99999999999999999999");
   CHECK(huge.exit_code == 2);
   CHECK(huge.err == "shardsim: error: --diagnose: no boundary #99999999999999999999\n");
-  const auto level = robustness::run_cli("explain " + fault + " --diagnose -p mp7");
+  const auto level = cli_test::run_cli("explain " + fault + " --diagnose -p mp7");
   CHECK(level.exit_code == 2);
   CHECK(level.err.rfind("shardsim: error: --precision: invalid precision 'mp7'", 0) == 0);
-  const auto clean = robustness::run_cli(
-      "explain " + robustness::q(kScenarios / "layernorm_sequence_sharded.toml") + " --diagnose");
+  const auto clean = cli_test::run_cli(
+      "explain " + cli_test::q(kScenarios / "layernorm_sequence_sharded.toml") + " --diagnose");
   CHECK(clean.out.find("nothing diverged: nothing to diagnose") != std::string::npos);
 }
 

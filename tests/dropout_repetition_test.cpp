@@ -187,7 +187,7 @@ TEST_CASE("the same_seed fault scenario fails at the repetition check naming ran
   }
 }
 
-TEST_CASE("issue 19's case: same_seed on the SP MLP block at 8 ranks is flagged",
+TEST_CASE("same_seed on the SP MLP block at 8 ranks (13 tokens) is flagged",
           "[dropout][scenario]") {
   // 13 tokens over 8 ranks (2,2,2,2,2,2,1,0): ranks 0-5 hold 64 elements and draw the same
   // local words; keep/drop agreement of 64 positions at this p was not significant, 64 equal

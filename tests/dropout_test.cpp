@@ -6,7 +6,7 @@
 #include <cmath>
 #include <string>
 
-#include "mlp_test_support.hpp"
+#include "tensor_test_support.hpp"
 #include "shardsim/compare/compare.hpp"
 #include "shardsim/error.hpp"
 #include "shardsim/ops/dropout.hpp"
@@ -14,8 +14,8 @@
 #include "shardsim/rng.hpp"
 #include "shardsim/scenario/scenario.hpp"
 
-using mlp_test::assemble;
-using mlp_test::bitwise_equal;
+using tensor_test::assemble;
+using tensor_test::bitwise_equal;
 using shardsim::DropoutFrame;
 using shardsim::DropoutMask;
 using shardsim::DropoutParams;
@@ -96,7 +96,7 @@ TEMPLATE_TEST_CASE("dropout scales kept values by 1/(1-p) and zeroes the rest", 
                    double, Mp) {
   shardsim::set_mp_precision(256);
   const Shape shape({{"hidden", 4}});
-  const auto x = mlp_test::values<TestType>(shape, {1.5, -2, 3, -0.25});
+  const auto x = tensor_test::make<TestType>(shape, {1.5, -2, 3, -0.25});
   DropoutMask mask;
   mask.keep = {1, 0, 1, 0};
   mask.valid = {1, 1, 1, 1};
@@ -120,15 +120,15 @@ TEMPLATE_TEST_CASE("global policy: every rank's mask is the slice of the dense m
                    float, double, Mp) {
   shardsim::set_mp_precision(256);
   const Shape shape({{"batch", 2}, {"seq", 7}, {"hidden", 5}});
-  const Tensor<TestType> x = mlp_test::seeded<TestType>(shape, -1, 1, 41);
+  const Tensor<TestType> x = tensor_test::seeded<TestType>(shape, -1, 1, 41);
   const DropoutParams p = params(0.4);
   const DropoutMask dense = dense_mask(shape, p);
   const Tensor<TestType> dense_values = shardsim::mask_values<TestType>(shape, dense);
   Tensor<TestType> y;
   shardsim::dropout_forward(x, dense, p.p, y);
-  std::vector<Placement> placements = mlp_test::shards_of("seq");
+  std::vector<Placement> placements = tensor_test::shards_of("seq");
   for (const std::string axis : {"batch", "hidden"}) {
-    for (const Placement& q : mlp_test::shards_of(axis)) placements.push_back(q);
+    for (const Placement& q : tensor_test::shards_of(axis)) placements.push_back(q);
   }
   placements.push_back(Placement::replicate());
   for (int ranks = 1; ranks <= 5; ++ranks) {

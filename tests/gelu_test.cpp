@@ -5,14 +5,14 @@
 #include <string>
 #include <type_traits>
 
-#include "mlp_test_support.hpp"
+#include "tensor_test_support.hpp"
 #include "shardsim/ops/add_plan.hpp"
 #include "shardsim/ops/gelu.hpp"
 #include "shardsim/ops/gelu_plan.hpp"
 
-using mlp_test::assemble;
-using mlp_test::bitwise_equal;
-using mlp_test::values;
+using tensor_test::assemble;
+using tensor_test::bitwise_equal;
+using tensor_test::make;
 using shardsim::GeluApprox;
 using shardsim::GeluParams;
 using shardsim::Mp;
@@ -53,10 +53,10 @@ TEMPLATE_TEST_CASE("gelu(0) = 0 and gelu'(0) = 1/2 exactly, in both forms", "[ge
   // At 0: erf(0) = tanh(0) = 0, so y = (0 * 0.5) * 1 = 0; the slope is 0.5 * (1 + 0) plus
   // 0 times the second term, and dx = 3 * 0.5 = 1.5, all exact.
   for (GeluApprox approx : {GeluApprox::none, GeluApprox::tanh}) {
-    const auto x = values<TestType>(Shape({{"hidden", 1}}), {0});
+    const auto x = make<TestType>(Shape({{"hidden", 1}}), {0});
     Tensor<TestType> y, dx;
     shardsim::gelu_forward(x, form(approx), y);
-    shardsim::gelu_backward(values<TestType>(x.shape(), {3}), x, form(approx), dx);
+    shardsim::gelu_backward(make<TestType>(x.shape(), {3}), x, form(approx), dx);
     CHECK(y[0] == TestType(0));
     CHECK(dx[0] == TestType(1.5));
   }
@@ -66,7 +66,7 @@ TEST_CASE("erf-form gelu(1) is the standard normal cdf at 1", "[gelu]") {
   // GELU(x) = x Phi(x), and Phi(1) = 0.841344746068542948585... (Abramowitz & Stegun, table
   // 26.1). The f64 evaluation makes about six roundings plus libm's erf (<= 1 ulp in glibc), each
   // a relative error of at most 2^-53 amplified by at most 1: within 8 ulps.
-  const auto x = values<double>(Shape({{"hidden", 1}}), {1});
+  const auto x = make<double>(Shape({{"hidden", 1}}), {1});
   Tensor<double> y;
   shardsim::gelu_forward(x, form(GeluApprox::none), y);
   CHECK(shardsim::ulp_distance(y[0], 0.841344746068542948585) <= 8);
@@ -80,7 +80,7 @@ TEMPLATE_TEST_CASE("gelu forward agrees with a 256-bit reference", "[gelu]", flo
   // erf/tanh add <= 2 ulps, then 1 + t and the product one rounding each: under 20 u relative,
   // i.e. under 20 ulps. 32 ulps leaves room; a wrong constant or form is off by far more.
   const std::vector<double> points{-1, -0.5, 0.25, 0.5, 1, 2, 3};
-  const auto x = values<TestType>(Shape({{"hidden", 7}}), points);
+  const auto x = make<TestType>(Shape({{"hidden", 7}}), points);
   for (GeluApprox approx : {GeluApprox::none, GeluApprox::tanh}) {
     Tensor<TestType> y;
     shardsim::gelu_forward(x, form(approx), y);
@@ -101,7 +101,7 @@ TEST_CASE("gelu at mp256 agrees with the reference to 2^-240", "[gelu][mp]") {
   shardsim::set_mp_precision(256);
   // A dozen correctly rounded 257-bit operations: 2^-240 relative leaves 2^16 ulps of margin.
   const std::vector<double> points{-2, -0.75, 0.125, 1, 4};
-  const auto x = values<Mp>(Shape({{"hidden", 5}}), points);
+  const auto x = make<Mp>(Shape({{"hidden", 5}}), points);
   for (GeluApprox approx : {GeluApprox::none, GeluApprox::tanh}) {
     Tensor<Mp> y;
     shardsim::gelu_forward(x, form(approx), y);
@@ -119,9 +119,9 @@ TEST_CASE("gelu backward matches finite differences in mp", "[gelu][mp]") {
   const std::vector<double> points{-3, -1, -0.5, 0, 0.3, 1, 2.5};
   const Mp h = ldexp(Mp(1), -70);
   for (GeluApprox approx : {GeluApprox::none, GeluApprox::tanh}) {
-    const auto x = values<Mp>(Shape({{"hidden", 7}}), points);
+    const auto x = make<Mp>(Shape({{"hidden", 7}}), points);
     Tensor<Mp> dx;
-    shardsim::gelu_backward(values<Mp>(x.shape(), std::vector<double>(7, 1.0)), x, form(approx),
+    shardsim::gelu_backward(make<Mp>(x.shape(), std::vector<double>(7, 1.0)), x, form(approx),
                             dx);
     for (std::size_t i = 0; i < points.size(); ++i) {
       INFO(shardsim::gelu_approx_name(approx) << " at x = " << points[i]);
@@ -140,14 +140,14 @@ TEMPLATE_TEST_CASE("sharded gelu equals the dense oracle bitwise under every pla
                    float, double, Mp) {
   shardsim::set_mp_precision(256);
   const Shape shape({{"batch", 2}, {"seq", 7}, {"ffn", 5}});
-  const Tensor<TestType> x = mlp_test::seeded<TestType>(shape, -3, 3, 31);
-  const Tensor<TestType> dy = mlp_test::seeded<TestType>(shape, -1, 1, 32);
+  const Tensor<TestType> x = tensor_test::seeded<TestType>(shape, -3, 3, 31);
+  const Tensor<TestType> dy = tensor_test::seeded<TestType>(shape, -1, 1, 32);
   for (GeluApprox approx : {GeluApprox::none, GeluApprox::tanh}) {
     Tensor<TestType> y, dx;
     shardsim::gelu_forward(x, form(approx), y);
     shardsim::gelu_backward(dy, x, form(approx), dx);
-    std::vector<Placement> placements = mlp_test::shards_of("seq");
-    for (const Placement& p : mlp_test::shards_of("ffn")) placements.push_back(p);
+    std::vector<Placement> placements = tensor_test::shards_of("seq");
+    for (const Placement& p : tensor_test::shards_of("ffn")) placements.push_back(p);
     placements.push_back(Placement::replicate());
     for (int ranks = 1; ranks <= 5; ++ranks) {
       const shardsim::World<TestType> world(ranks, shardsim::ReduceOrder::rank,

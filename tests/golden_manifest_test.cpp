@@ -7,12 +7,12 @@
 #include <utility>
 #include <vector>
 
-#include "robustness_support.hpp"
+#include "cli_test_support.hpp"
 #include "shardsim/error.hpp"
 #include "shardsim/golden/golden_set.hpp"
 #include "shardsim/sha256.hpp"
 
-using namespace robustness;
+using namespace cli_test;
 
 namespace {
 

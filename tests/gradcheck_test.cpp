@@ -12,12 +12,12 @@
 #include <catch2/catch.hpp>
 #include <functional>
 
-#include "norm_test_support.hpp"
+#include "tensor_test_support.hpp"
 #include "shardsim/ops/layer_norm.hpp"
 #include "shardsim/ops/loss.hpp"
 #include "shardsim/ops/rms_norm.hpp"
 
-using norm_test::seeded;
+using tensor_test::seeded;
 using shardsim::Mp;
 using shardsim::Shape;
 using shardsim::Tensor;
@@ -66,10 +66,10 @@ TEST_CASE("gradcheck: layer_norm dx, dweight, dbias", "[gradcheck][layer_norm][m
   // exercised with inner > 1; eps is tiny but nonzero.
   const Shape shape({{"batch", 2}, {"hidden", 5}, {"seq", 3}});
   const Shape param({{"hidden", 5}});
-  auto x = seeded<Mp>(shape, norm_test::normal(0.5, 2.0), 71);
-  const auto dy = seeded<Mp>(shape, norm_test::normal(0.0, 1.0), 72);
-  auto w = seeded<Mp>(param, norm_test::uniform(0.5, 1.5), 73);
-  auto b = seeded<Mp>(param, norm_test::uniform(-0.25, 0.25), 74);
+  auto x = seeded<Mp>(shape, tensor_test::normal(0.5, 2.0), 71);
+  const auto dy = seeded<Mp>(shape, tensor_test::normal(0.0, 1.0), 72);
+  auto w = seeded<Mp>(param, tensor_test::uniform(0.5, 1.5), 73);
+  auto b = seeded<Mp>(param, tensor_test::uniform(-0.25, 0.25), 74);
   shardsim::LayerNormParams params;
   params.eps = 1e-5;
   auto loss = [&] {
@@ -97,9 +97,9 @@ TEST_CASE("gradcheck: the hidden-sharded backward building blocks reproduce laye
   // [3, 7), add the partial sums, and the result must pass the same finite-difference check.
   const Shape shape({{"seq", 2}, {"hidden", 7}});
   const Shape param({{"hidden", 7}});
-  auto x = seeded<Mp>(shape, norm_test::normal(-0.3, 1.5), 75);
-  const auto dy = seeded<Mp>(shape, norm_test::normal(0.0, 1.0), 76);
-  const auto w = seeded<Mp>(param, norm_test::uniform(0.5, 1.5), 77);
+  auto x = seeded<Mp>(shape, tensor_test::normal(-0.3, 1.5), 75);
+  const auto dy = seeded<Mp>(shape, tensor_test::normal(0.0, 1.0), 76);
+  const auto w = seeded<Mp>(param, tensor_test::uniform(0.5, 1.5), 77);
   shardsim::LayerNormParams params;
   auto loss = [&] {
     Tensor<Mp> y;
@@ -148,9 +148,9 @@ TEST_CASE("gradcheck: rms_norm dx, dweight", "[gradcheck][rms_norm][mp]") {
   shardsim::set_mp_precision(256);
   const Shape shape({{"batch", 2}, {"seq", 2}, {"hidden", 6}});
   const Shape param({{"hidden", 6}});
-  auto x = seeded<Mp>(shape, norm_test::normal(0.5, 2.0), 81);
-  const auto dy = seeded<Mp>(shape, norm_test::normal(0.0, 1.0), 82);
-  auto w = seeded<Mp>(param, norm_test::uniform(0.5, 1.5), 83);
+  auto x = seeded<Mp>(shape, tensor_test::normal(0.5, 2.0), 81);
+  const auto dy = seeded<Mp>(shape, tensor_test::normal(0.0, 1.0), 82);
+  auto w = seeded<Mp>(param, tensor_test::uniform(0.5, 1.5), 83);
   shardsim::RmsNormParams params;
   auto loss = [&] {
     Tensor<Mp> y;
@@ -173,8 +173,8 @@ TEST_CASE("gradcheck: masked MSE loss, padding tokens get exactly zero", "[gradc
   // L = (1/V) sum over valid tokens of sum_h (y - t)^2, V = 5 + 2 = 7 of 10 tokens. Central
   // differences of a quadratic have no truncation error (L''' = 0), only rounding.
   const Shape shape({{"batch", 2}, {"seq", 5}, {"hidden", 3}});
-  auto y = seeded<Mp>(shape, norm_test::normal(0.0, 1.0), 91);
-  const auto target = seeded<Mp>(shape, norm_test::uniform(-1, 1), 92);
+  auto y = seeded<Mp>(shape, tensor_test::normal(0.0, 1.0), 91);
+  const auto target = seeded<Mp>(shape, tensor_test::uniform(-1, 1), 92);
   shardsim::MaskedMseParams params;
   params.valid_lengths = {5, 2};
   auto loss = [&] {

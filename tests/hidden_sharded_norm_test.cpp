@@ -6,14 +6,14 @@
 #include <string>
 #include <vector>
 
-#include "norm_test_support.hpp"
+#include "tensor_test_support.hpp"
 #include "shardsim/ops/layer_norm.hpp"
 #include "shardsim/ops/layer_norm_hidden_plan.hpp"
 #include "shardsim/scenario/scenario.hpp"
 #include "shardsim/world.hpp"
 
-using norm_test::make;
-using norm_test::seeded;
+using tensor_test::make;
+using tensor_test::seeded;
 using shardsim::DistTensor;
 using shardsim::HiddenStats;
 using shardsim::LayerNormParams;
@@ -77,17 +77,17 @@ TEMPLATE_TEST_CASE("hidden-sharded LayerNorm agrees with the dense oracle in eve
   const std::int64_t hidden = GENERATE(18, 5);
   const Shape shape({{"batch", 2}, {"seq", 5}, {"hidden", hidden}});
   const Shape param({{"hidden", hidden}});
-  const auto x = seeded<TestType>(shape, norm_test::normal(0.5, 2.0), 31);
-  const auto dy = seeded<TestType>(shape, norm_test::normal(0.0, 1.0), 32);
-  const auto w = seeded<TestType>(param, norm_test::uniform(0.5, 1.5), 33);
-  const auto b = seeded<TestType>(param, norm_test::uniform(-0.25, 0.25), 34);
+  const auto x = seeded<TestType>(shape, tensor_test::normal(0.5, 2.0), 31);
+  const auto dy = seeded<TestType>(shape, tensor_test::normal(0.0, 1.0), 32);
+  const auto w = seeded<TestType>(param, tensor_test::uniform(0.5, 1.5), 33);
+  const auto b = seeded<TestType>(param, tensor_test::uniform(-0.25, 0.25), 34);
   LayerNormParams params;
   const DenseLayerNorm<TestType> dense = dense_layer_norm(x, w, b, dy, params);
   // sum_sumsq and welford regroup 18-term row sums (|mean| = 0.5 < std = 2, so sum_sumsq loses
   // at most ~2 bits to cancellation) and the 10-row sums of the backward reductions; each output
   // is a handful of operations on them. The errors stay within a few dozen u of the normwise
   // scale; 2^10 u is a wide margin that is still 2^-247 at mp256, inside 2^-(bits-16).
-  const double tol = 1024 * norm_test::unit_roundoff<TestType>();
+  const double tol = 1024 * tensor_test::unit_roundoff<TestType>();
   for (HiddenStats mode :
        {HiddenStats::sum_sumsq, HiddenStats::welford, HiddenStats::redistribute}) {
     for (SplitPolicy split : {SplitPolicy::chunk, SplitPolicy::balanced, SplitPolicy::padded}) {
@@ -110,24 +110,24 @@ TEMPLATE_TEST_CASE("hidden-sharded LayerNorm agrees with the dense oracle in eve
         CHECK(grads.dx.layout.on(0) == placement);
         if (mode == HiddenStats::redistribute) {
           // Data movement plus the row-sharded plan: the dense arithmetic, bit for bit.
-          CHECK(norm_test::matches_bitwise(y_dist, dense.y));
-          CHECK(norm_test::matches_bitwise(saved.stats.mean, dense.saved.mean));
-          CHECK(norm_test::matches_bitwise(saved.stats.rstd, dense.saved.rstd));
-          CHECK(norm_test::matches_bitwise(grads.dx, dense.dx));
+          CHECK(tensor_test::matches_bitwise(y_dist, dense.y));
+          CHECK(tensor_test::matches_bitwise(saved.stats.mean, dense.saved.mean));
+          CHECK(tensor_test::matches_bitwise(saved.stats.rstd, dense.saved.rstd));
+          CHECK(tensor_test::matches_bitwise(grads.dx, dense.dx));
           CHECK(grads.dweight.layout.on(0).is_partial());  // token-slice shares
         } else {
-          CHECK(norm_test::normwise_error(saved.stats.mean, dense.saved.mean) <= tol);
-          CHECK(norm_test::normwise_error(saved.stats.rstd, dense.saved.rstd) <= tol);
-          CHECK(norm_test::normwise_error(y_dist, dense.y) <= tol);
-          CHECK(norm_test::normwise_error(grads.dx, dense.dx) <= tol);
+          CHECK(tensor_test::normwise_error(saved.stats.mean, dense.saved.mean) <= tol);
+          CHECK(tensor_test::normwise_error(saved.stats.rstd, dense.saved.rstd) <= tol);
+          CHECK(tensor_test::normwise_error(y_dist, dense.y) <= tol);
+          CHECK(tensor_test::normwise_error(grads.dx, dense.dx) <= tol);
           // Parameter grads reduce over tokens only, locally: Shard(hidden) like the weight.
           CHECK(grads.dweight.layout.on(0) == placement);
           CHECK(grads.dbias.layout.on(0) == placement);
           // dbias is the row-order sum of dy over each rank's own features: the dense order.
-          CHECK(norm_test::matches_bitwise(grads.dbias, dense.dbias));
+          CHECK(tensor_test::matches_bitwise(grads.dbias, dense.dbias));
         }
-        CHECK(norm_test::normwise_error(grads.dweight, dense.dweight) <= tol);
-        CHECK(norm_test::normwise_error(grads.dbias, dense.dbias) <= tol);
+        CHECK(tensor_test::normwise_error(grads.dweight, dense.dweight) <= tol);
+        CHECK(tensor_test::normwise_error(grads.dbias, dense.dbias) <= tol);
       }
     }
   }
@@ -139,7 +139,7 @@ TEST_CASE("sum_sumsq cancels catastrophically when |mean| >> std, welford does n
   // Rows with mean 1e4 and std 1, in f32. The inputs are f32 values (ulp 2^-10 near 1e4); the
   // truth is their exact LayerNorm statistics, computed at 256 bits from the same values.
   const Shape shape({{"seq", 6}, {"hidden", 16}});
-  const auto x32 = seeded<float>(shape, norm_test::normal(1e4, 1.0), 41);
+  const auto x32 = seeded<float>(shape, tensor_test::normal(1e4, 1.0), 41);
   Tensor<Mp> x_mp(shape);
   for (std::int64_t e = 0; e < x32.numel(); ++e) x_mp[e] = Mp(x32[e]);
   LayerNormParams params;
@@ -155,7 +155,7 @@ TEST_CASE("sum_sumsq cancels catastrophically when |mean| >> std, welford does n
                                                {}, "y", saved);
     // rstd is Replicate (sum_sumsq, welford) or Shard(seq) (redistribute): visit every copy.
     double worst = 0;
-    norm_test::for_each_valid(saved.stats.rstd, [&](int r, std::int64_t local, std::int64_t row) {
+    tensor_test::for_each_valid(saved.stats.rstd, [&](int r, std::int64_t local, std::int64_t row) {
       const double exact = shardsim::round_to_f64(truth.rstd[row]);
       worst = std::max(worst, std::fabs(saved.stats.rstd.local(r)[local] - exact) / exact);
     });
@@ -202,10 +202,10 @@ TEST_CASE("the hidden-sharded plans record the documented boundary names, in ord
   // The report prints these names and the step stores the oracle under them: each plan builds
   // them with part_name / moved_name from layer_norm_parts. Entries are "tensor <- dense".
   const Shape shape({{"seq", 3}, {"hidden", 4}});
-  const auto x = seeded<double>(shape, norm_test::normal(0.5, 2.0), 61);
-  const auto w = seeded<double>(Shape({{"hidden", 4}}), norm_test::uniform(0.5, 1.5), 62);
-  const auto b = seeded<double>(Shape({{"hidden", 4}}), norm_test::uniform(-0.25, 0.25), 63);
-  const auto dy = seeded<double>(shape, norm_test::normal(0.0, 1.0), 64);
+  const auto x = seeded<double>(shape, tensor_test::normal(0.5, 2.0), 61);
+  const auto w = seeded<double>(Shape({{"hidden", 4}}), tensor_test::uniform(0.5, 1.5), 62);
+  const auto b = seeded<double>(Shape({{"hidden", 4}}), tensor_test::uniform(-0.25, 0.25), 63);
+  const auto dy = seeded<double>(shape, tensor_test::normal(0.0, 1.0), 64);
   shardsim::World<double> world(2, shardsim::ReduceOrder::rank, {});
   std::vector<std::string> seen;
   world.set_hook([&](const shardsim::BoundaryLabel& label, const DistTensor<double>&) {

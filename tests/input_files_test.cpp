@@ -9,13 +9,13 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "robustness_support.hpp"
+#include "cli_test_support.hpp"
 #include "shardsim/error.hpp"
 #include "shardsim/golden/golden_set.hpp"
 #include "shardsim/sha256.hpp"
 
 using namespace shardsim;
-using robustness::TempDir;
+using cli_test::TempDir;
 
 namespace {
 
@@ -43,7 +43,7 @@ output = "y"
 const std::string kInitAt = "s.toml:11:8: tensors[0].init";
 
 std::string scenario_with(const std::string& init) {
-  return robustness::replaced(kScenario, "FILE_INIT", init);
+  return cli_test::replaced(kScenario, "FILE_INIT", init);
 }
 
 RawTensor raw_bits(std::string name, format::Dtype dtype, std::vector<std::int64_t> shape,
@@ -184,8 +184,8 @@ TEST_CASE("input files: paths are relative to the scenario file's directory", "[
   const auto path =
       dir.write("s.toml", scenario_with(R"({ file = "data/in.safetensors", tensor = "x" })"));
   // Run from another working directory: the CLI resolves against the scenario, not the cwd.
-  const robustness::CliResult result =
-      robustness::run_cli("run --quiet " + robustness::q(path), "cd / &&");
+  const cli_test::CliResult result =
+      cli_test::run_cli("run --quiet " + cli_test::q(path), "cd / &&");
   CHECK(result.err.empty());
   CHECK(result.exit_code == 0);
 }
@@ -195,7 +195,7 @@ TEST_CASE("input files: the golden manifest names each file by its SHA-256", "[i
   const std::string bytes = f64_file();
   dir.write("in.safetensors", bytes);
   std::string text = scenario_with(R"({ file = "in.safetensors", tensor = "x" })");
-  text = robustness::replaced(text, "[[steps]]", R"([[tensors]]
+  text = cli_test::replaced(text, "[[steps]]", R"([[tensors]]
 name = "ln.weight"
 role = "parameter"
 axes = ["hidden"]
@@ -219,7 +219,7 @@ weight = "ln.weight")");
     if (e.tensor.name == "f64/inputs/x") CHECK(raw_values(e.tensor) == kF64);
   }
   // A scenario without file inputs has no "input_files" key (older golden sets are unchanged).
-  const Scenario drawn = parse_scenario(robustness::kTiny, "tiny.toml");
+  const Scenario drawn = parse_scenario(cli_test::kTiny, "tiny.toml");
   const auto plain =
       nlohmann::json::parse(build_goldens(drawn, captured(drawn, "f64"), {}).manifest);
   CHECK_FALSE(plain["scenario"].contains("input_files"));

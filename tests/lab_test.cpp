@@ -1,4 +1,4 @@
-// The function lab: the seed's walk-through through the CLI with piped stdin, the banner, the
+// The function lab: the README's walk-through through the CLI with piped stdin, the banner, the
 // precision, and bad commands (a script stops with exit 2).
 #include "sim/lab/lab.hpp"
 
@@ -12,14 +12,14 @@
 #include <sstream>
 #include <string>
 
-#include "robustness_support.hpp"
+#include "cli_test_support.hpp"
 #include "shardsim/error.hpp"
 
 namespace fs = std::filesystem;
-using robustness::CliResult;
-using robustness::q;
-using robustness::run_cli;
-using robustness::TempDir;
+using cli_test::CliResult;
+using cli_test::q;
+using cli_test::run_cli;
+using cli_test::TempDir;
 using shardsim::InputError;
 using shardsim::Lab;
 using shardsim::parse_precision;
@@ -38,16 +38,16 @@ std::size_t count(const std::string& text, const std::string& word) {
   return n;
 }
 
-// The seed's walk-through (seeds/000): reset, a = 1, x = 1, predict y = 1 and slope 2, step;
-// then x = 0.5, predict y = 0.25 and slope 1, step. By hand: y = a*x^2 = 1 and 0.25, slope =
-// 2*a*x = 2 and 1, so all four predictions are right.
+// The README's walk-through ("The function lab"): reset, a = 1, x = 1, predict y = 1 and
+// slope 2, step; then x = 0.5, predict y = 0.25 and slope 1, step. By hand: y = a*x^2 = 1 and
+// 0.25, slope = 2*a*x = 2 and 1, so all four predictions are right.
 const std::string kWalkthrough =
     "reset\nset a 1\nset x 1\npredict y 1 slope 2\nstep\n"
     "set x 0.5\npredict y 0.25 slope 1\nstep\nshow\n";
 
 }  // namespace
 
-TEST_CASE("lab: the seed walk-through works as written, at every precision", "[lab]") {
+TEST_CASE("lab: the README walk-through works as written, at every precision", "[lab]") {
   for (const char* precision : {"f32", "f64", "mp256"}) {
     INFO(precision);
     const CliResult r = run_lab(kWalkthrough, std::string("--precision ") + precision);

@@ -9,15 +9,15 @@
 #include <type_traits>
 #include <vector>
 
-#include "norm_test_support.hpp"
+#include "tensor_test_support.hpp"
 #include "shardsim/mp.hpp"
 #include "shardsim/ops/layer_norm.hpp"
 #include "shardsim/ops/layer_norm_plan.hpp"
 #include "shardsim/world.hpp"
 
-using norm_test::normal;
-using norm_test::seeded;
-using norm_test::uniform;
+using tensor_test::normal;
+using tensor_test::seeded;
+using tensor_test::uniform;
 using shardsim::LayerNormFaults;
 using shardsim::LayerNormParams;
 using shardsim::LayerNormSaved;

@@ -9,7 +9,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "norm_test_support.hpp"
+#include "tensor_test_support.hpp"
 #include "shardsim/mp.hpp"
 #include "shardsim/ops/layer_norm_plan.hpp"
 #include "shardsim/rng.hpp"
@@ -26,11 +26,11 @@ using shardsim::SplitPolicy;
 using shardsim::Tensor;
 
 // make, seeded, normal, uniform and unit_roundoff are the normalization tests' shared helpers.
-using norm_test::make;
-using norm_test::normal;
-using norm_test::seeded;
-using norm_test::uniform;
-using norm_test::unit_roundoff;
+using tensor_test::make;
+using tensor_test::normal;
+using tensor_test::seeded;
+using tensor_test::uniform;
+using tensor_test::unit_roundoff;
 
 namespace {
 
@@ -367,9 +367,9 @@ TEMPLATE_TEST_CASE("row-sharded LayerNorm equals the dense oracle bitwise, forwa
       const DistTensor<TestType> y_dist = shardsim::layer_norm_row_sharded(
           world, x_dist, &w_dist, &b_dist, params, "y", sharded_saved);
       CHECK(y_dist.layout.on(0) == placement);
-      CHECK(norm_test::matches_bitwise(y_dist, y));
-      CHECK(norm_test::matches_bitwise(sharded_saved.mean, saved.mean));
-      CHECK(norm_test::matches_bitwise(sharded_saved.rstd, saved.rstd));
+      CHECK(tensor_test::matches_bitwise(y_dist, y));
+      CHECK(tensor_test::matches_bitwise(sharded_saved.mean, saved.mean));
+      CHECK(tensor_test::matches_bitwise(sharded_saved.rstd, saved.rstd));
 
       // Backward, per rank on its local slices (what a row-sharded backward plan would do).
       const auto dy_dist = shardsim::distribute("dy", dy, placement, ranks);
@@ -384,7 +384,7 @@ TEMPLATE_TEST_CASE("row-sharded LayerNorm equals the dense oracle bitwise, forwa
                                       &dweight_partials[static_cast<std::size_t>(r)],
                                       nullptr_grad<TestType>());
       });
-      CHECK(norm_test::matches_bitwise(dx_dist, dx));
+      CHECK(tensor_test::matches_bitwise(dx_dist, dx));
       check_dweight_shares(dweight_partials, dweight, term_scale, placement.is_replicate());
     }
   }

@@ -5,16 +5,16 @@
 #include <catch2/catch.hpp>
 #include <string>
 
-#include "mlp_test_support.hpp"
+#include "tensor_test_support.hpp"
 #include "shardsim/compare/compare.hpp"
 #include "shardsim/error.hpp"
 #include "shardsim/ops/linear.hpp"
 #include "shardsim/ops/linear_plan.hpp"
 #include "shardsim/scenario/scenario.hpp"
 
-using mlp_test::assemble;
-using mlp_test::bitwise_equal;
-using mlp_test::values;
+using tensor_test::assemble;
+using tensor_test::bitwise_equal;
+using tensor_test::make;
 using shardsim::DistTensor;
 using shardsim::LinearParams;
 using shardsim::Mp;
@@ -45,45 +45,45 @@ LinearParams up() { return {"hidden", "ffn"}; }
 // exact.
 TEMPLATE_TEST_CASE("linear known answer, forward and backward", "[linear]", float, double, Mp) {
   shardsim::set_mp_precision(256);
-  const auto x = values<TestType>(Shape({{"seq", 2}, {"hidden", 3}}), {1, 2, 3, 4, 5, 6});
-  const auto w = values<TestType>(Shape({{"ffn", 2}, {"hidden", 3}}), {1, 0, -1, 0.5, 0.25, 2});
-  const auto b = values<TestType>(Shape({{"ffn", 2}}), {10, -1});
+  const auto x = make<TestType>(Shape({{"seq", 2}, {"hidden", 3}}), {1, 2, 3, 4, 5, 6});
+  const auto w = make<TestType>(Shape({{"ffn", 2}, {"hidden", 3}}), {1, 0, -1, 0.5, 0.25, 2});
+  const auto b = make<TestType>(Shape({{"ffn", 2}}), {10, -1});
   Tensor<TestType> y;
   shardsim::linear_forward(x, w, &b, up(), y);
   CHECK(y.shape() == Shape({{"seq", 2}, {"ffn", 2}}));
-  CHECK(bitwise_equal(y, values<TestType>(y.shape(), {8, 6, 8, 14.25})));
+  CHECK(bitwise_equal(y, make<TestType>(y.shape(), {8, 6, 8, 14.25})));
 
-  const auto dy = values<TestType>(y.shape(), {1, 2, 3, -1});
+  const auto dy = make<TestType>(y.shape(), {1, 2, 3, -1});
   Tensor<TestType> dx;
   Tensor<TestType> dw(w.shape());
   Tensor<TestType> db(b.shape());
   shardsim::linear_backward(dy, x, w, up(), dx, &dw, &db);
-  CHECK(bitwise_equal(dx, values<TestType>(x.shape(), {2, 0.5, 3, 2.5, -0.25, -5})));
-  CHECK(bitwise_equal(dw, values<TestType>(w.shape(), {13, 17, 21, -2, -1, 0})));
-  CHECK(bitwise_equal(db, values<TestType>(b.shape(), {4, 1})));
+  CHECK(bitwise_equal(dx, make<TestType>(x.shape(), {2, 0.5, 3, 2.5, -0.25, -5})));
+  CHECK(bitwise_equal(dw, make<TestType>(w.shape(), {13, 17, 21, -2, -1, 0})));
+  CHECK(bitwise_equal(db, make<TestType>(b.shape(), {4, 1})));
   // Parameter grads accumulate (+=), activation grads are written (=).
   shardsim::linear_backward(dy, x, w, up(), dx, &dw, &db);
-  CHECK(bitwise_equal(dx, values<TestType>(x.shape(), {2, 0.5, 3, 2.5, -0.25, -5})));
-  CHECK(bitwise_equal(dw, values<TestType>(w.shape(), {26, 34, 42, -4, -2, 0})));
-  CHECK(bitwise_equal(db, values<TestType>(b.shape(), {8, 2})));
+  CHECK(bitwise_equal(dx, make<TestType>(x.shape(), {2, 0.5, 3, 2.5, -0.25, -5})));
+  CHECK(bitwise_equal(dw, make<TestType>(w.shape(), {26, 34, 42, -4, -2, 0})));
+  CHECK(bitwise_equal(db, make<TestType>(b.shape(), {8, 2})));
 }
 
 TEST_CASE("linear finds its axes by name, wherever they sit", "[linear]") {
   // The same numbers as the known answer with x stored transposed, (hidden=3, seq=2), and W
   // stored (hidden=3, ffn=2): the output keeps x's layout, (ffn=2, seq=2), and holds y^T.
-  const auto xt = values<double>(Shape({{"hidden", 3}, {"seq", 2}}), {1, 4, 2, 5, 3, 6});
-  const auto wt = values<double>(Shape({{"hidden", 3}, {"ffn", 2}}), {1, 0.5, 0, 0.25, -1, 2});
-  const auto b = values<double>(Shape({{"ffn", 2}}), {10, -1});
+  const auto xt = make<double>(Shape({{"hidden", 3}, {"seq", 2}}), {1, 4, 2, 5, 3, 6});
+  const auto wt = make<double>(Shape({{"hidden", 3}, {"ffn", 2}}), {1, 0.5, 0, 0.25, -1, 2});
+  const auto b = make<double>(Shape({{"ffn", 2}}), {10, -1});
   Tensor<double> y;
   shardsim::linear_forward(xt, wt, &b, up(), y);
   CHECK(y.shape() == Shape({{"ffn", 2}, {"seq", 2}}));
-  CHECK(bitwise_equal(y, values<double>(y.shape(), {8, 8, 6, 14.25})));
+  CHECK(bitwise_equal(y, make<double>(y.shape(), {8, 8, 6, 14.25})));
   Tensor<double> dx;
   Tensor<double> dw(wt.shape());
-  shardsim::linear_backward<double>(values<double>(y.shape(), {1, 3, 2, -1}), xt, wt, up(), dx, &dw,
+  shardsim::linear_backward<double>(make<double>(y.shape(), {1, 3, 2, -1}), xt, wt, up(), dx, &dw,
                             nullptr);
-  CHECK(bitwise_equal(dx, values<double>(xt.shape(), {2, 2.5, 0.5, -0.25, 3, -5})));
-  CHECK(bitwise_equal(dw, values<double>(wt.shape(), {13, -2, 17, -1, 21, 0})));
+  CHECK(bitwise_equal(dx, make<double>(xt.shape(), {2, 2.5, 0.5, -0.25, 3, -5})));
+  CHECK(bitwise_equal(dw, make<double>(wt.shape(), {13, -2, 17, -1, 21, 0})));
 }
 
 // Finite differences at 256 bits. L = sum(y * g) is linear in each of x, W, b, so the central
@@ -92,10 +92,10 @@ TEST_CASE("linear finds its axes by name, wherever they sit", "[linear]") {
 TEST_CASE("linear backward matches finite differences in mp", "[linear][mp]") {
   shardsim::set_mp_precision(256);
   const Shape xs({{"batch", 2}, {"seq", 3}, {"hidden", 4}});
-  auto x = mlp_test::seeded<Mp>(xs, -1, 1, 11);
-  auto w = mlp_test::seeded<Mp>(Shape({{"ffn", 5}, {"hidden", 4}}), -1, 1, 12);
-  auto b = mlp_test::seeded<Mp>(Shape({{"ffn", 5}}), -1, 1, 13);
-  const auto g = mlp_test::seeded<Mp>(Shape({{"batch", 2}, {"seq", 3}, {"ffn", 5}}), -1, 1, 14);
+  auto x = tensor_test::seeded<Mp>(xs, -1, 1, 11);
+  auto w = tensor_test::seeded<Mp>(Shape({{"ffn", 5}, {"hidden", 4}}), -1, 1, 12);
+  auto b = tensor_test::seeded<Mp>(Shape({{"ffn", 5}}), -1, 1, 13);
+  const auto g = tensor_test::seeded<Mp>(Shape({{"batch", 2}, {"seq", 3}, {"ffn", 5}}), -1, 1, 14);
   auto loss = [&] {
     Tensor<Mp> y;
     shardsim::linear_forward(x, w, &b, up(), y);
@@ -132,22 +132,22 @@ template <typename T>
 void check_form(int ranks, std::int64_t seq, std::int64_t ffn, const Placement& x_place,
                 const Placement& w_place, const LinearParams& params, bool transpose) {
   const Shape xs({{"batch", 2}, {"seq", seq}, {"hidden", 5}});
-  const Tensor<T> x = mlp_test::seeded<T>(xs, -1, 1, 21);
-  Tensor<T> w = mlp_test::seeded<T>(Shape({{"ffn", ffn}, {"hidden", 5}}), -1, 1, 22);
+  const Tensor<T> x = tensor_test::seeded<T>(xs, -1, 1, 21);
+  Tensor<T> w = tensor_test::seeded<T>(Shape({{"ffn", ffn}, {"hidden", 5}}), -1, 1, 22);
   LinearParams p = params;
   if (transpose) {  // row-parallel: the layer contracts ffn and produces hidden
-    w = mlp_test::seeded<T>(Shape({{"hidden", 5}, {"ffn", ffn}}), -1, 1, 23);
+    w = tensor_test::seeded<T>(Shape({{"hidden", 5}, {"ffn", ffn}}), -1, 1, 23);
     p = {"ffn", "hidden"};
   }
-  const Tensor<T> input = transpose ? mlp_test::seeded<T>(Shape({{"batch", 2}, {"seq", seq},
+  const Tensor<T> input = transpose ? tensor_test::seeded<T>(Shape({{"batch", 2}, {"seq", seq},
                                                                   {"ffn", ffn}}),
                                                             -1, 1, 24)
                                     : x;
   const std::string out = p.out_axis;
-  const Tensor<T> b = mlp_test::seeded<T>(Shape({{out, w.shape().extent(out)}}), -1, 1, 25);
+  const Tensor<T> b = tensor_test::seeded<T>(Shape({{out, w.shape().extent(out)}}), -1, 1, 25);
   Tensor<T> y;
   shardsim::linear_forward(input, w, &b, p, y);
-  const Tensor<T> dy = mlp_test::seeded<T>(y.shape(), -1, 1, 26);
+  const Tensor<T> dy = tensor_test::seeded<T>(y.shape(), -1, 1, 26);
   Tensor<T> dx;
   Tensor<T> dw(w.shape());
   Tensor<T> db(b.shape());
@@ -166,10 +166,10 @@ void check_form(int ranks, std::int64_t seq, std::int64_t ffn, const Placement& 
   // most 2 (n - 1) u sum|t| <= 2 n^2 u; here n <= 14 (2 * 7 rows for dW), so <= 392 u absolute,
   // and the normwise denominator (the largest |value| of the seeded tensor) is above 1/2 for
   // these sizes. 1024 u is a bound with room, far below any semantic error.
-  const double reordered = 1024 * mlp_test::unit_roundoff<T>();
+  const double reordered = 1024 * tensor_test::unit_roundoff<T>();
   if (form == shardsim::LinearParallel::row) {
     CHECK(sy.layout.on(0).is_partial());
-    CHECK(mlp_test::normwise_relative_error(assemble(sy), y) <= reordered);
+    CHECK(tensor_test::normwise_relative_error(assemble(sy), y) <= reordered);
   } else {
     CHECK(bitwise_equal(assemble(sy), y));  // the dense arithmetic, per output feature
   }
@@ -185,7 +185,7 @@ void check_form(int ranks, std::int64_t seq, std::int64_t ffn, const Placement& 
     if (exact) {
       CHECK(bitwise_equal(assemble(got), want));
     } else {
-      CHECK(mlp_test::normwise_relative_error(assemble(got), want) <= reordered);
+      CHECK(tensor_test::normwise_relative_error(assemble(got), want) <= reordered);
     }
   };
   check(grads.dx, dx, grads.dx_exact);
@@ -200,7 +200,7 @@ TEMPLATE_TEST_CASE("sharded linear equals the dense oracle in all three forms", 
   shardsim::set_mp_precision(256);
   for (int ranks = 1; ranks <= 5; ++ranks) {
     for (std::int64_t ffn : {1, 6, 7}) {
-      for (const Placement& w_place : mlp_test::shards_of("ffn")) {
+      for (const Placement& w_place : tensor_test::shards_of("ffn")) {
         INFO("ranks " << ranks << ", ffn " << ffn << ", W " << w_place.str());
         // Column-parallel: x Replicate, W Shard(ffn) (out features).
         check_form<TestType>(ranks, 3, ffn, Placement::replicate(), w_place, up(), false);
@@ -208,7 +208,7 @@ TEMPLATE_TEST_CASE("sharded linear equals the dense oracle in all three forms", 
         check_form<TestType>(ranks, 3, ffn, w_place, w_place, up(), true);
       }
       // No tensor parallelism: W Replicate, x whole rows (Replicate or sequence shards).
-      for (const Placement& x_place : mlp_test::shards_of("seq")) {
+      for (const Placement& x_place : tensor_test::shards_of("seq")) {
         INFO("ranks " << ranks << ", ffn " << ffn << ", x " << x_place.str());
         check_form<TestType>(ranks, 7, ffn, x_place, Placement::replicate(), up(), false);
       }

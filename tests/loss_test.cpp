@@ -4,13 +4,13 @@
 // average_of_rank_means, wrong_axis) do what their names say, and only where they can show.
 #include <catch2/catch.hpp>
 
-#include "norm_test_support.hpp"
+#include "tensor_test_support.hpp"
 #include "shardsim/ops/loss.hpp"
 #include "shardsim/ops/loss_plan.hpp"
 #include "shardsim/world.hpp"
 
-using norm_test::make;
-using norm_test::seeded;
+using tensor_test::make;
+using tensor_test::seeded;
 using shardsim::DistTensor;
 using shardsim::LossFaults;
 using shardsim::MaskedMseParams;
@@ -46,8 +46,8 @@ TEMPLATE_TEST_CASE("sharded masked MSE equals the dense loss for every token pla
                    "[loss][sharded]", float, double, Mp) {
   shardsim::set_mp_precision(256);
   const Shape shape({{"batch", 2}, {"seq", 13}, {"hidden", 4}});
-  const auto y = seeded<TestType>(shape, norm_test::normal(0.0, 1.0), 51);
-  const auto target = seeded<TestType>(shape, norm_test::uniform(-1, 1), 52);
+  const auto y = seeded<TestType>(shape, tensor_test::normal(0.0, 1.0), 51);
+  const auto target = seeded<TestType>(shape, tensor_test::uniform(-1, 1), 52);
   MaskedMseParams params;
   params.valid_lengths = {13, 6};
   TestType dense_sum;
@@ -76,20 +76,20 @@ TEMPLATE_TEST_CASE("sharded masked MSE equals the dense loss for every token pla
       }
       // The 19 token sums regrouped by rank: two orders of n = 19 non-negative terms differ by
       // at most 2 * 18 u of their sum; one division adds u. 64 u covers it.
-      const double gap = std::fabs(norm_test::to_double(TestType(loss.local(0)[0] - dense_loss)));
-      CHECK(gap <= 64 * norm_test::unit_roundoff<TestType>() * norm_test::to_double(dense_loss));
+      const double gap = std::fabs(tensor_test::to_double(TestType(loss.local(0)[0] - dense_loss)));
+      CHECK(gap <= 64 * tensor_test::unit_roundoff<TestType>() * tensor_test::to_double(dense_loss));
       // dy = 2 (y - t) / V elementwise with the same exact V: bitwise, pads and masked tokens 0.
       const auto dy = shardsim::masked_mse_backward_sharded(world, y_dist, t_dist, params, {},
                                                             saved, "dy");
-      CHECK(norm_test::matches_bitwise(dy, dense_dy));
+      CHECK(tensor_test::matches_bitwise(dy, dense_dy));
     }
   }
 }
 
 TEST_CASE("loss faults change the loss exactly as named", "[loss][faults]") {
   const Shape shape({{"batch", 2}, {"seq", 13}, {"hidden", 4}});
-  const auto y = seeded<double>(shape, norm_test::normal(0.0, 1.0), 61);
-  const auto target = seeded<double>(shape, norm_test::uniform(-1, 1), 62);
+  const auto y = seeded<double>(shape, tensor_test::normal(0.0, 1.0), 61);
+  const auto target = seeded<double>(shape, tensor_test::uniform(-1, 1), 62);
   MaskedMseParams params;
   params.valid_lengths = {13, 6};
   const int ranks = 4;
@@ -123,8 +123,8 @@ TEST_CASE("average_of_rank_means is invisible when every rank holds as many vali
   // Why its scenario needs uneven shards or padding: 12 tokens over 4 ranks (3 each), all valid.
   // mean_r(S_r / 6) = sum_r S_r / 24 = S / V, the right loss up to rounding.
   const Shape shape({{"batch", 2}, {"seq", 12}, {"hidden", 4}});
-  const auto y = seeded<double>(shape, norm_test::normal(0.0, 1.0), 63);
-  const auto target = seeded<double>(shape, norm_test::uniform(-1, 1), 64);
+  const auto y = seeded<double>(shape, tensor_test::normal(0.0, 1.0), 63);
+  const auto target = seeded<double>(shape, tensor_test::uniform(-1, 1), 64);
   const shardsim::World<double> world(4, shardsim::ReduceOrder::rank, {});
   const auto y_dist = shardsim::distribute("y", y, Placement::shard("seq"), 4);
   const auto t_dist = shardsim::distribute("t", target, Placement::shard("seq"), 4);
@@ -161,8 +161,8 @@ TEST_CASE("an explicit token mask follows the token's global identity across sha
   // Mask out exactly token (1, 12), the one rank 3 holds of sequence 1 under chunk 4,4,4,1: the
   // sharded loss must agree with the dense loss that uses the same mask.
   const Shape shape({{"batch", 2}, {"seq", 13}, {"hidden", 3}});
-  const auto y = seeded<double>(shape, norm_test::normal(0.0, 1.0), 65);
-  const auto target = seeded<double>(shape, norm_test::uniform(-1, 1), 66);
+  const auto y = seeded<double>(shape, tensor_test::normal(0.0, 1.0), 65);
+  const auto target = seeded<double>(shape, tensor_test::uniform(-1, 1), 66);
   MaskedMseParams params;
   params.token_valid.assign(2, std::vector<std::uint8_t>(13, 1));
   params.token_valid[1][12] = 0;

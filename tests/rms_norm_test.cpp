@@ -8,13 +8,13 @@
 #include <type_traits>
 #include <vector>
 
-#include "norm_test_support.hpp"
+#include "tensor_test_support.hpp"
 #include "shardsim/ops/layer_norm.hpp"
 #include "shardsim/ops/rms_norm_plan.hpp"
 #include "shardsim/world.hpp"
 
-using norm_test::make;
-using norm_test::seeded;
+using tensor_test::make;
+using tensor_test::seeded;
 using shardsim::DistTensor;
 using shardsim::Mp;
 using shardsim::Placement;
@@ -108,9 +108,9 @@ TEMPLATE_TEST_CASE("rms_norm_backward: parameter grads accumulate, activation gr
                    "[rms_norm]", float, double, Mp) {
   shardsim::set_mp_precision(256);
   const Shape shape({{"batch", 2}, {"hidden", 5}});
-  const auto x = seeded<TestType>(shape, norm_test::normal(0.5, 2.0), 1);
-  const auto dy = seeded<TestType>(shape, norm_test::normal(0.0, 1.0), 2);
-  const auto w = seeded<TestType>(Shape({{"hidden", 5}}), norm_test::uniform(0.5, 1.5), 3);
+  const auto x = seeded<TestType>(shape, tensor_test::normal(0.5, 2.0), 1);
+  const auto dy = seeded<TestType>(shape, tensor_test::normal(0.0, 1.0), 2);
+  const auto w = seeded<TestType>(Shape({{"hidden", 5}}), tensor_test::uniform(0.5, 1.5), 3);
   RmsNormParams params;
   Tensor<TestType> y;
   RmsNormSaved<TestType> saved;
@@ -130,9 +130,9 @@ TEMPLATE_TEST_CASE("row-sharded RMSNorm equals the dense oracle bitwise, forward
                    "[rms_norm][sharded]", float, double, Mp) {
   shardsim::set_mp_precision(256);
   const Shape shape({{"batch", 2}, {"seq", 13}, {"hidden", 16}});
-  const auto x = seeded<TestType>(shape, norm_test::normal(0.5, 2.0), 11);
-  const auto dy = seeded<TestType>(shape, norm_test::normal(0.0, 1.0), 12);
-  const auto w = seeded<TestType>(Shape({{"hidden", 16}}), norm_test::uniform(0.5, 1.5), 13);
+  const auto x = seeded<TestType>(shape, tensor_test::normal(0.5, 2.0), 11);
+  const auto dy = seeded<TestType>(shape, tensor_test::normal(0.0, 1.0), 12);
+  const auto w = seeded<TestType>(Shape({{"hidden", 16}}), tensor_test::uniform(0.5, 1.5), 13);
   RmsNormParams params;
   Tensor<TestType> y;
   RmsNormSaved<TestType> saved;
@@ -153,15 +153,15 @@ TEMPLATE_TEST_CASE("row-sharded RMSNorm equals the dense oracle bitwise, forward
       shardsim::RmsNormShardedSaved<TestType> sharded_saved;
       const DistTensor<TestType> y_dist =
           shardsim::rms_norm_row_sharded(world, x_dist, &w_dist, params, "y", sharded_saved);
-      CHECK(norm_test::matches_bitwise(y_dist, y));
-      CHECK(norm_test::matches_bitwise(sharded_saved.rrms, saved.rrms));
+      CHECK(tensor_test::matches_bitwise(y_dist, y));
+      CHECK(tensor_test::matches_bitwise(sharded_saved.rrms, saved.rrms));
       const auto grads = shardsim::rms_norm_row_sharded_backward(world, dy_dist, x_dist, &w_dist,
                                                                  sharded_saved, params, "dx", "dw");
-      CHECK(norm_test::matches_bitwise(grads.dx, dx));
+      CHECK(tensor_test::matches_bitwise(grads.dx, dx));
       if (placement.is_replicate()) {
         // Every rank holds every row and computes the whole dense dweight: a Replicate.
         CHECK(grads.dweight.layout.on(0).is_replicate());
-        CHECK(norm_test::matches_bitwise(grads.dweight, dw));
+        CHECK(tensor_test::matches_bitwise(grads.dweight, dw));
         continue;
       }
       CHECK(grads.dweight.layout.on(0).is_partial());
@@ -169,15 +169,15 @@ TEMPLATE_TEST_CASE("row-sharded RMSNorm equals the dense oracle bitwise, forward
       // in rank order. Any summation order of n terms errs by at most gamma_{n-1} sum|terms|
       // (Higham, Accuracy and Stability, 4.2), so two orders differ by at most
       // 2 (n - 1) u sum|terms| / (1 - (n - 1) u); 2 * 32 u sum|terms| covers n - 1 = 25.
-      const Tensor<TestType> summed = norm_test::partial_sum(grads.dweight);
+      const Tensor<TestType> summed = tensor_test::partial_sum(grads.dweight);
       for (std::int64_t i = 0; i < 16; ++i) {
         double abs_sum = 0;
         for (std::int64_t row = 0; row < 26; ++row) {
           const std::int64_t at = row * 16 + i;
-          abs_sum += std::fabs(norm_test::to_double(TestType(dy[at] * (x[at] * saved.rrms[row]))));
+          abs_sum += std::fabs(tensor_test::to_double(TestType(dy[at] * (x[at] * saved.rrms[row]))));
         }
-        const double bound = 2 * 32 * norm_test::unit_roundoff<TestType>() * abs_sum;
-        CHECK(std::fabs(norm_test::to_double(TestType(summed[i] - dw[i]))) <= bound);
+        const double bound = 2 * 32 * tensor_test::unit_roundoff<TestType>() * abs_sum;
+        CHECK(std::fabs(tensor_test::to_double(TestType(summed[i] - dw[i]))) <= bound);
       }
     }
   }
@@ -187,9 +187,9 @@ TEMPLATE_TEST_CASE("hidden-sharded RMSNorm agrees with the dense oracle", "[rms_
                    float, double, Mp) {
   shardsim::set_mp_precision(256);
   const Shape shape({{"batch", 2}, {"seq", 5}, {"hidden", 18}});
-  const auto x = seeded<TestType>(shape, norm_test::normal(0.5, 2.0), 21);
-  const auto dy = seeded<TestType>(shape, norm_test::normal(0.0, 1.0), 22);
-  const auto w = seeded<TestType>(Shape({{"hidden", 18}}), norm_test::uniform(0.5, 1.5), 23);
+  const auto x = seeded<TestType>(shape, tensor_test::normal(0.5, 2.0), 21);
+  const auto dy = seeded<TestType>(shape, tensor_test::normal(0.0, 1.0), 22);
+  const auto w = seeded<TestType>(Shape({{"hidden", 18}}), tensor_test::uniform(0.5, 1.5), 23);
   RmsNormParams params;
   Tensor<TestType> y;
   RmsNormSaved<TestType> saved;
@@ -202,7 +202,7 @@ TEMPLATE_TEST_CASE("hidden-sharded RMSNorm agrees with the dense oracle", "[rms_
   // all-reduced sum(dnorm * norm) (terms up to ~24 against a result of order 1 to 10) add a few
   // dozen u more. 2^10 u bounds all of them with a wide margin, and is ~2^-246 at mp256, far
   // inside the 2^-(bits-16) of invariant 5 (README "Invariants").
-  const double tol = 1024 * norm_test::unit_roundoff<TestType>();
+  const double tol = 1024 * tensor_test::unit_roundoff<TestType>();
   for (SplitPolicy split : {SplitPolicy::chunk, SplitPolicy::balanced, SplitPolicy::padded}) {
     for (int ranks = 1; ranks <= 5; ++ranks) {
       const Placement placement = Placement::shard("hidden", split);
@@ -215,14 +215,14 @@ TEMPLATE_TEST_CASE("hidden-sharded RMSNorm agrees with the dense oracle", "[rms_
       const auto y_dist =
           shardsim::rms_norm_hidden_sharded(world, x_dist, &w_dist, params, "y", sharded_saved);
       CHECK(y_dist.layout.on(0) == placement);
-      CHECK(norm_test::normwise_error(sharded_saved.rrms, saved.rrms) <= tol);
-      CHECK(norm_test::normwise_error(y_dist, y) <= tol);
+      CHECK(tensor_test::normwise_error(sharded_saved.rrms, saved.rrms) <= tol);
+      CHECK(tensor_test::normwise_error(y_dist, y) <= tol);
       const auto grads = shardsim::rms_norm_hidden_sharded_backward(
           world, dy_dist, x_dist, &w_dist, sharded_saved, params, "dx", "dw");
       CHECK(grads.dweight.layout.on(0) == placement);  // local: every token of its features
-      CHECK(norm_test::normwise_error(grads.dx, dx) <= tol);
-      CHECK(norm_test::normwise_error(grads.dweight, dw) <= tol);
-      if (ranks == 1) CHECK(norm_test::matches_bitwise(y_dist, y));  // one shard: same order
+      CHECK(tensor_test::normwise_error(grads.dx, dx) <= tol);
+      CHECK(tensor_test::normwise_error(grads.dweight, dw) <= tol);
+      if (ranks == 1) CHECK(tensor_test::matches_bitwise(y_dist, y));  // one shard: same order
     }
   }
 }
@@ -231,9 +231,9 @@ TEST_CASE("the RMSNorm plans record the documented boundary names, in order", "[
   // The report prints these names and the step stores the oracle under them: the plans build
   // them with part_name from rms_norm_parts. Entries are "tensor <- dense".
   const Shape shape({{"seq", 3}, {"hidden", 4}});
-  const auto x = seeded<double>(shape, norm_test::normal(0.5, 2.0), 71);
-  const auto w = seeded<double>(Shape({{"hidden", 4}}), norm_test::uniform(0.5, 1.5), 72);
-  const auto dy = seeded<double>(shape, norm_test::normal(0.0, 1.0), 73);
+  const auto x = seeded<double>(shape, tensor_test::normal(0.5, 2.0), 71);
+  const auto w = seeded<double>(Shape({{"hidden", 4}}), tensor_test::uniform(0.5, 1.5), 72);
+  const auto dy = seeded<double>(shape, tensor_test::normal(0.0, 1.0), 73);
   shardsim::World<double> world(2, shardsim::ReduceOrder::rank, {});
   std::vector<std::string> seen;
   world.set_hook([&](const shardsim::BoundaryLabel& label, const DistTensor<double>&) {

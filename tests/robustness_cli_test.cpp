@@ -4,9 +4,9 @@
 // Cases already in cli_test.cpp (unknown flag, missing file, missing directory) are not repeated.
 #include <sys/mount.h>
 
-#include "robustness_support.hpp"
+#include "cli_test_support.hpp"
 
-using namespace robustness;
+using namespace cli_test;
 
 namespace {
 

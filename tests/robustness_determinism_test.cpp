@@ -6,9 +6,9 @@
 // because the report records the path as given).
 #include <set>
 
-#include "robustness_support.hpp"
+#include "cli_test_support.hpp"
 
-using namespace robustness;
+using namespace cli_test;
 
 namespace {
 

@@ -6,10 +6,10 @@
 #include <cstdint>
 #include <limits>
 
-#include "robustness_support.hpp"
+#include "cli_test_support.hpp"
 #include "shardsim/golden/golden_set.hpp"
 
-using namespace robustness;
+using namespace cli_test;
 using namespace shardsim;
 
 namespace {

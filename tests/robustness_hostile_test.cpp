@@ -5,9 +5,9 @@
 // written.
 #include <sys/stat.h>
 
-#include "robustness_support.hpp"
+#include "cli_test_support.hpp"
 
-using namespace robustness;
+using namespace cli_test;
 
 namespace {
 

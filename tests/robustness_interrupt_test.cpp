@@ -8,9 +8,9 @@
 #include <chrono>
 #include <thread>
 
-#include "robustness_support.hpp"
+#include "cli_test_support.hpp"
 
-using namespace robustness;
+using namespace cli_test;
 
 namespace {
 

@@ -3,9 +3,9 @@
 // "shardsim: error: ", exact option names only, no stray arguments, help for every command.
 #include <sys/stat.h>
 
-#include "robustness_support.hpp"
+#include "cli_test_support.hpp"
 
-using namespace robustness;
+using namespace cli_test;
 
 namespace {
 

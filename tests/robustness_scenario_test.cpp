@@ -4,9 +4,9 @@
 // unknown axis, zero size, duplicate name, use before definition, mp7) are not repeated.
 // Non-finite numbers, init keys and the other nonsense of round 2 are in
 // robustness_hostile_test.cpp.
-#include "robustness_support.hpp"
+#include "cli_test_support.hpp"
 
-using namespace robustness;
+using namespace cli_test;
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "norm_test_support.hpp"
+#include "tensor_test_support.hpp"
 #include "shardsim/mp.hpp"
 #include "shardsim/ops/attention/attention.hpp"
 #include "shardsim/placement.hpp"
@@ -21,9 +21,9 @@ using shardsim::RopeParams;
 using shardsim::Shape;
 using shardsim::Tensor;
 
-using norm_test::seeded_normal;
-using norm_test::to_double;
-using norm_test::unit_roundoff;
+using tensor_test::seeded_normal;
+using tensor_test::to_double;
+using tensor_test::unit_roundoff;
 
 namespace {
 

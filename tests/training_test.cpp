@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "norm_test_support.hpp"
+#include "tensor_test_support.hpp"
 #include "shardsim/compare/compare.hpp"
 #include "shardsim/runner/runner.hpp"
 #include "shardsim/scenario/scenario.hpp"
@@ -48,13 +48,13 @@ class Recorder final : public shardsim::BoundarySink<double> {
     seen.push_back({entry, dense ? *dense : Tensor<double>(), sharded});
     if (!dense) return false;
     if (sharded.layout.on(0).is_partial()) {
-      const Tensor<double> sum = norm_test::partial_sum(sharded);
+      const Tensor<double> sum = tensor_test::partial_sum(sharded);
       for (std::int64_t e = 0; e < sum.numel(); ++e) {
         if (!shardsim::ScalarTraits<double>::identical(sum[e], (*dense)[e])) return false;
       }
       return true;
     }
-    return norm_test::matches_bitwise(sharded, *dense);
+    return tensor_test::matches_bitwise(sharded, *dense);
   }
   std::vector<const Seen*> all(const std::string& op, const std::string& tensor) const {
     std::vector<const Seen*> out;
@@ -162,7 +162,7 @@ TEST_CASE("SGD moves the replicated parameters identically on every rank, and th
     // Against the oracle: the all-reduced gradient sums 18 valid tokens' terms in another
     // order; the parameters agree to a few ulps of the update (lr * grad ~ 0.1), far inside
     // the f64 tolerance 2^-37.
-    CHECK(norm_test::normwise_error(param, updates[k]->dense) < 0x1p-40);
+    CHECK(tensor_test::normwise_error(param, updates[k]->dense) < 0x1p-40);
     if (k > 0) {
       bool moved = false;
       for (std::int64_t i = 0; i < 16; ++i) {

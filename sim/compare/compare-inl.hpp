@@ -109,22 +109,7 @@ class Comparator final : public BoundarySink<T> {
       if (std::isfinite(d)) scale = std::max(scale, d);
     }
     result.scale = scale;
-    // The noise scale: a value computed from a sum of Partial addends carries the rounding of
-    // the addends' magnitudes, not of the (possibly cancelled) result's, so the tolerance is
-    // relative to the larger of max |d| and the largest sum of absolute addends of any Partial
-    // input (addend_scale). Without it a correct reduction of cancelling gradients (training
-    // near convergence) fails a tolerance relative to its tiny result.
-    double noise_scale = scale;
-    for (const std::string& input : result.entry.inputs) {
-      auto found = addend_scale_.find(input);
-      if (found != addend_scale_.end()) noise_scale = std::max(noise_scale, found->second);
-    }
-    if (sharded.layout.has_partial()) {
-      const double own = partial_addend_scale(sharded);
-      noise_scale = std::max(noise_scale, own);
-      addend_scale_[result.entry.tensor] = own;
-    }
-    const double allowed = rtol_ * noise_scale;
+    const double allowed = rtol_ * noise_scale(scale, sharded, result.entry);
     bool all_identical = true;
     bool all_within = true;
     std::optional<Divergence> first_not_identical;
@@ -133,44 +118,19 @@ class Comparator final : public BoundarySink<T> {
     for_each_element(sharded, partial_sum, [&](int rank, std::int64_t flat, const T& s) {
       const T& d = dense[flat];
       if (Traits::identical(s, d)) return;
-      const double sd = Traits::to_double(s);
-      const double dd = Traits::to_double(d);
-      double abs_err;
-      std::string reason;
-      if (std::isnan(sd) || std::isnan(dd)) {
-        abs_err = std::numeric_limits<double>::infinity();
-        reason = "NaN";
-      } else if (std::isinf(sd) || std::isinf(dd)) {
-        abs_err = sd == dd ? 0.0 : std::numeric_limits<double>::infinity();
-        reason = "infinity";
-      } else {
-        abs_err = Traits::to_double(magnitude(T(s - d)));
-        reason = "outside tolerance";
-      }
-      const double rel_err = dd == 0 ? std::numeric_limits<double>::infinity()
-                                     : abs_err / std::fabs(dd);
-      result.max_abs = std::max(result.max_abs, abs_err);
-      result.max_rel = std::max(result.max_rel, rel_err);
+      const ElementError err = element_error(s, d);
+      result.max_abs = std::max(result.max_abs, err.abs);
+      result.max_rel = std::max(result.max_rel, err.rel);
       result.max_ulp = std::max(result.max_ulp, Traits::ulp(s, d));
-      auto describe = [&](std::string why) {
-        Divergence div;
-        div.rank = rank;
-        const std::vector<std::int64_t> index = unflatten(dense.shape(), flat);
-        for (std::size_t a = 0; a < index.size(); ++a) {
-          div.index.emplace_back(dense.shape()[a].name, index[a]);
-        }
-        set_values(div, d, s);
-        div.reason = std::move(why);
-        return div;
-      };
       if (all_identical) {
         all_identical = false;
-        first_not_identical = describe(reason == "NaN"
-                                           ? "NaN, which never matches"
-                                           : "not bitwise equal at a boundary that claims exactness");
+        first_not_identical = divergence_at(
+            dense, rank, flat, s,
+            err.reason == "NaN" ? "NaN, which never matches"
+                                : "not bitwise equal at a boundary that claims exactness");
       }
-      if (!(abs_err <= allowed)) {
-        if (all_within) first_outside = describe(reason);
+      if (!(err.abs <= allowed)) {
+        if (all_within) first_outside = divergence_at(dense, rank, flat, s, err.reason);
         all_within = false;
       }
     });
@@ -193,6 +153,64 @@ class Comparator final : public BoundarySink<T> {
       div.op = result.entry.op;
       div.tensor = result.entry.tensor;
     }
+  }
+
+  // The noise scale: a value computed from a sum of Partial addends carries the rounding of the
+  // addends' magnitudes, not of the (possibly cancelled) result's, so the tolerance is relative
+  // to the larger of max |d| (`scale`) and the largest sum of absolute addends of any Partial
+  // input (addend_scale). Without it a correct reduction of cancelling gradients (training near
+  // convergence) fails a tolerance relative to its tiny result. A Partial boundary records its
+  // own addend scale for the boundaries that read it.
+  double noise_scale(double scale, const DistTensor<T>& sharded, const TraceEntry& entry) {
+    double noise = scale;
+    for (const std::string& input : entry.inputs) {
+      auto found = addend_scale_.find(input);
+      if (found != addend_scale_.end()) noise = std::max(noise, found->second);
+    }
+    if (sharded.layout.has_partial()) {
+      const double own = partial_addend_scale(sharded);
+      noise = std::max(noise, own);
+      addend_scale_[entry.tensor] = own;
+    }
+    return noise;
+  }
+
+  // The error of one sharded value `s` against its dense value `d` (not bitwise equal).
+  struct ElementError {
+    double abs;
+    double rel;
+    std::string reason;
+  };
+  static ElementError element_error(const T& s, const T& d) {
+    const double sd = Traits::to_double(s);
+    const double dd = Traits::to_double(d);
+    ElementError err;
+    if (std::isnan(sd) || std::isnan(dd)) {
+      err.abs = std::numeric_limits<double>::infinity();
+      err.reason = "NaN";
+    } else if (std::isinf(sd) || std::isinf(dd)) {
+      err.abs = sd == dd ? 0.0 : std::numeric_limits<double>::infinity();
+      err.reason = "infinity";
+    } else {
+      err.abs = Traits::to_double(magnitude(T(s - d)));
+      err.reason = "outside tolerance";
+    }
+    err.rel = dd == 0 ? std::numeric_limits<double>::infinity() : err.abs / std::fabs(dd);
+    return err;
+  }
+
+  // The divergence at dense element `flat` (rank `rank` holds `s`), located by named axes.
+  static Divergence divergence_at(const Tensor<T>& dense, int rank, std::int64_t flat, const T& s,
+                                  std::string why) {
+    Divergence div;
+    div.rank = rank;
+    const std::vector<std::int64_t> index = unflatten(dense.shape(), flat);
+    for (std::size_t a = 0; a < index.size(); ++a) {
+      div.index.emplace_back(dense.shape()[a].name, index[a]);
+    }
+    set_values(div, dense[flat], s);
+    div.reason = std::move(why);
+    return div;
   }
 
   // max over elements of sum_r |x_r,e| over the addends of each value, the magnitude a

@@ -30,7 +30,7 @@ void fill(Tensor<T>& t, std::uint64_t seed, double scale = 2.0, double offset = 
   }
 }
 
-// The yardstick of the issue: a naive scalar loop with sequential sums (rows contiguous).
+// The yardstick of the targets: a naive scalar loop with sequential sums (rows contiguous).
 template <typename T>
 void naive_forward_backward(const T* x, const T* w, const T* b, const T* dy, T* y, T* dx, T* dw,
                             T* db, T* mean, T* rstd, std::int64_t rows, std::int64_t h, T eps) {
@@ -177,7 +177,7 @@ int target_emulation(const Options& o) {
     e.dense = label.dense;
     e.exact = label.exact;
     e.global = t.global;
-    e.placement = t.placement;
+    e.layout = t.layout;
     trace.push_back(std::move(e));
     return true;
   });

@@ -40,6 +40,39 @@ std::int64_t count_allocations(const std::function<void()>& f) {
   return g_allocations;
 }
 
+// The raw loop: outputs preallocated in `ry`, temporaries on the stack (MPFR_DECL_INIT),
+// sequential.
+void raw_mpfr_layer_norm(const shardsim::Tensor<Mp>& x, const shardsim::Tensor<Mp>& w,
+                         const shardsim::Tensor<Mp>& b, double eps, std::int64_t rows,
+                         std::int64_t h, mpfr_prec_t prec, std::vector<mpfr_t>& ry) {
+  MPFR_DECL_INIT(sum, prec);
+  MPFR_DECL_INIT(mean, prec);
+  MPFR_DECL_INIT(c, prec);
+  MPFR_DECL_INIT(rstd, prec);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const Mp* xr = x.data() + r * h;
+    mpfr_set_zero(sum, 1);
+    for (std::int64_t i = 0; i < h; ++i) mpfr_add(sum, sum, xr[i].backend().data(), MPFR_RNDN);
+    mpfr_div_si(mean, sum, static_cast<long>(h), MPFR_RNDN);
+    mpfr_set_zero(sum, 1);
+    for (std::int64_t i = 0; i < h; ++i) {
+      mpfr_sub(c, xr[i].backend().data(), mean, MPFR_RNDN);
+      mpfr_mul(c, c, c, MPFR_RNDN);
+      mpfr_add(sum, sum, c, MPFR_RNDN);
+    }
+    mpfr_div_si(rstd, sum, static_cast<long>(h), MPFR_RNDN);
+    mpfr_add_d(rstd, rstd, eps, MPFR_RNDN);
+    mpfr_rec_sqrt(rstd, rstd, MPFR_RNDN);  // one rounding (the kernel rounds twice; same cost)
+    for (std::int64_t i = 0; i < h; ++i) {
+      mpfr_ptr out = ry[static_cast<std::size_t>(r * h + i)];
+      mpfr_sub(out, xr[i].backend().data(), mean, MPFR_RNDN);
+      mpfr_mul(out, out, rstd, MPFR_RNDN);
+      mpfr_mul(out, out, w[i].backend().data(), MPFR_RNDN);
+      mpfr_add(out, out, b[i].backend().data(), MPFR_RNDN);
+    }
+  }
+}
+
 }  // namespace
 
 int target_mp(const Options& o) {
@@ -64,37 +97,10 @@ int target_mp(const Options& o) {
   shardsim::LayerNormSaved<Mp> saved;
   auto kernel = [&] { shardsim::layer_norm_forward(x, &w, &b, params, y, saved); };
 
-  // The raw loop: outputs preallocated, temporaries on the stack (MPFR_DECL_INIT), sequential.
+  // The raw MPFR loop, preallocated outputs.
   std::vector<mpfr_t> ry(static_cast<std::size_t>(rows * h));
   for (auto& v : ry) mpfr_init2(v, prec);
-  auto raw = [&] {
-    MPFR_DECL_INIT(sum, prec);
-    MPFR_DECL_INIT(mean, prec);
-    MPFR_DECL_INIT(c, prec);
-    MPFR_DECL_INIT(rstd, prec);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const Mp* xr = x.data() + r * h;
-      mpfr_set_zero(sum, 1);
-      for (std::int64_t i = 0; i < h; ++i) mpfr_add(sum, sum, xr[i].backend().data(), MPFR_RNDN);
-      mpfr_div_si(mean, sum, static_cast<long>(h), MPFR_RNDN);
-      mpfr_set_zero(sum, 1);
-      for (std::int64_t i = 0; i < h; ++i) {
-        mpfr_sub(c, xr[i].backend().data(), mean, MPFR_RNDN);
-        mpfr_mul(c, c, c, MPFR_RNDN);
-        mpfr_add(sum, sum, c, MPFR_RNDN);
-      }
-      mpfr_div_si(rstd, sum, static_cast<long>(h), MPFR_RNDN);
-      mpfr_add_d(rstd, rstd, params.eps, MPFR_RNDN);
-      mpfr_rec_sqrt(rstd, rstd, MPFR_RNDN);  // one rounding (the kernel rounds twice; same cost)
-      for (std::int64_t i = 0; i < h; ++i) {
-        mpfr_ptr out = ry[static_cast<std::size_t>(r * h + i)];
-        mpfr_sub(out, xr[i].backend().data(), mean, MPFR_RNDN);
-        mpfr_mul(out, out, rstd, MPFR_RNDN);
-        mpfr_mul(out, out, w[i].backend().data(), MPFR_RNDN);
-        mpfr_add(out, out, b[i].backend().data(), MPFR_RNDN);
-      }
-    }
-  };
+  auto raw = [&] { raw_mpfr_layer_norm(x, w, b, params.eps, rows, h, prec, ry); };
   kernel();
   raw();
   // The two differ only by summation order and rsqrt rounding: a few ulps of 2^-257 relative,

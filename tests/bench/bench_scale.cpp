@@ -19,44 +19,123 @@
 
 namespace bench {
 
+namespace {
+
+using shardsim::Shape;
+using shardsim::Tensor;
+
+// Deterministic values in [-scale, scale) from a hash of (index, seed).
+Tensor<double> filled(Shape shape, std::uint64_t seed, double scale) {
+  Tensor<double> t(std::move(shape));
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    const std::uint64_t h =
+        (static_cast<std::uint64_t>(i) + seed * 0x9E3779B97F4A7C15ull) * 0xD1B54A32D192ED03ull;
+    t[i] = scale * (double(h >> 11) * 0x1.0p-53 * 2 - 1);
+  }
+  return t;
+}
+
+// The attention target's input, split into its chunks, and its projection weights.
+struct AttentionInputs {
+  std::vector<Tensor<double>> xs;
+  Tensor<double> wq, wk, wv, wo;
+};
+
+AttentionInputs attention_inputs(std::int64_t seq, int chunks, std::int64_t heads,
+                                 std::int64_t dim) {
+  const std::int64_t hidden = heads * dim;
+  const double wscale = 1.0 / std::sqrt(double(hidden));
+  const Shape wshape({{"hidden", hidden}, {"head", heads}, {"head_dim", dim}});
+  const Tensor<double> x = filled(Shape({{"batch", 1}, {"seq", seq}, {"hidden", hidden}}), 1, 1.0);
+  AttentionInputs in;
+  in.wq = filled(wshape, 2, wscale);
+  in.wk = filled(wshape, 3, wscale);
+  in.wv = filled(wshape, 4, wscale);
+  in.wo = filled(Shape({{"head", heads}, {"head_dim", dim}, {"hidden", hidden}}), 5, wscale);
+  const std::int64_t t = seq / chunks;
+  for (int c = 0; c < chunks; ++c) {
+    Tensor<double> part(x.shape().with_extent("seq", t));
+    shardsim::copy_along(x, "seq", c * t, part, 0, t);
+    in.xs.push_back(std::move(part));
+  }
+  return in;
+}
+
+// The all-gather plan claims bitwise equality with the dense oracle at every boundary: the
+// number of (chunk, rank) outputs that differ.
+int count_mismatches(const std::vector<shardsim::DistTensor<double>>& sys,
+                     const std::vector<Tensor<double>>& dense_y, int ranks) {
+  int failures = 0;
+  for (std::size_t c = 0; c < sys.size(); ++c) {
+    for (int r = 0; r < ranks; ++r) {
+      if (std::memcmp(sys[c].local(r).data(), dense_y[c].data(),
+                      sizeof(double) * static_cast<std::size_t>(dense_y[c].numel())) != 0) {
+        std::printf("  chunk %d rank %d: the CP output differs from the dense oracle\n",
+                    static_cast<int>(c) + 1, r);
+        ++failures;
+      }
+    }
+  }
+  return failures;
+}
+
+struct TimingCase {
+  std::int64_t seq;
+  int chunks;
+  std::int64_t window, heads, dim;
+  int ranks, reps;
+};
+
+// Times the sharded and dense runs (`first_s`: the first sharded run, one of the reps) against
+// PyTorch's, and prints the target 4 verdict.
+template <typename Sharded, typename Dense>
+void time_against_torch(const TimingCase& tc, TorchServer* torch, double first_s, Sharded& sharded,
+                        Dense& dense, const std::size_t& trace_entries) {
+  const int reps = tc.reps, ranks = tc.ranks;
+  char request[128];
+  std::snprintf(request, sizeof request, "attn %lld %d %lld %lld %lld", (long long)tc.seq,
+                tc.chunks, (long long)tc.window, (long long)tc.heads, (long long)tc.dim);
+  std::vector<double> ours{first_s}, theirs, dense_times;
+  for (int i = 0; i < reps; ++i) {
+    if (torch) theirs.push_back(torch->time(request));
+    double t0 = now_s();
+    dense();
+    dense_times.push_back(now_s() - t0);
+    if (i + 1 < reps) {  // the first sharded run above is one of the reps
+      t0 = now_s();
+      sharded();
+      ours.push_back(now_s() - t0);
+    }
+  }
+  const double s = median(ours), d = median(dense_times);
+  std::printf("  shardsim CP (%d ranks, %zu trace entries) %.2f s; shardsim dense oracle %.2f s",
+              ranks, trace_entries, s, d);
+  if (!torch || theirs.empty() || *std::min_element(theirs.begin(), theirs.end()) < 0) {
+    std::printf("\n  target 4 NOT MEASURED: python3-torch is absent (tools/bench --with-torch)\n");
+    return;
+  }
+  const double p = median(theirs);
+  std::printf("; PyTorch masked-matmul attention %.2f s\n", p);
+  verdict(4, "CP attention / PyTorch time", s / p, 3.0, false);
+}
+
+}  // namespace
+
 int target_attention(const Options& o, TorchServer* torch) {
   using shardsim::DistTensor;
-  using shardsim::Shape;
-  using shardsim::Tensor;
   // The target case: f64, 4 ranks, seq 4096 streamed in 4 chunks, window 512, 8 heads x 64
   // (hidden 512), cp_mode allgather. Quick: seq 1024, window 128; smoke: a tiny one.
   const int ranks = 4, chunks = 4;
   const std::int64_t seq = o.smoke ? 24 : o.quick ? 1024 : 4096;
   const std::int64_t window = o.smoke ? 5 : o.quick ? 128 : 512;
-  const std::int64_t heads = o.smoke ? 2 : 8, dim = o.smoke ? 4 : 64, hidden = heads * dim;
+  const std::int64_t heads = o.smoke ? 2 : 8, dim = o.smoke ? 4 : 64;
   const int reps = o.smoke ? 1 : 3;
   std::printf(
       "Target 4: CP all-gather sliding-window attention, f64, %d ranks, seq %lld in %d "
       "chunks, window %lld, %lld heads x %lld\n",
       ranks, (long long)seq, chunks, (long long)window, (long long)heads, (long long)dim);
-  auto filled = [](Shape shape, std::uint64_t seed, double scale) {
-    Tensor<double> t(std::move(shape));
-    for (std::int64_t i = 0; i < t.numel(); ++i) {
-      const std::uint64_t h =
-          (static_cast<std::uint64_t>(i) + seed * 0x9E3779B97F4A7C15ull) * 0xD1B54A32D192ED03ull;
-      t[i] = scale * (double(h >> 11) * 0x1.0p-53 * 2 - 1);
-    }
-    return t;
-  };
-  const double wscale = 1.0 / std::sqrt(double(hidden));
-  const Shape wshape({{"hidden", hidden}, {"head", heads}, {"head_dim", dim}});
-  const Tensor<double> x = filled(Shape({{"batch", 1}, {"seq", seq}, {"hidden", hidden}}), 1, 1.0);
-  const Tensor<double> wq = filled(wshape, 2, wscale), wk = filled(wshape, 3, wscale),
-                       wv = filled(wshape, 4, wscale);
-  const Tensor<double> wo =
-      filled(Shape({{"head", heads}, {"head_dim", dim}, {"hidden", hidden}}), 5, wscale);
-  const std::int64_t t = seq / chunks;
-  std::vector<Tensor<double>> xs;
-  for (int c = 0; c < chunks; ++c) {
-    Tensor<double> part(x.shape().with_extent("seq", t));
-    shardsim::copy_along(x, "seq", c * t, part, 0, t);
-    xs.push_back(std::move(part));
-  }
+  const AttentionInputs in = attention_inputs(seq, chunks, heads, dim);
+  const std::vector<Tensor<double>>& xs = in.xs;
   shardsim::StreamAttentionParams params;
   params.attention.window = window;
   shardsim::CpAttentionConfig config;
@@ -73,10 +152,10 @@ int target_attention(const Options& o, TorchServer* torch) {
   });
   std::vector<DistTensor<double>> sxs;
   for (const Tensor<double>& part : xs) sxs.push_back(shardsim::distribute("x", part, rep, ranks));
-  const auto swq = shardsim::distribute("wq", wq, rep, ranks);
-  const auto swk = shardsim::distribute("wk", wk, rep, ranks);
-  const auto swv = shardsim::distribute("wv", wv, rep, ranks);
-  const auto swo = shardsim::distribute("wo", wo, rep, ranks);
+  const auto swq = shardsim::distribute("wq", in.wq, rep, ranks);
+  const auto swk = shardsim::distribute("wk", in.wk, rep, ranks);
+  const auto swv = shardsim::distribute("wv", in.wv, rep, ranks);
+  const auto swo = shardsim::distribute("wo", in.wo, rep, ranks);
   std::vector<DistTensor<double>> sys(chunks);
   auto sharded = [&] {
     trace_entries = 0;
@@ -92,51 +171,18 @@ int target_attention(const Options& o, TorchServer* torch) {
     shardsim::KvCache<double> cache;
     for (int c = 0; c < chunks; ++c) {
       shardsim::StreamAttentionActivations<double> acts;
-      shardsim::stream_attention_forward(xs[c], wq, wk, wv, wo, params, cache, acts);
+      shardsim::stream_attention_forward(xs[c], in.wq, in.wk, in.wv, in.wo, params, cache, acts);
       dense_y[c] = std::move(acts.y);
     }
   };
-  double t0 = now_s();
+  const double t0 = now_s();
   sharded();
   const double first_s = now_s() - t0;
   dense();
-  // The all-gather plan claims bitwise equality with the dense oracle at every boundary.
-  int failures = 0;
-  for (int c = 0; c < chunks; ++c) {
-    for (int r = 0; r < ranks; ++r) {
-      if (std::memcmp(sys[c].local(r).data(), dense_y[c].data(),
-                      sizeof(double) * static_cast<std::size_t>(dense_y[c].numel())) != 0) {
-        std::printf("  chunk %d rank %d: the CP output differs from the dense oracle\n", c + 1, r);
-        ++failures;
-      }
-    }
-  }
+  const int failures = count_mismatches(sys, dense_y, ranks);
   if (o.smoke) return failures;
-  char request[128];
-  std::snprintf(request, sizeof request, "attn %lld %d %lld %lld %lld", (long long)seq, chunks,
-                (long long)window, (long long)heads, (long long)dim);
-  std::vector<double> ours{first_s}, theirs, dense_times;
-  for (int i = 0; i < reps; ++i) {
-    if (torch) theirs.push_back(torch->time(request));
-    t0 = now_s();
-    dense();
-    dense_times.push_back(now_s() - t0);
-    if (i + 1 < reps) {  // the first sharded run above is one of the reps
-      t0 = now_s();
-      sharded();
-      ours.push_back(now_s() - t0);
-    }
-  }
-  const double s = median(ours), d = median(dense_times);
-  std::printf("  shardsim CP (%d ranks, %zu trace entries) %.2f s; shardsim dense oracle %.2f s",
-              ranks, trace_entries, s, d);
-  if (!torch || theirs.empty() || *std::min_element(theirs.begin(), theirs.end()) < 0) {
-    std::printf("\n  target 4 NOT MEASURED: python3-torch is absent (tools/bench --with-torch)\n");
-    return failures;
-  }
-  const double p = median(theirs);
-  std::printf("; PyTorch masked-matmul attention %.2f s\n", p);
-  verdict(4, "CP attention / PyTorch time", s / p, 3.0, false);
+  const TimingCase timing{seq, chunks, window, heads, dim, ranks, reps};
+  time_against_torch(timing, torch, first_s, sharded, dense, trace_entries);
   return failures;
 }
 

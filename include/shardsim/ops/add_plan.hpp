@@ -10,6 +10,7 @@
 
 #include <string>
 
+#include "shardsim/op_list.hpp"
 #include "shardsim/ops/add.hpp"
 #include "shardsim/world.hpp"
 
@@ -74,9 +75,11 @@ DistTensor<T> add_sharded(const World<T>& world, const DistTensor<T>& a, const D
   DistTensor<T> y = world.make(output, a.global, a.layout);
   world.for_each_rank([&](int r) { add_forward(a.local(r), b.local(r), y.local(r)); });
   zero_padding(y);
-  world.compare_boundary(
-      {.op = "add", .tensor = output, .exact = !a.layout.has_partial(), .inputs = {a.name, b.name}},
-      y);
+  world.compare_boundary({.op = op_label(OpKind::add),
+                          .tensor = output,
+                          .exact = !a.layout.has_partial(),
+                          .inputs = {a.name, b.name}},
+                         y);
   return y;
 }
 

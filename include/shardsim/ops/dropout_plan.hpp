@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "shardsim/op_list.hpp"
 #include "shardsim/ops/dropout.hpp"
 #include "shardsim/world.hpp"
 
@@ -188,13 +189,17 @@ DistTensor<T> dropout_sharded(const World<T>& world, const DistTensor<T>& x,
                   .kind = BoundaryKind::check, .notes = notes},
                  check);
   }
-  world.compare_boundary(
-      {.op = "dropout", .tensor = mask.name, .exact = true,
-       .notes = x.layout.is_replicate() ? replica_word_notes(words, threshold)
-                                           : std::vector<std::string>{}},
-      mask);
-  world.compare_boundary({.op = "dropout", .tensor = output, .exact = true, .inputs = {x.name, mask.name}},
-               y);
+  world.compare_boundary({.op = op_label(OpKind::dropout),
+                          .tensor = mask.name,
+                          .exact = true,
+                          .notes = x.layout.is_replicate() ? replica_word_notes(words, threshold)
+                                                           : std::vector<std::string>{}},
+                         mask);
+  world.compare_boundary({.op = op_label(OpKind::dropout),
+                          .tensor = output,
+                          .exact = true,
+                          .inputs = {x.name, mask.name}},
+                         y);
   return y;
 }
 

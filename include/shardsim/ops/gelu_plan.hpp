@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "shardsim/op_list.hpp"
 #include "shardsim/ops/add_plan.hpp"
 #include "shardsim/ops/gelu.hpp"
 #include "shardsim/world.hpp"
@@ -19,7 +20,8 @@ DistTensor<T> gelu_sharded(const World<T>& world, const DistTensor<T>& x, const 
   DistTensor<T> y = world.make(output, x.global, x.layout);
   world.for_each_rank([&](int r) { gelu_forward(x.local(r), params, y.local(r)); });
   zero_padding(y);
-  world.compare_boundary({.op = "gelu", .tensor = output, .exact = true, .inputs = {x.name}}, y);
+  world.compare_boundary(
+      {.op = op_label(OpKind::gelu), .tensor = output, .exact = true, .inputs = {x.name}}, y);
   return y;
 }
 

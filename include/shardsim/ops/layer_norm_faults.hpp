@@ -1,6 +1,6 @@
 // Seeded LayerNorm bugs, for the fault catalogue. Each is a scenario switch that changes the
 // SHARDED plan only; the dense oracle never sees them. They exist to prove that the checker
-// catches the ways sharded normalization commonly goes wrong (seed document 000).
+// catches the ways sharded normalization commonly goes wrong.
 //
 // Where each applies (a fault switched on where it does not apply changes nothing):
 //   combine_token_means       row-sharded plan: one mean for every token, all-reduced across

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "shardsim/op_list.hpp"
 #include "shardsim/ops/layer_norm.hpp"
 #include "shardsim/ops/layer_norm_faults.hpp"
 #include "shardsim/ops/layer_norm_plan.hpp"
@@ -204,11 +205,13 @@ DistTensor<T> layer_norm_hidden_sharded(const World<T>& world, const DistTensor<
     });
   }
   zero_padding(y);
-  world.compare_boundary({.op = "layer_norm", .tensor = stats.mean.name, .inputs = {x.name}},
-                         stats.mean);
-  world.compare_boundary({.op = "layer_norm", .tensor = stats.rstd.name, .inputs = {x.name}},
-                         stats.rstd);
-  world.compare_boundary({.op = "layer_norm",
+  world.compare_boundary(
+      {.op = op_label(OpKind::layer_norm), .tensor = stats.mean.name, .inputs = {x.name}},
+      stats.mean);
+  world.compare_boundary(
+      {.op = op_label(OpKind::layer_norm), .tensor = stats.rstd.name, .inputs = {x.name}},
+      stats.rstd);
+  world.compare_boundary({.op = op_label(OpKind::layer_norm),
                           .tensor = output,
                           .inputs = detail::layer_norm_input_names(x, weight, bias)},
                          y);

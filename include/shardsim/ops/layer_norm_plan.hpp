@@ -8,9 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "shardsim/op_list.hpp"
+#include "shardsim/ops/add_plan.hpp"
 #include "shardsim/ops/layer_norm.hpp"
 #include "shardsim/ops/layer_norm_faults.hpp"
-#include "shardsim/ops/add_plan.hpp"
 #include "shardsim/world.hpp"
 
 namespace shardsim {
@@ -136,19 +137,19 @@ DistTensor<T> layer_norm_row_sharded(const World<T>& world, const DistTensor<T>&
   zero_padding(y);
   zero_padding(saved.mean);
   zero_padding(saved.rstd);
-  world.compare_boundary({.op = "layer_norm",
+  world.compare_boundary({.op = op_label(OpKind::layer_norm),
                           .tensor = saved.mean.name,
                           .dense = part_name(dense, layer_norm_parts::mean),
                           .exact = true,
                           .inputs = {x.name}},
                          saved.mean);
-  world.compare_boundary({.op = "layer_norm",
+  world.compare_boundary({.op = op_label(OpKind::layer_norm),
                           .tensor = saved.rstd.name,
                           .dense = part_name(dense, layer_norm_parts::rstd),
                           .exact = true,
                           .inputs = {x.name}},
                          saved.rstd);
-  world.compare_boundary({.op = "layer_norm",
+  world.compare_boundary({.op = op_label(OpKind::layer_norm),
                           .tensor = output,
                           .dense = dense,
                           .exact = true,

@@ -30,6 +30,7 @@
 #include <string>
 #include <string_view>
 
+#include "shardsim/op_list.hpp"
 #include "shardsim/ops/add_plan.hpp"
 #include "shardsim/ops/linear.hpp"
 #include "shardsim/world.hpp"
@@ -94,9 +95,11 @@ DistTensor<T> linear_sharded(const World<T>& world, const DistTensor<T>& x,
   zero_padding(y);
   std::vector<std::string> inputs{x.name, weight.name};
   if (bias) inputs.push_back(bias->name);
-  world.compare_boundary({.op = "linear", .tensor = output, .exact = form != LinearParallel::row,
-                .inputs = inputs},
-               y);
+  world.compare_boundary({.op = op_label(OpKind::linear),
+                          .tensor = output,
+                          .exact = form != LinearParallel::row,
+                          .inputs = inputs},
+                         y);
   return y;
 }
 

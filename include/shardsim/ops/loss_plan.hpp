@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "shardsim/op_list.hpp"
 #include "shardsim/ops/loss.hpp"
 #include "shardsim/world.hpp"
 
@@ -120,8 +121,9 @@ DistTensor<T> masked_mse_sharded(const World<T>& world, const DistTensor<T>& y,
       saved.divisor[static_cast<std::size_t>(r)] = T(count);
       loss.local(r)[0] = sum / T(count);
     });
-    world.compare_boundary({.op = "mse_loss", .tensor = output, .exact = true, .inputs = inputs},
-                           loss);
+    world.compare_boundary(
+        {.op = op_label(OpKind::mse_loss), .tensor = output, .exact = true, .inputs = inputs},
+        loss);
     return loss;
   }
 
@@ -161,7 +163,8 @@ DistTensor<T> masked_mse_sharded(const World<T>& world, const DistTensor<T>& y,
     loss.local(r)[0] = total.local(r)[0] / divisor;
   });
   world.compare_boundary(
-      {.op = "mse_loss", .tensor = output, .inputs = {total.name, valid.name}}, loss);
+      {.op = op_label(OpKind::mse_loss), .tensor = output, .inputs = {total.name, valid.name}},
+      loss);
   return loss;
 }
 

@@ -16,8 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "shardsim/ops/rms_norm.hpp"
+#include "shardsim/op_list.hpp"
 #include "shardsim/ops/add_plan.hpp"
+#include "shardsim/ops/rms_norm.hpp"
 #include "shardsim/world.hpp"
 
 namespace shardsim {
@@ -53,9 +54,13 @@ DistTensor<T> rms_norm_row_sharded(const World<T>& world, const DistTensor<T>& x
   zero_padding(saved.rrms);
   std::vector<std::string> inputs{x.name};
   if (weight) inputs.push_back(weight->name);
+  world.compare_boundary({.op = op_label(OpKind::rms_norm),
+                          .tensor = saved.rrms.name,
+                          .exact = true,
+                          .inputs = {x.name}},
+                         saved.rrms);
   world.compare_boundary(
-      {.op = "rms_norm", .tensor = saved.rrms.name, .exact = true, .inputs = {x.name}}, saved.rrms);
-  world.compare_boundary({.op = "rms_norm", .tensor = output, .exact = true, .inputs = inputs}, y);
+      {.op = op_label(OpKind::rms_norm), .tensor = output, .exact = true, .inputs = inputs}, y);
   return y;
 }
 
@@ -111,9 +116,10 @@ DistTensor<T> rms_norm_hidden_sharded(const World<T>& world, const DistTensor<T>
   zero_padding(y);
   std::vector<std::string> inputs{x.name};
   if (weight) inputs.push_back(weight->name);
-  world.compare_boundary({.op = "rms_norm", .tensor = saved.rrms.name, .inputs = {x.name}},
-                         saved.rrms);
-  world.compare_boundary({.op = "rms_norm", .tensor = output, .inputs = inputs}, y);
+  world.compare_boundary(
+      {.op = op_label(OpKind::rms_norm), .tensor = saved.rrms.name, .inputs = {x.name}},
+      saved.rrms);
+  world.compare_boundary({.op = op_label(OpKind::rms_norm), .tensor = output, .inputs = inputs}, y);
   return y;
 }
 

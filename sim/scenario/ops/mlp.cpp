@@ -26,12 +26,12 @@ void linear_bias_rules(const StepSpec& step, StepContext& ctx, const TensorState
   }
 }
 
-// linear: W is (out, in); the weight's placement decides the form (ops/linear_plan.hpp).
-void linear_rules(const LinearArgs& args, const StepSpec& step, StepContext& ctx) {
-  const TensorState& input = ctx.tensor(step, "input");
+// A linear's weight against its input: two axes [out, in], `in` contracted with the input's
+// axis of that name, `out` a new axis.
+void linear_weight_shape_rules(const StepSpec& step, StepContext& ctx, const TensorState& input,
+                               const TensorState& weight) {
   const std::string& x_name = step.str("input");
   const std::string& w_name = step.str("weight");
-  const TensorState& weight = ctx.tensor(step, "weight");
   if (weight.shape.rank() != 2) {
     ctx.fail(
         step, "weight",
@@ -57,6 +57,17 @@ void linear_rules(const LinearArgs& args, const StepSpec& step, StepContext& ctx
                  "=" + std::to_string(weight.shape.extent(in)) + " but " + quote(x_name) + " is " +
                  input.shape.str());
   }
+}
+
+// linear: W is (out, in); the weight's placement decides the form (ops/linear_plan.hpp).
+void linear_rules(const LinearArgs& args, const StepSpec& step, StepContext& ctx) {
+  const TensorState& input = ctx.tensor(step, "input");
+  const std::string& x_name = step.str("input");
+  const std::string& w_name = step.str("weight");
+  const TensorState& weight = ctx.tensor(step, "weight");
+  linear_weight_shape_rules(step, ctx, input, weight);
+  const std::string out = weight.shape[0].name;
+  const std::string in = weight.shape[1].name;
   ctx.require_passive(step, "input", input, {in});
   ctx.require_replicate_elsewhere(step, "weight", weight);
   std::string form = "none";

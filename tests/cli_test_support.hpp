@@ -1,6 +1,6 @@
-// Shared helpers of the robustness tests (tests/robustness_*_test.cpp): running the CLI as a
-// child process (optionally as an unprivileged user), scratch directories, and the bad-input
-// contract "exit 2, one located message, nothing written".
+// Helpers of the tests that run the shardsim CLI: running it as a child process (optionally as an
+// unprivileged user), scratch directories, a tiny valid scenario, and the bad-input contract
+// "exit 2, one located message, nothing written".
 #pragma once
 
 #include <sys/wait.h>
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-namespace robustness {
+namespace cli_test {
 
 namespace fs = std::filesystem;
 
@@ -146,4 +146,4 @@ inline bool no_temp_files(const fs::path& dir) {
   return true;
 }
 
-}  // namespace robustness
+}  // namespace cli_test

@@ -1,6 +1,6 @@
-// Helpers shared by the normalization tests (rms_norm, hidden-sharded norms, loss, gradient
-// checks, training, faults): seeded f32-representable tensors, unit roundoff per type, and
-// comparison of a sharded tensor against a dense one by global identity.
+// Tensor helpers of the kernel and plan tests: literal and seeded f32-representable tensors,
+// unit roundoff per type, normwise errors, comparison of a sharded tensor against a dense one by
+// global identity, and the splits of an axis every sharded test sweeps.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -15,11 +15,13 @@
 #include "shardsim/mp.hpp"
 #include "shardsim/rng.hpp"
 #include "shardsim/scalar.hpp"
+#include "shardsim/world.hpp"
 
-namespace norm_test {
+namespace tensor_test {
 
 using shardsim::DistTensor;
 using shardsim::Mp;
+using shardsim::Placement;
 using shardsim::Shape;
 using shardsim::Tensor;
 
@@ -56,6 +58,12 @@ inline shardsim::InitSpec uniform(double low, double high) {
   return spec;
 }
 
+// Uniform(low, high) values from `seed`.
+template <typename T>
+Tensor<T> seeded(Shape shape, double low, double high, std::uint64_t seed) {
+  return seeded<T>(std::move(shape), uniform(low, high), seed);
+}
+
 // Normal(0, stddev) values from `seed` (the attention and RoPE tests' inputs).
 template <typename T>
 Tensor<T> seeded_normal(Shape shape, std::uint64_t seed, double stddev = 1.0) {
@@ -77,6 +85,8 @@ double to_double(const T& v) {
   return shardsim::ScalarTraits<T>::to_double(v);
 }
 
+using dist_test::assemble;
+using dist_test::bitwise_equal;
 using dist_test::for_each_valid;
 
 // The dense value of a Partial tensor: the ranks' addends summed in rank order.
@@ -98,6 +108,20 @@ bool matches_bitwise(const DistTensor<T>& dist, const Tensor<T>& dense) {
     all = all && shardsim::ScalarTraits<T>::identical(dist.local(r)[local], dense[global]);
   });
   return all;
+}
+
+// max |a - b| / max(max |b|, tiny), as a double.
+template <typename T>
+double normwise_relative_error(const Tensor<T>& a, const Tensor<T>& b) {
+  REQUIRE(a.shape() == b.shape());
+  double err = 0;
+  double scale = 0;
+  for (std::int64_t e = 0; e < a.numel(); ++e) {
+    using std::abs;
+    err = std::max(err, to_double(T(abs(T(a[e] - b[e])))));
+    scale = std::max(scale, std::fabs(to_double(b[e])));
+  }
+  return err / std::max(scale, std::numeric_limits<double>::min());
 }
 
 // max |s - d| / max |d| over the compared elements (normwise relative error), as a double.
@@ -123,4 +147,10 @@ double normwise_error(const DistTensor<T>& dist, const Tensor<T>& dense) {
   return scale == 0 ? worst : worst / scale;
 }
 
-}  // namespace norm_test
+// Every split of `axis`.
+inline std::vector<Placement> shards_of(const std::string& axis) {
+  return {Placement::shard(axis), Placement::shard(axis, shardsim::SplitPolicy::balanced),
+          Placement::shard(axis, shardsim::SplitPolicy::padded)};
+}
+
+}  // namespace tensor_test
