@@ -34,7 +34,7 @@ DistTensor<T> cp_output_projection_backward(const World<T>& world, const DistTen
   const ChunkGeometry& geo = saved.geo;
   std::vector<Tensor<T>> dwo(static_cast<std::size_t>(world.size()));
   const DistTensor<T> dattn =
-      replicated_phase(world, grad_name(saved.attn.name), saved.geo.chunk_shape(), geo.on(Placement::replicate()), {.op = "sliding_window_attention_backward",
+      replicated_phase(world, grad_name(saved.attn.name), saved.geo.chunk_shape(), geo.on(Placement::replicate()), {.op = backward_label(OpKind::sliding_window_attention),
                         .exact = true,
                         .inputs = {dy.name, saved.attn.name, wo.name}}, [&](int r) {
                          Tensor<T> dattn_local;

@@ -236,7 +236,7 @@ DistTensor<T> cp_attention_forward(const World<T>& world, const DistTensor<T>& x
   cache.next_position = geo.first + geo.length;
 
   // Phase 7: NAME = attn wo, on every rank.
-  return replicated_phase(world, config.name, x.global, geo.on(Placement::replicate()), {.op = "sliding_window_attention", .exact = true, .inputs = {saved.attn.name, wo.name}}, [&](int r) {
+  return replicated_phase(world, config.name, x.global, geo.on(Placement::replicate()), {.op = op_label(OpKind::sliding_window_attention), .exact = true, .inputs = {saved.attn.name, wo.name}}, [&](int r) {
         Tensor<T> y;
         project_out(saved.attn.local(r), wo.local(r), y);
         return y;

@@ -146,7 +146,7 @@ DistTensor<T> cp_sharded_attention_forward(const World<T>& world, const DistTens
       {.op = "attention", .tensor = saved.attn.name, .exact = true, .inputs = inputs}, saved.attn);
   return replicated_phase(
       world, config.name, x.global, rows,
-      {.op = "sliding_window_attention", .exact = true, .inputs = {saved.attn.name, wo.name}},
+      {.op = op_label(OpKind::sliding_window_attention), .exact = true, .inputs = {saved.attn.name, wo.name}},
       [&](int r) {
         Tensor<T> y;
         project_out(saved.attn.local(r), wo.local(r), y);
@@ -177,7 +177,7 @@ CpAttentionGrads<T> cp_sharded_attention_backward(const World<T>& world, const D
   });
   const DistTensor<T> dattn_rows =
       dist_from_locals(world, grad_name(saved.attn.name), chunk, rows, std::move(dattn));
-  world.compare_boundary({.op = "sliding_window_attention_backward",
+  world.compare_boundary({.op = backward_label(OpKind::sliding_window_attention),
                           .tensor = dattn_rows.name,
                           .exact = true,
                           .inputs = {dy.name, wo.name}},
