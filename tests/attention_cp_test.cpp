@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "tensor_test_support.hpp"
 #include "shardsim/mp.hpp"
 #include "shardsim/ops/attention/plan.hpp"
 #include "shardsim/ops/attention/stream.hpp"
 #include "shardsim/rng.hpp"
+#include "tensor_test_support.hpp"
 
 using shardsim::CpMode;
 using shardsim::DistTensor;

@@ -7,10 +7,10 @@
 #include <utility>
 #include <vector>
 
-#include "tensor_test_support.hpp"
 #include "shardsim/mp.hpp"
 #include "shardsim/ops/attention/stream.hpp"
 #include "shardsim/ops/rope.hpp"
+#include "tensor_test_support.hpp"
 
 using shardsim::Mp;
 using shardsim::Shape;

@@ -13,11 +13,11 @@
 #include <type_traits>
 #include <vector>
 
-#include "tensor_test_support.hpp"
 #include "shardsim/mp.hpp"
 #include "shardsim/ops/attention/project.hpp"
 #include "shardsim/ops/rope.hpp"
 #include "shardsim/rng.hpp"
+#include "tensor_test_support.hpp"
 
 using shardsim::AttentionParams;
 using shardsim::AttentionSaved;

@@ -2,20 +2,19 @@
 // documented Philox mapping pinned to Random123's known answers, the threshold and scale, the
 // global policy's masks equal to slices of the dense mask for every placement and N = 1..5, the
 // buggy policies and the repetition detector, and the loader's checks.
+#include "shardsim/ops/dropout.hpp"
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <string>
 
-#include "tensor_test_support.hpp"
 #include "shardsim/compare/compare.hpp"
 #include "shardsim/error.hpp"
-#include "shardsim/ops/dropout.hpp"
 #include "shardsim/ops/dropout_plan.hpp"
 #include "shardsim/rng.hpp"
 #include "shardsim/scenario/scenario.hpp"
+#include "tensor_test_support.hpp"
 
-using tensor_test::assemble;
-using tensor_test::bitwise_equal;
 using shardsim::DropoutFrame;
 using shardsim::DropoutMask;
 using shardsim::DropoutParams;
@@ -24,6 +23,8 @@ using shardsim::Mp;
 using shardsim::Placement;
 using shardsim::Shape;
 using shardsim::Tensor;
+using tensor_test::assemble;
+using tensor_test::bitwise_equal;
 
 namespace {
 

@@ -1,24 +1,25 @@
 // Tests for ops/gelu.hpp and ops/gelu_plan.hpp: exact values at 0, the published normal cdf at 1,
 // both forms against a 256-bit reference, finite-difference gradients in mp, and the elementwise
 // sharded plan equal to the dense oracle bit for bit under every placement.
+#include "shardsim/ops/gelu.hpp"
+
 #include <catch2/catch.hpp>
 #include <string>
 #include <type_traits>
 
-#include "tensor_test_support.hpp"
 #include "shardsim/ops/add_plan.hpp"
-#include "shardsim/ops/gelu.hpp"
 #include "shardsim/ops/gelu_plan.hpp"
+#include "tensor_test_support.hpp"
 
-using tensor_test::assemble;
-using tensor_test::bitwise_equal;
-using tensor_test::make;
 using shardsim::GeluApprox;
 using shardsim::GeluParams;
 using shardsim::Mp;
 using shardsim::Placement;
 using shardsim::Shape;
 using shardsim::Tensor;
+using tensor_test::assemble;
+using tensor_test::bitwise_equal;
+using tensor_test::make;
 
 namespace {
 
@@ -121,8 +122,7 @@ TEST_CASE("gelu backward matches finite differences in mp", "[gelu][mp]") {
   for (GeluApprox approx : {GeluApprox::none, GeluApprox::tanh}) {
     const auto x = make<Mp>(Shape({{"hidden", 7}}), points);
     Tensor<Mp> dx;
-    shardsim::gelu_backward(make<Mp>(x.shape(), std::vector<double>(7, 1.0)), x, form(approx),
-                            dx);
+    shardsim::gelu_backward(make<Mp>(x.shape(), std::vector<double>(7, 1.0)), x, form(approx), dx);
     for (std::size_t i = 0; i < points.size(); ++i) {
       INFO(shardsim::gelu_approx_name(approx) << " at x = " << points[i]);
       Tensor<Mp> xp(Shape({{"hidden", 1}})), xm(Shape({{"hidden", 1}})), yp, ym;

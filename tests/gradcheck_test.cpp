@@ -12,15 +12,15 @@
 #include <catch2/catch.hpp>
 #include <functional>
 
-#include "tensor_test_support.hpp"
 #include "shardsim/ops/layer_norm.hpp"
 #include "shardsim/ops/loss.hpp"
 #include "shardsim/ops/rms_norm.hpp"
+#include "tensor_test_support.hpp"
 
-using tensor_test::seeded;
 using shardsim::Mp;
 using shardsim::Shape;
 using shardsim::Tensor;
+using tensor_test::seeded;
 
 namespace {
 

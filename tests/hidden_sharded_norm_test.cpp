@@ -6,14 +6,12 @@
 #include <string>
 #include <vector>
 
-#include "tensor_test_support.hpp"
 #include "shardsim/ops/layer_norm.hpp"
 #include "shardsim/ops/layer_norm_hidden_plan.hpp"
 #include "shardsim/scenario/scenario.hpp"
 #include "shardsim/world.hpp"
+#include "tensor_test_support.hpp"
 
-using tensor_test::make;
-using tensor_test::seeded;
 using shardsim::DistTensor;
 using shardsim::HiddenStats;
 using shardsim::LayerNormParams;
@@ -23,6 +21,8 @@ using shardsim::Placement;
 using shardsim::Shape;
 using shardsim::SplitPolicy;
 using shardsim::Tensor;
+using tensor_test::make;
+using tensor_test::seeded;
 
 // Known answer: {1, 2} merged with {3, 4, 5}.
 //   a: n = 2, mean = 1.5, M2 = 0.25 + 0.25 = 0.5;  b: n = 3, mean = 4, M2 = 1 + 0 + 1 = 2.

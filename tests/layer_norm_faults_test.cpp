@@ -9,21 +9,21 @@
 #include <type_traits>
 #include <vector>
 
-#include "tensor_test_support.hpp"
 #include "shardsim/mp.hpp"
 #include "shardsim/ops/layer_norm.hpp"
 #include "shardsim/ops/layer_norm_plan.hpp"
 #include "shardsim/world.hpp"
+#include "tensor_test_support.hpp"
 
-using tensor_test::normal;
-using tensor_test::seeded;
-using tensor_test::uniform;
 using shardsim::LayerNormFaults;
 using shardsim::LayerNormParams;
 using shardsim::LayerNormSaved;
 using shardsim::Mp;
 using shardsim::Shape;
 using shardsim::Tensor;
+using tensor_test::normal;
+using tensor_test::seeded;
+using tensor_test::uniform;
 
 namespace {
 

@@ -9,12 +9,12 @@
 #include <type_traits>
 #include <vector>
 
-#include "tensor_test_support.hpp"
 #include "shardsim/mp.hpp"
 #include "shardsim/ops/layer_norm_plan.hpp"
 #include "shardsim/rng.hpp"
 #include "shardsim/scalar.hpp"
 #include "shardsim/world.hpp"
+#include "tensor_test_support.hpp"
 
 using shardsim::DistTensor;
 using shardsim::LayerNormParams;

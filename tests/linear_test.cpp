@@ -2,19 +2,17 @@
 // backward), named-axis layouts, a finite-difference gradient check in mp, the three sharded
 // forms against the dense oracle for N = 1..5 and splits that do not divide, and the loader's
 // located errors.
+#include "shardsim/ops/linear.hpp"
+
 #include <catch2/catch.hpp>
 #include <string>
 
-#include "tensor_test_support.hpp"
 #include "shardsim/compare/compare.hpp"
 #include "shardsim/error.hpp"
-#include "shardsim/ops/linear.hpp"
 #include "shardsim/ops/linear_plan.hpp"
 #include "shardsim/scenario/scenario.hpp"
+#include "tensor_test_support.hpp"
 
-using tensor_test::assemble;
-using tensor_test::bitwise_equal;
-using tensor_test::make;
 using shardsim::DistTensor;
 using shardsim::LinearParams;
 using shardsim::Mp;
@@ -24,6 +22,9 @@ using shardsim::Schedule;
 using shardsim::Shape;
 using shardsim::Tensor;
 using shardsim::World;
+using tensor_test::assemble;
+using tensor_test::bitwise_equal;
+using tensor_test::make;
 
 namespace {
 
@@ -81,7 +82,7 @@ TEST_CASE("linear finds its axes by name, wherever they sit", "[linear]") {
   Tensor<double> dx;
   Tensor<double> dw(wt.shape());
   shardsim::linear_backward<double>(make<double>(y.shape(), {1, 3, 2, -1}), xt, wt, up(), dx, &dw,
-                            nullptr);
+                                    nullptr);
   CHECK(bitwise_equal(dx, make<double>(xt.shape(), {2, 2.5, 0.5, -0.25, 3, -5})));
   CHECK(bitwise_equal(dw, make<double>(wt.shape(), {13, -2, 17, -1, 21, 0})));
 }
@@ -139,10 +140,10 @@ void check_form(int ranks, std::int64_t seq, std::int64_t ffn, const Placement& 
     w = tensor_test::seeded<T>(Shape({{"hidden", 5}, {"ffn", ffn}}), -1, 1, 23);
     p = {"ffn", "hidden"};
   }
-  const Tensor<T> input = transpose ? tensor_test::seeded<T>(Shape({{"batch", 2}, {"seq", seq},
-                                                                  {"ffn", ffn}}),
-                                                            -1, 1, 24)
-                                    : x;
+  const Tensor<T> input =
+      transpose
+          ? tensor_test::seeded<T>(Shape({{"batch", 2}, {"seq", seq}, {"ffn", ffn}}), -1, 1, 24)
+          : x;
   const std::string out = p.out_axis;
   const Tensor<T> b = tensor_test::seeded<T>(Shape({{out, w.shape().extent(out)}}), -1, 1, 25);
   Tensor<T> y;

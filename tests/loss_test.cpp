@@ -2,15 +2,14 @@
 // once by the global valid-token count; sharded == dense for every token placement; padding
 // contributes nothing; and the loss faults (loss_averaged_twice, padding_in_loss,
 // average_of_rank_means, wrong_axis) do what their names say, and only where they can show.
+#include "shardsim/ops/loss.hpp"
+
 #include <catch2/catch.hpp>
 
-#include "tensor_test_support.hpp"
-#include "shardsim/ops/loss.hpp"
 #include "shardsim/ops/loss_plan.hpp"
 #include "shardsim/world.hpp"
+#include "tensor_test_support.hpp"
 
-using tensor_test::make;
-using tensor_test::seeded;
 using shardsim::DistTensor;
 using shardsim::LossFaults;
 using shardsim::MaskedMseParams;
@@ -19,6 +18,8 @@ using shardsim::Placement;
 using shardsim::Shape;
 using shardsim::SplitPolicy;
 using shardsim::Tensor;
+using tensor_test::make;
+using tensor_test::seeded;
 
 // Known answer. batch = 2, seq = 3, hidden = 2, target = 0, valid_lengths = [3, 1]:
 //   y[0] = [[1, 2], [3, 4], [5, 6]]    all 3 tokens valid: 1+4 + 9+16 + 25+36 = 91
@@ -77,7 +78,8 @@ TEMPLATE_TEST_CASE("sharded masked MSE equals the dense loss for every token pla
       // The 19 token sums regrouped by rank: two orders of n = 19 non-negative terms differ by
       // at most 2 * 18 u of their sum; one division adds u. 64 u covers it.
       const double gap = std::fabs(tensor_test::to_double(TestType(loss.local(0)[0] - dense_loss)));
-      CHECK(gap <= 64 * tensor_test::unit_roundoff<TestType>() * tensor_test::to_double(dense_loss));
+      CHECK(gap <=
+            64 * tensor_test::unit_roundoff<TestType>() * tensor_test::to_double(dense_loss));
       // dy = 2 (y - t) / V elementwise with the same exact V: bitwise, pads and masked tokens 0.
       const auto dy = shardsim::masked_mse_backward_sharded(world, y_dist, t_dist, params, {},
                                                             saved, "dy");
@@ -176,7 +178,6 @@ TEST_CASE("an explicit token mask follows the token's global identity across sha
   std::int64_t rank3_count = 0;
   double rank3_sum;
   shardsim::masked_mse_partial(y_dist.local(3), t_dist.local(3), params,
-                               shardsim::frame_of(y_dist, params, 3),
-                               rank3_sum, rank3_count);
+                               shardsim::frame_of(y_dist, params, 3), rank3_sum, rank3_count);
   CHECK(rank3_count == 1);  // token (0, 12) only
 }

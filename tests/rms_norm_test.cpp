@@ -8,13 +8,11 @@
 #include <type_traits>
 #include <vector>
 
-#include "tensor_test_support.hpp"
 #include "shardsim/ops/layer_norm.hpp"
 #include "shardsim/ops/rms_norm_plan.hpp"
 #include "shardsim/world.hpp"
+#include "tensor_test_support.hpp"
 
-using tensor_test::make;
-using tensor_test::seeded;
 using shardsim::DistTensor;
 using shardsim::Mp;
 using shardsim::Placement;
@@ -23,6 +21,8 @@ using shardsim::RmsNormSaved;
 using shardsim::Shape;
 using shardsim::SplitPolicy;
 using shardsim::Tensor;
+using tensor_test::make;
+using tensor_test::seeded;
 
 // Known answer, exact in every type. x = [2, -2, 2, -2], eps = 0, weight = [1, 0.5, 3, -1]:
 //   mean(x^2) = 16 / 4 = 4, sqrt(4) = 2, rrms = 1 / 2 = 0.5     (all exact in binary)
@@ -174,7 +174,8 @@ TEMPLATE_TEST_CASE("row-sharded RMSNorm equals the dense oracle bitwise, forward
         double abs_sum = 0;
         for (std::int64_t row = 0; row < 26; ++row) {
           const std::int64_t at = row * 16 + i;
-          abs_sum += std::fabs(tensor_test::to_double(TestType(dy[at] * (x[at] * saved.rrms[row]))));
+          abs_sum +=
+              std::fabs(tensor_test::to_double(TestType(dy[at] * (x[at] * saved.rrms[row]))));
         }
         const double bound = 2 * 32 * tensor_test::unit_roundoff<TestType>() * abs_sum;
         CHECK(std::fabs(tensor_test::to_double(TestType(summed[i] - dw[i]))) <= bound);

@@ -90,10 +90,10 @@ TEST_CASE("robustness: an output that would clobber a scenario's input file is r
   const fs::path inputs = dir.write("inputs.safetensors", weights);
   const std::string s = q(scenario);
   const std::string d = dir.path().string();
-  expect_refused(run_cli("run " + s + " --report " + q(inputs)),
-                 "--report " + inputs.string(), "is an input of this command");
-  expect_refused(run_cli("precision " + s + " --json " + q(inputs)),
-                 "--json " + inputs.string(), "is an input of this command");
+  expect_refused(run_cli("run " + s + " --report " + q(inputs)), "--report " + inputs.string(),
+                 "is an input of this command");
+  expect_refused(run_cli("precision " + s + " --json " + q(inputs)), "--json " + inputs.string(),
+                 "is an input of this command");
   fs::create_symlink(inputs, dir.path() / "to_inputs");
   expect_refused(run_cli("run " + s + " --report " + q(dir.path() / "to_inputs")),
                  "--report " + d + "/to_inputs", "is an input of this command");

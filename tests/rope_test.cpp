@@ -9,11 +9,11 @@
 #include <type_traits>
 #include <vector>
 
-#include "tensor_test_support.hpp"
 #include "shardsim/mp.hpp"
 #include "shardsim/ops/attention/attention.hpp"
 #include "shardsim/placement.hpp"
 #include "shardsim/rng.hpp"
+#include "tensor_test_support.hpp"
 
 using shardsim::Mp;
 using shardsim::RopeConvention;

@@ -30,7 +30,8 @@ TEST_CASE("tolerance: a cancelling Partial sum is judged at its addends' scale",
   // to the result that is 2^-11, far outside 2^-37 (rtol at f64), but relative to the addends'
   // sum of magnitudes (2 + 2^-40) it is 2^-52: noise.
   const Shape shape({{"hidden", 1}});
-  DistTensor<double> partial = shardsim::make_dist<double>("grad(b)", shape, Placement::partial(), 2);
+  DistTensor<double> partial =
+      shardsim::make_dist<double>("grad(b)", shape, Placement::partial(), 2);
   partial.locals = {Tensor<double>(shape, {1.0 + 0x1p-40}), Tensor<double>(shape, {-1.0})};
   const Tensor<double> oracle(shape, {0x1p-40 + 0x1p-51});
   const double rtol = 0x1p-37;
@@ -39,7 +40,8 @@ TEST_CASE("tolerance: a cancelling Partial sum is judged at its addends' scale",
   CHECK(compare.results().back().status == Status::within);
 
   // The all-reduced value names the Partial tensor as its input: same scale.
-  DistTensor<double> reduced = shardsim::make_dist<double>("grad(b)", shape, Placement::replicate(), 2);
+  DistTensor<double> reduced =
+      shardsim::make_dist<double>("grad(b)", shape, Placement::replicate(), 2);
   reduced.locals.assign(2, Tensor<double>(shape, {0x1p-40}));
   compare.on_boundary(entry_named("grad(b)", {"grad(b)"}), &oracle, reduced);
   CHECK(compare.results().back().status == Status::within);

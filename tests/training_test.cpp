@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "tensor_test_support.hpp"
 #include "shardsim/compare/compare.hpp"
 #include "shardsim/runner/runner.hpp"
 #include "shardsim/scenario/scenario.hpp"
 #include "sim/runner/release.hpp"
+#include "tensor_test_support.hpp"
 
 using shardsim::BoundaryResult;
 using shardsim::DistTensor;

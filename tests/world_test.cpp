@@ -177,8 +177,8 @@ const std::vector<int> kAll4{0, 1, 2, 3};  // the group of a 1-D world of 4
 std::vector<shardsim::CallDesc> good_calls(const DistTensor<double>& t) {
   std::vector<shardsim::CallDesc> calls;
   for (int r = 0; r < t.ranks(); ++r) {
-    calls.push_back({r, "all_gather", "f64", t.global, t.layout, shardsim::Layout({Placement::replicate()}),
-                     t.local(r).shape()});
+    calls.push_back({r, "all_gather", "f64", t.global, t.layout,
+                     shardsim::Layout({Placement::replicate()}), t.local(r).shape()});
   }
   return calls;
 }
@@ -202,7 +202,7 @@ TEST_CASE("rendezvous rejects mismatched calls and names the ranks", "[world]") 
     auto calls = good_calls(t);
     calls[0].collective = "broadcast";
     CHECK_THROWS_WITH(world.rendezvous(kAll4, calls), Contains("ranks 1,2,3 called all_gather") &&
-                                                   Contains("ranks 0 called broadcast"));
+                                                          Contains("ranks 0 called broadcast"));
   }
   SECTION("a different global shape on one rank") {
     auto calls = good_calls(t);
@@ -227,8 +227,8 @@ TEST_CASE("rendezvous rejects mismatched calls and names the ranks", "[world]") 
     auto calls = good_calls(t);
     calls[3] = calls[0];
     CHECK_THROWS_AS(world.rendezvous(kAll4, calls), shardsim::RendezvousError);
-    CHECK_THROWS_WITH(world.rendezvous(kAll4, calls), Contains("missing ranks: 3") &&
-                                                   Contains("more than once: 0"));
+    CHECK_THROWS_WITH(world.rendezvous(kAll4, calls),
+                      Contains("missing ranks: 3") && Contains("more than once: 0"));
   }
   SECTION("a rank outside the group") {
     auto calls = good_calls(t);

@@ -138,9 +138,9 @@ template <typename T>
 void copy_overlap(const Tensor<T>& src, const std::vector<Slice>& src_box, Tensor<T>& dst,
                   const std::vector<Slice>& dst_box) {
   const std::size_t axes = src_box.size();
-  SHARDSIM_ASSERT(dst_box.size() == axes && src.shape().rank() == axes &&
-                      dst.shape().rank() == axes,
-                  "copy_overlap: boxes and tensors name the same axes");
+  SHARDSIM_ASSERT(
+      dst_box.size() == axes && src.shape().rank() == axes && dst.shape().rank() == axes,
+      "copy_overlap: boxes and tensors name the same axes");
   // Per axis: the overlapping global range [lo, hi) and where it starts in each local tensor.
   std::vector<std::int64_t> count(axes), src_at(axes), dst_at(axes);
   for (std::size_t a = 0; a < axes; ++a) {

@@ -11,24 +11,24 @@
 #include <optional>
 #include <string_view>
 
-#define SHARDSIM_FAULT_LIST(X) \
-  X(combine_token_means)       \
-  X(rmsnorm_substituted)       \
-  X(hidden_shard_local_stats)  \
-  X(unbiased_variance)         \
-  X(eps_mismatch)              \
-  X(unreduced_param_grads)     \
-  X(loss_averaged_twice)       \
-  X(average_of_rank_means)     \
-  X(padding_in_loss)           \
-  X(dtype_mismatch)            \
-  X(ones_init_assumed)         \
-  X(wrong_axis)                \
-  X(dropout_same_seed)         \
-  X(dropout_rank_offset)       \
-  X(cache_raw_k)               \
-  X(rope_local_positions)      \
-  X(window_off_by_one)         \
+#define SHARDSIM_FAULT_LIST(X)      \
+  X(combine_token_means)            \
+  X(rmsnorm_substituted)            \
+  X(hidden_shard_local_stats)       \
+  X(unbiased_variance)              \
+  X(eps_mismatch)                   \
+  X(unreduced_param_grads)          \
+  X(loss_averaged_twice)            \
+  X(average_of_rank_means)          \
+  X(padding_in_loss)                \
+  X(dtype_mismatch)                 \
+  X(ones_init_assumed)              \
+  X(wrong_axis)                     \
+  X(dropout_same_seed)              \
+  X(dropout_rank_offset)            \
+  X(cache_raw_k)                    \
+  X(rope_local_positions)           \
+  X(window_off_by_one)              \
   X(rope_after_gather_wrong_offset) \
   X(grad_reduce_mean)               \
   X(grad_reduce_wrong_dim)          \

@@ -120,12 +120,12 @@ inline constexpr double kRepetitionTail = 1e-9;
 inline constexpr std::size_t kRepetitionHeadWords = 8;
 
 struct StreamRepeat {
-  int rank_a = 0;              // the stream that contains ...
-  int rank_b = 0;              // ... rank_b's stream, from position `offset` on
-  std::int64_t offset = 0;     // 0: the same stream
-  std::int64_t compared = 0;   // overlap positions compared
-  std::int64_t equal = 0;      // equal words among them
-  double log2_chance = 0;      // log2 of the bound above
+  int rank_a = 0;             // the stream that contains ...
+  int rank_b = 0;             // ... rank_b's stream, from position `offset` on
+  std::int64_t offset = 0;    // 0: the same stream
+  std::int64_t compared = 0;  // overlap positions compared
+  std::int64_t equal = 0;     // equal words among them
+  double log2_chance = 0;     // log2 of the bound above
 
   // "ranks 0,1: 128 of 128 words equal at offset 0 (chance 2^-4089): REPEATED" (offset 0 names
   // the pair in rank order; otherwise rank_a, then rank_b)

@@ -66,8 +66,7 @@ void World<T>::check_group(std::string_view collective, const std::vector<int>& 
 }
 
 template <typename T>
-void World<T>::rendezvous(const std::vector<int>& group,
-                          const std::vector<CallDesc>& calls) const {
+void World<T>::rendezvous(const std::vector<int>& group, const std::vector<CallDesc>& calls) const {
   // Every member must arrive exactly once: a duplicate would hide a missing rank.
   const int members = static_cast<int>(group.size());
   std::vector<int> arrivals(group.size(), 0);

@@ -260,12 +260,11 @@ std::string signature_analysis(const Scenario& scenario, const po::variables_map
   }
   const std::string selector = vm["diagnose"].as<std::string>();
   if (selector.empty()) return format_signature_analysis(diagnose(scenario, reports, options));
-  const auto failed = std::find_if(reports.begin(), reports.end(),
-                                   [](const RunReport& r) { return !r.pass; });
+  const auto failed =
+      std::find_if(reports.begin(), reports.end(), [](const RunReport& r) { return !r.pass; });
   const RunReport& chosen = failed != reports.end() ? *failed : reports.front();
-  const Precision precision = vm.count("precision") || failed != reports.end()
-                                  ? chosen.precision
-                                  : parse_precision("f64");
+  const Precision precision =
+      vm.count("precision") || failed != reports.end() ? chosen.precision : parse_precision("f64");
   return format_signature_analysis(
       diagnose_boundary(scenario, precision, options, select_boundary(chosen, selector)));
 }
@@ -297,9 +296,8 @@ int explain_command(const Args& args) {
   std::cout << scenario.name << ": " << scenario.mesh.ranks() << " ranks"
             << (scenario.mesh.devices.ndim() > 1 ? " (mesh " + scenario.mesh.devices.str() + ")"
                                                  : std::string())
-            << ", reduce order "
-            << reduce_order_name(report.reduce_order) << ", schedule " << report.schedule.str()
-            << "\n";
+            << ", reduce order " << reduce_order_name(report.reduce_order) << ", schedule "
+            << report.schedule.str() << "\n";
   if (!scenario.description.empty()) std::cout << scenario.description << "\n";
   std::cout << "\n" << format_trace(trace_of(report)) << analysis;
   return 0;
@@ -324,7 +322,8 @@ int validate_command(const Args& args) {
     check_expectation_names(scenario, trace_of(evaluate(planned, parse_precision("f64"), {})));
   }
   std::cout << scenario.file << ": ok: '" << scenario.name << "', " << scenario.tensors.size()
-            << " tensors, " << scenario.steps.size() << " steps, " << scenario.mesh.ranks() << " ranks"
+            << " tensors, " << scenario.steps.size() << " steps, " << scenario.mesh.ranks()
+            << " ranks"
             << (scenario.mesh.devices.ndim() > 1 ? " (mesh " + scenario.mesh.devices.str() + ")"
                                                  : std::string())
             << "\n";

@@ -80,8 +80,7 @@ class Comparator final : public BoundarySink<T> {
   // in rank order first, and the sum is visited at the rank that stands for it
   // (represents_value).
   template <typename Visit>
-  static void for_each_element(const DistTensor<T>& sharded, Tensor<T>& partial_sum,
-                               Visit visit) {
+  static void for_each_element(const DistTensor<T>& sharded, Tensor<T>& partial_sum, Visit visit) {
     for (int r = 0; r < sharded.ranks(); ++r) {
       if (!represents_value(sharded, r)) continue;
       const Tensor<T>* local = &sharded.local(r);

@@ -51,14 +51,14 @@ std::vector<RankExtent> rank_extents(const Shape& global, const Layout& layout, 
 
 std::string format_entry(const TraceEntry& entry) {
   std::ostringstream out;
-  out << "#" << entry.id << " step " << entry.step << " chunk " << entry.chunk << "  "
-      << entry.op << " -> " << entry.tensor << " " << entry.global.str() << " "
-      << entry.layout.str();
+  out << "#" << entry.id << " step " << entry.step << " chunk " << entry.chunk << "  " << entry.op
+      << " -> " << entry.tensor << " " << entry.global.str() << " " << entry.layout.str();
   if (entry.exact) out << "  (exact)";
   out << "\n";
   for (const RankExtent& rank : entry.ranks) {
     out << "    rank " << rank.rank;
-    if (entry.mesh && entry.mesh->ndim() > 1) out << " (" << entry.mesh->coords_str(rank.rank) << ")";
+    if (entry.mesh && entry.mesh->ndim() > 1)
+      out << " (" << entry.mesh->coords_str(rank.rank) << ")";
     out << ": local " << rank.local_shape.str() << " " << rank.slice << "\n";
   }
   for (const std::string& note : entry.notes) out << "    note: " << note << "\n";

@@ -197,7 +197,8 @@ Finding ring_signature(Context& ctx, int id) {
       if (s.kind == OpKind::sliding_window_attention && e.tensor.starts_with(prefix)) step = &s;
     }
   }
-  if (step && step->kind == OpKind::sliding_window_attention && e.op.starts_with("ring_attention")) {
+  if (step && step->kind == OpKind::sliding_window_attention &&
+      e.op.starts_with("ring_attention")) {
     const auto& args = step->as<SlidingWindowAttentionArgs>();
     if (const auto k = ctx.latest(part_name(args.output, "k_shard"), id, true)) {
       c.o = &ctx.observed(id);

@@ -52,8 +52,9 @@ Finding ring_merge(const RingCase& c, double unit) {
     }
   }
   const std::string counts = "rows spanning one KV block: " + std::to_string(single_off) + " of " +
-                             std::to_string(single) + " elements off; spanning two or more: " +
-                             std::to_string(merged_off) + " of " + std::to_string(merged);
+                             std::to_string(single) +
+                             " elements off; spanning two or more: " + std::to_string(merged_off) +
+                             " of " + std::to_string(merged);
   // A wrong merge moves (nearly) every merged row; a mask bound moved by one only the rows
   // where it admits or drops a key, and a position bug moves single-block rows too.
   if (single == 0 || single_off > 0 || 2 * merged_off <= merged) {

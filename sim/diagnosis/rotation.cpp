@@ -96,7 +96,8 @@ Finding rope_rotation(const Observed& o, const RopeGeometry& rope, double unit) 
         std::pow(rope.theta, -2.0 * static_cast<double>(i) / static_cast<double>(dim.extent)));
   }
   const double angle_tol = 1e-6 + 1024 * unit * static_cast<double>(1 + rope.max_shift);
-  const bool sharded_pos = placement_1d(o.entry).is_shard() && placement_1d(o.entry).axis == rope.pos_axis;
+  const bool sharded_pos =
+      placement_1d(o.entry).is_shard() && placement_1d(o.entry).axis == rope.pos_axis;
   std::map<std::int64_t, int> shifts;                  // shift -> tokens
   int tokens = 0, rotated = 0, fitted = 0, local = 0;  // local: shifted by -(shard offset)
   for (std::int64_t outer = 0; outer < dim.outer; ++outer) {
@@ -115,8 +116,8 @@ Finding rope_rotation(const Observed& o, const RopeGeometry& rope, double unit) 
       ++shifts[*shift];
       if (sharded_pos) {
         // Rotated by minus the shard's offset: the shard used positions from its own start.
-        const Slice slice =
-            rank_slice(shape, placement_1d(o.entry), static_cast<int>(o.ranks.size()), owner[at(0)]);
+        const Slice slice = rank_slice(shape, placement_1d(o.entry),
+                                       static_cast<int>(o.ranks.size()), owner[at(0)]);
         local += *shift == -slice.begin ? 1 : 0;
       }
     }

@@ -148,7 +148,8 @@ std::string slice_label(const Shape& global, const Layout& layout, const Mesh& m
 Json offset_json(const Shape& global, const Layout& layout, const Mesh& mesh, int rank) {
   Json out = Json::object();
   for (const Axis& axis : global.axes()) {
-    if (layout.shards(axis.name)) out[axis.name] = axis_slice(global, layout, mesh, rank, axis.name).begin;
+    if (layout.shards(axis.name))
+      out[axis.name] = axis_slice(global, layout, mesh, rank, axis.name).begin;
   }
   return out;
 }
@@ -158,8 +159,8 @@ std::string shard_name(const std::string& name, const Mesh& mesh, int rank,
   std::string coords;
   if (mesh.ndim() > 1) {
     for (int d = 0; d < mesh.ndim(); ++d) {
-      coords += std::string(d ? "," : "(") + mesh.dim(d).name + "=" +
-                std::to_string(mesh.coord(rank, d));
+      coords +=
+          std::string(d ? "," : "(") + mesh.dim(d).name + "=" + std::to_string(mesh.coord(rank, d));
     }
     coords += ")";
   }
@@ -168,7 +169,8 @@ std::string shard_name(const std::string& name, const Mesh& mesh, int rank,
 
 Json mesh_json(const Mesh& mesh) {
   Json out = Json::array();
-  for (const MeshDim& dim : mesh.dims()) out.push_back(Json{{"name", dim.name}, {"size", dim.size}});
+  for (const MeshDim& dim : mesh.dims())
+    out.push_back(Json{{"name", dim.name}, {"size", dim.size}});
   return out;
 }
 

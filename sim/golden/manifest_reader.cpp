@@ -128,8 +128,8 @@ void check_metadata(const ManifestReader& m, const Json& item, const std::string
            "expected " + quote(slice_label(info.global_shape, layout, mesh, info.rank)));
   }
   if (m.member(item, path, "ranks") != ranks_json(info.global_shape, layout, mesh)) {
-    m.fail(path + ".ranks", "does not match the extents " + layout.str() +
-                                " gives each of the " + std::to_string(info.ranks) + " ranks");
+    m.fail(path + ".ranks", "does not match the extents " + layout.str() + " gives each of the " +
+                                std::to_string(info.ranks) + " ranks");
   }
 }
 
@@ -191,7 +191,8 @@ Mesh parse_mesh(const ManifestReader& m, const Json& manifest, int ranks) {
     if (total > 4096) m.fail("mesh", "more than 4096 ranks");
     out.push_back({name, static_cast<int>(size)});
   }
-  if (total != ranks) m.fail("mesh", "its dims multiply to " + std::to_string(total) + ", not to ranks");
+  if (total != ranks)
+    m.fail("mesh", "its dims multiply to " + std::to_string(total) + ", not to ranks");
   return Mesh(std::move(out));
 }
 

@@ -45,23 +45,21 @@ DropoutMask dropout_mask(const Shape& local, const DropoutFrame& frame,
   const auto n = static_cast<std::size_t>(local.numel());
   mask.keep.assign(n, 0);
   mask.valid.assign(n, 1);
-  for_each_position(local, frame, policy,
-                    [&](std::int64_t at, bool pad, std::int64_t index, std::int64_t) {
-                      if (pad) {
-                        mask.valid[static_cast<std::size_t>(at)] = 0;
-                        return;
-                      }
-                      const std::uint32_t word =
-                          dropout_word(seed, params.stream, params.forward_pass,
-                                       static_cast<std::uint64_t>(index));
-                      mask.keep[static_cast<std::size_t>(at)] =
-                          dropout_keep(word, threshold) ? 1 : 0;
-                    });
+  for_each_position(
+      local, frame, policy, [&](std::int64_t at, bool pad, std::int64_t index, std::int64_t) {
+        if (pad) {
+          mask.valid[static_cast<std::size_t>(at)] = 0;
+          return;
+        }
+        const std::uint32_t word = dropout_word(seed, params.stream, params.forward_pass,
+                                                static_cast<std::uint64_t>(index));
+        mask.keep[static_cast<std::size_t>(at)] = dropout_keep(word, threshold) ? 1 : 0;
+      });
   return mask;
 }
 
-DrawnWords dropout_words(const Shape& local, const DropoutFrame& frame,
-                         const DropoutParams& params, DropoutPolicy policy) {
+DrawnWords dropout_words(const Shape& local, const DropoutFrame& frame, const DropoutParams& params,
+                         DropoutPolicy policy) {
   const std::uint64_t seed = dropout_rank_seed(policy, params.seed, frame.rank);
   DrawnWords words;
   for_each_position(

@@ -75,7 +75,8 @@ std::vector<std::vector<std::pair<int, std::int64_t>>> holders(const TraceEntry&
   const Shape& global = entry.global;
   const Mesh& mesh = *entry.mesh;
   const int ranks = static_cast<int>(entry.ranks.size());
-  std::vector<std::vector<std::pair<int, std::int64_t>>> from(static_cast<std::size_t>(global.numel()));
+  std::vector<std::vector<std::pair<int, std::int64_t>>> from(
+      static_cast<std::size_t>(global.numel()));
   for (int r = 0; r < ranks; ++r) {
     bool counted = true;
     for (int d = 0; d < entry.layout.ndim() && entry.layout.has_partial(); ++d) {

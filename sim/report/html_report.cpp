@@ -195,8 +195,9 @@ std::string precision_html(const PrecisionDiff& diff, const std::vector<Heatmap>
   out << "<th>verdict</th></tr>\n";
   for (const BoundaryDiff& b : diff.boundaries) {
     out << "<tr><td>" << b.entry.id << "</td><td>" << b.entry.step << "</td><td>" << b.entry.chunk
-        << "</td><td class=\"l\">" << escape(b.entry.op) << "</td><td class=\"l\">" << escape(b.entry.tensor)
-        << "</td><td class=\"l\">" << escape(b.entry.layout.str()) << "</td>";
+        << "</td><td class=\"l\">" << escape(b.entry.op) << "</td><td class=\"l\">"
+        << escape(b.entry.tensor) << "</td><td class=\"l\">" << escape(b.entry.layout.str())
+        << "</td>";
     for (const LevelGap& g : b.gap) out << "<td>" << sci(g.normwise) << "</td>";
     out << "<td class=\"l " << (b.verdict == "bug" ? "bug" : b.verdict == "noise" ? "noise" : "") << "\" title=\""
         << escape(b.why) << "\">" << escape(b.verdict) << "</td></tr>\n";

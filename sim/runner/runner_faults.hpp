@@ -76,9 +76,8 @@ inline int wrong_reduce_dim(const Layout& grad, const Layout& param, int dim) {
 // with the reduction faults applied (the correct program: world.redistribute to param.layout).
 // Each collective is recorded under the gradient's name, compared with the oracle's gradient.
 template <typename T>
-DistTensor<T> reduce_param_grad(const Scenario& scenario, const World<T>& world,
-                                DistTensor<T> grad, const DistTensor<T>& param,
-                                const std::string& key) {
+DistTensor<T> reduce_param_grad(const Scenario& scenario, const World<T>& world, DistTensor<T> grad,
+                                const DistTensor<T>& param, const std::string& key) {
   const bool mean = scenario.has_fault(Fault::grad_reduce_mean);
   const bool wrong_dim = scenario.has_fault(Fault::grad_reduce_wrong_dim);
   for (int d = 0; d < param.layout.ndim(); ++d) {

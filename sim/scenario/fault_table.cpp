@@ -100,7 +100,8 @@ const std::vector<FaultInfo>& fault_catalogue() {
         {Fault::grad_reduce_wrong_dim,
          "",
          "the gradient all-reduce of a replicated parameter runs over another mesh dim where the "
-         "parameter is Replicate (e.g. tp instead of dp): it sums identical copies there and leaves "
+         "parameter is Replicate (e.g. tp instead of dp): it sums identical copies there and "
+         "leaves "
          "the Partial dim unreduced (needs a mesh of two or more dims)",
          {}},
         {Fault::row_bias_every_rank,

@@ -47,9 +47,10 @@ int Loader::step_mesh_dim(const toml::table& t, const std::string& path, const M
   const toml::node* value = t.get("mesh_dim");
   if (!value) {
     if (mesh.ndim() == 1) return 0;
-    fail(t, path, "on a mesh of " + std::to_string(mesh.ndim()) + " dims (" + mesh.str() +
-                      ") a step names the dim it runs on: mesh_dim = \"" + mesh.dim(mesh.ndim() - 1).name +
-                      "\" or another");
+    fail(t, path,
+         "on a mesh of " + std::to_string(mesh.ndim()) + " dims (" + mesh.str() +
+             ") a step names the dim it runs on: mesh_dim = \"" + mesh.dim(mesh.ndim() - 1).name +
+             "\" or another");
   }
   const std::string name = string(*value, path + ".mesh_dim");
   const int dim = mesh.find_dim(name);
@@ -57,8 +58,9 @@ int Loader::step_mesh_dim(const toml::table& t, const std::string& path, const M
     std::vector<std::string> names;
     for (const MeshDim& d : mesh.dims()) names.push_back(d.name);
     const std::string hint = nearest(name, names);
-    fail(*value, path + ".mesh_dim", "unknown mesh dim '" + name + "' (the mesh is " + mesh.str() +
-                                         ")" + (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
+    fail(*value, path + ".mesh_dim",
+         "unknown mesh dim '" + name + "' (the mesh is " + mesh.str() + ")" +
+             (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
   }
   return dim;
 }

@@ -120,15 +120,17 @@ void StepContext::require_passive(const StepSpec& step, const std::string& key,
     const std::string dim = mesh ? "'" + mesh->dim(d).name + "'" : std::to_string(d);
     const std::string runs_on = mesh ? "'" + mesh->dim(step.mesh_dim).name + "'" : "";
     if (p.is_partial() && !allow_partial) {
-      fail(step, key, "'" + step.str(key) + "' is Partial(sum) on mesh dim " + dim + "; " +
-                          std::string(step.op()) + " runs on " + runs_on +
-                          " and needs it reduced on every other dim first");
+      fail(step, key,
+           "'" + step.str(key) + "' is Partial(sum) on mesh dim " + dim + "; " +
+               std::string(step.op()) + " runs on " + runs_on +
+               " and needs it reduced on every other dim first");
     }
     if (p.is_shard() &&
         std::find(whole_axes.begin(), whole_axes.end(), p.axis) != whole_axes.end()) {
-      fail(step, key, "'" + step.str(key) + "' is " + p.str() + " on mesh dim " + dim + "; " +
-                          std::string(step.op()) + " runs on " + runs_on + " and needs whole '" +
-                          p.axis + "' on every other dim");
+      fail(step, key,
+           "'" + step.str(key) + "' is " + p.str() + " on mesh dim " + dim + "; " +
+               std::string(step.op()) + " runs on " + runs_on + " and needs whole '" + p.axis +
+               "' on every other dim");
     }
   }
 }
@@ -138,9 +140,10 @@ void StepContext::require_replicate_elsewhere(const StepSpec& step, const std::s
   for (int d = 0; d < state.layout.ndim(); ++d) {
     if (d == step.mesh_dim || state.layout.on(d).is_replicate()) continue;
     const std::string dim = mesh ? "'" + mesh->dim(d).name + "'" : std::to_string(d);
-    fail(step, key, "'" + step.str(key) + "' is " + state.layout.on(d).str() + " on mesh dim " +
-                        dim + "; a parameter of " + std::string(step.op()) +
-                        " is Replicate on every dim but the one the step runs on");
+    fail(step, key,
+         "'" + step.str(key) + "' is " + state.layout.on(d).str() + " on mesh dim " + dim +
+             "; a parameter of " + std::string(step.op()) +
+             " is Replicate on every dim but the one the step runs on");
   }
 }
 

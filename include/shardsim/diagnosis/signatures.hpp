@@ -141,10 +141,10 @@ Finding window_mask(const AttentionCase& c, double unit);
 // softmax_merge. A position bug moves single-block rows too; a mask bound moved by one moves
 // only the merged rows where it admits or drops a key.
 struct RingCase {
-  const Observed* o = nullptr;    // the failing boundary, rows (batch, seq, head[, head_dim])
-  std::int64_t kv = 0;            // keys in the KV axis: cache + chunk
+  const Observed* o = nullptr;  // the failing boundary, rows (batch, seq, head[, head_dim])
+  std::int64_t kv = 0;          // keys in the KV axis: cache + chunk
   std::optional<std::int64_t> window;
-  int group = 1;                  // cp ranks: the KV axis is torch.chunk'ed into `group` blocks
+  int group = 1;  // cp ranks: the KV axis is torch.chunk'ed into `group` blocks
 };
 Finding ring_merge(const RingCase& c, double unit);
 

@@ -55,8 +55,8 @@ struct DrawnWords {
   std::vector<std::uint32_t> drawn;
   std::vector<std::uint32_t> dense;
 };
-DrawnWords dropout_words(const Shape& local, const DropoutFrame& frame,
-                         const DropoutParams& params, DropoutPolicy policy);
+DrawnWords dropout_words(const Shape& local, const DropoutFrame& frame, const DropoutParams& params,
+                         DropoutPolicy policy);
 
 template <typename T>
 T dropout_scale(double p) {

@@ -111,9 +111,9 @@ DistTensor<T> repetition_check(const std::vector<DrawnWords>& words, std::uint32
   std::size_t listed = 0;
   for (const StreamRepeat& repeat : repeats) {
     // An offset-0 pair found from both ends is listed once.
-    const bool listed_already = repeat.offset == 0 && repeat.rank_a < repeat.rank_b &&
-                                detail::stream_group(parent, repeat.rank_a) ==
-                                    detail::stream_group(parent, repeat.rank_b);
+    const bool listed_already =
+        repeat.offset == 0 && repeat.rank_a < repeat.rank_b &&
+        detail::stream_group(parent, repeat.rank_a) == detail::stream_group(parent, repeat.rank_b);
     if (!listed_already && ++listed <= kMaxNotes) notes.push_back(repeat.str());
     if (repeat.offset == 0) {
       parent[static_cast<std::size_t>(detail::stream_group(parent, repeat.rank_b))] =
@@ -122,7 +122,8 @@ DistTensor<T> repetition_check(const std::vector<DrawnWords>& words, std::uint32
       flag(repeat.rank_a, repeat.rank_b);
     }
   }
-  if (listed > kMaxNotes) notes.push_back("... and " + std::to_string(listed - kMaxNotes) + " more");
+  if (listed > kMaxNotes)
+    notes.push_back("... and " + std::to_string(listed - kMaxNotes) + " more");
   for (int a = 0; a < ranks; ++a) {
     for (int b = a + 1; b < ranks; ++b) {
       if (detail::stream_group(parent, a) == detail::stream_group(parent, b)) flag(a, b);
@@ -167,8 +168,7 @@ DistTensor<T> dropout_sharded(const World<T>& world, const DistTensor<T>& x,
   DistTensor<T> y = world.make(output, x.global, x.layout);
   world.for_each_rank([&](int r) {
     DropoutMask& local = saved.masks[static_cast<std::size_t>(r)];
-    local = dropout_mask(x.local(r).shape(),
-                         dropout_frame(x, r), params, policy);
+    local = dropout_mask(x.local(r).shape(), dropout_frame(x, r), params, policy);
     mask.local(r) = mask_values<T>(x.local(r).shape(), local);
     dropout_forward(x.local(r), local, params.p, y.local(r));
   });
@@ -177,8 +177,7 @@ DistTensor<T> dropout_sharded(const World<T>& world, const DistTensor<T>& x,
   // The checker reads every rank's drawn words here; the rank programs above did not.
   std::vector<DrawnWords> words;
   for (int r = 0; r < ranks; ++r) {
-    words.push_back(dropout_words(x.local(r).shape(),
-                                  dropout_frame(x, r), params, policy));
+    words.push_back(dropout_words(x.local(r).shape(), dropout_frame(x, r), params, policy));
   }
   const std::uint32_t threshold = dropout_threshold(params.p);
   if (!x.layout.is_replicate()) {

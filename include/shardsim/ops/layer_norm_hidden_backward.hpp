@@ -5,11 +5,11 @@
 #include <string>
 #include <vector>
 
+#include "shardsim/ops/add_plan.hpp"
 #include "shardsim/ops/layer_norm.hpp"
 #include "shardsim/ops/layer_norm_faults.hpp"
 #include "shardsim/ops/layer_norm_hidden_forward.hpp"
 #include "shardsim/ops/layer_norm_plan.hpp"
-#include "shardsim/ops/add_plan.hpp"
 #include "shardsim/world.hpp"
 
 namespace shardsim {
@@ -58,13 +58,15 @@ void hidden_backward_from_row_sums(const World<T>& world, const DistTensor<T>& d
     return LayerNormSaved<T>{stats.mean.local(r), stats.rstd.local(r)};  // (rows)
   };
   // (rows), Partial: each rank's reductions over its slice of every row.
-  DistTensor<T> sum_dnorm = world.make(part_name(dy.name, layer_norm_parts::sum_dnorm),
-                                         stats_shape, x.layout.with(world.dim(), Placement::partial()));
-  DistTensor<T> sum_dnorm_norm = world.make(part_name(dy.name, layer_norm_parts::sum_dnorm_norm),
-                                              stats_shape, x.layout.with(world.dim(), Placement::partial()));
+  DistTensor<T> sum_dnorm = world.make(part_name(dy.name, layer_norm_parts::sum_dnorm), stats_shape,
+                                       x.layout.with(world.dim(), Placement::partial()));
+  DistTensor<T> sum_dnorm_norm =
+      world.make(part_name(dy.name, layer_norm_parts::sum_dnorm_norm), stats_shape,
+                 x.layout.with(world.dim(), Placement::partial()));
   world.for_each_rank([&](int r) {
     layer_norm_backward_sums(dy.local(r), x.local(r), local_of(weight, r), stats_of(r), params,
-                             x.slice(r, params.axis).valid(), sum_dnorm.local(r), sum_dnorm_norm.local(r));
+                             x.slice(r, params.axis).valid(), sum_dnorm.local(r),
+                             sum_dnorm_norm.local(r));
   });
   std::vector<std::string> inputs{x.name, dy.name};
   if (weight) inputs.push_back(weight->name);
@@ -74,10 +76,10 @@ void hidden_backward_from_row_sums(const World<T>& world, const DistTensor<T>& d
   const DistTensor<T> total_norm = world.all_reduce(
       sum_dnorm_norm, {.op = "all_reduce", .tensor = sum_dnorm_norm.name, .inputs = inputs});
   world.for_each_rank([&](int r) {
-    layer_norm_backward_apply(dy.local(r), x.local(r), local_of(weight, r), stats_of(r),
-                              total.local(r), total_norm.local(r), count, params, x.slice(r, params.axis).valid(),
-                              grads.dx.local(r), weight ? &grads.dweight.local(r) : nullptr,
-                              bias ? &grads.dbias.local(r) : nullptr);
+    layer_norm_backward_apply(
+        dy.local(r), x.local(r), local_of(weight, r), stats_of(r), total.local(r),
+        total_norm.local(r), count, params, x.slice(r, params.axis).valid(), grads.dx.local(r),
+        weight ? &grads.dweight.local(r) : nullptr, bias ? &grads.dbias.local(r) : nullptr);
   });
 }
 
@@ -100,10 +102,14 @@ LayerNormShardedGrads<T> layer_norm_hidden_sharded_backward(
   }
   LayerNormShardedGrads<T> grads;
   grads.dx = world.make(dx_name, x.global, x.layout);
-  if (weight) grads.dweight = world.make(dweight_name, weight->global,
-                                        row_sum_grad_layout(x.layout, dy.layout).with(world.dim(), world.placement(*weight)));
-  if (bias) grads.dbias = world.make(dbias_name, bias->global,
-                                    row_sum_grad_layout(x.layout, dy.layout).with(world.dim(), world.placement(*bias)));
+  if (weight)
+    grads.dweight = world.make(
+        dweight_name, weight->global,
+        row_sum_grad_layout(x.layout, dy.layout).with(world.dim(), world.placement(*weight)));
+  if (bias)
+    grads.dbias = world.make(
+        dbias_name, bias->global,
+        row_sum_grad_layout(x.layout, dy.layout).with(world.dim(), world.placement(*bias)));
   if (faults.hidden_shard_local_stats) {
     // The plan believes its slice is the whole row: the kernel backward on the slice.
     world.for_each_rank([&](int r) {

@@ -46,10 +46,13 @@ void hidden_stats_sum_sumsq(const World<T>& world, const DistTensor<T>& x,
   const std::int64_t count = x.global.extent(params.axis);
   const Shape stats_shape = x.global.without(params.axis);  // (rows)
   // (rows), Partial: each rank's sums over its slice of every row.
-  DistTensor<T> sums = world.make(part_name(output, layer_norm_parts::sum), stats_shape, x.layout.with(world.dim(), Placement::partial()));
-  DistTensor<T> sums_sq = world.make(part_name(output, layer_norm_parts::sum_sq), stats_shape, x.layout.with(world.dim(), Placement::partial()));
+  DistTensor<T> sums = world.make(part_name(output, layer_norm_parts::sum), stats_shape,
+                                  x.layout.with(world.dim(), Placement::partial()));
+  DistTensor<T> sums_sq = world.make(part_name(output, layer_norm_parts::sum_sq), stats_shape,
+                                     x.layout.with(world.dim(), Placement::partial()));
   world.for_each_rank([&](int r) {
-    layer_norm_partial_sums(x.local(r), params, x.slice(r, params.axis).valid(), sums.local(r), sums_sq.local(r));
+    layer_norm_partial_sums(x.local(r), params, x.slice(r, params.axis).valid(), sums.local(r),
+                            sums_sq.local(r));
   });
   // (rows), Replicate: the full-row sums.
   const DistTensor<T> total =
@@ -83,7 +86,8 @@ void hidden_stats_welford(const World<T>& world, const DistTensor<T>& x,
   axes.push_back({"shard", ranks});
   axes.push_back({"moment", 3});  // count, mean, M2
   // (rows..., shard=k, moment=3), Shard(shard): each rank's triple is its shard=1 slice.
-  DistTensor<T> moments = world.make(part_name(output, layer_norm_parts::moments), Shape(axes), x.layout.with(world.dim(), Placement::shard("shard")));
+  DistTensor<T> moments = world.make(part_name(output, layer_norm_parts::moments), Shape(axes),
+                                     x.layout.with(world.dim(), Placement::shard("shard")));
   world.for_each_rank([&](int r) {
     Tensor<T> mean;  // (rows) of this rank's slice
     Tensor<T> m2;    // (rows)
@@ -173,9 +177,11 @@ DistTensor<T> layer_norm_hidden_sharded(const World<T>& world, const DistTensor<
   const Shape stats_shape = x.global.without(params.axis);  // (rows)
   auto local_of = [](const DistTensor<T>* t, int r) { return t ? &t->local(r) : nullptr; };
   DistTensor<T> y = world.make(output, x.global, x.layout);  // x's placement
-  LayerNormShardedSaved<T>& stats = saved.stats;                         // (rows), Replicate
-  stats.mean = world.make(part_name(output, layer_norm_parts::mean), stats_shape, x.layout.with(world.dim(), Placement::replicate()));
-  stats.rstd = world.make(part_name(output, layer_norm_parts::rstd), stats_shape, x.layout.with(world.dim(), Placement::replicate()));
+  LayerNormShardedSaved<T>& stats = saved.stats;             // (rows), Replicate
+  stats.mean = world.make(part_name(output, layer_norm_parts::mean), stats_shape,
+                          x.layout.with(world.dim(), Placement::replicate()));
+  stats.rstd = world.make(part_name(output, layer_norm_parts::rstd), stats_shape,
+                          x.layout.with(world.dim(), Placement::replicate()));
   if (faults.hidden_shard_local_stats) {
     // The bug: each rank normalizes its slice of a token with the slice's own statistics.
     world.for_each_rank([&](int r) {

@@ -54,11 +54,13 @@ DistTensor<T> combined_token_mean(const World<T>& world, const DistTensor<T>& x,
                                   const LayerNormParams& params, const std::string& output) {
   const Shape scalar;
   // Partial over the world's group; a scalar is Replicate on the other dims.
-  const Layout group_partial =
-      Layout::uniform(x.layout.ndim(), Placement::replicate()).with(world.dim(), Placement::partial());
+  const Layout group_partial = Layout::uniform(x.layout.ndim(), Placement::replicate())
+                                   .with(world.dim(), Placement::partial());
   // scalar, Partial: each rank's sum of its token means and its token count.
-  DistTensor<T> mean_sum = world.make(part_name(output, layer_norm_parts::token_mean_sum), scalar, x.layout.with(world.dim(), Placement::partial()));
-  DistTensor<T> token_count = world.make(part_name(output, layer_norm_parts::token_count), scalar, x.layout.with(world.dim(), Placement::partial()));
+  DistTensor<T> mean_sum = world.make(part_name(output, layer_norm_parts::token_mean_sum), scalar,
+                                      x.layout.with(world.dim(), Placement::partial()));
+  DistTensor<T> token_count = world.make(part_name(output, layer_norm_parts::token_count), scalar,
+                                         x.layout.with(world.dim(), Placement::partial()));
   world.for_each_rank([&](int r) {
     LayerNormSaved<T> local;  // (local rows)
     layer_norm_stats(x.local(r), params, LayerNormFaults{}, local);
@@ -112,17 +114,14 @@ DistTensor<T> layer_norm_row_sharded(const World<T>& world, const DistTensor<T>&
                                      LayerNormShardedSaved<T>& saved,
                                      const LayerNormFaults& faults = {},
                                      const std::string& dense_output = "") {
-  SHARDSIM_ASSERT(
-      !x.layout.has_partial() && !x.layout.shards(params.axis),
-      "row-sharded LayerNorm needs whole rows on every rank");
+  SHARDSIM_ASSERT(!x.layout.has_partial() && !x.layout.shards(params.axis),
+                  "row-sharded LayerNorm needs whole rows on every rank");
   const std::string dense = dense_output.empty() ? output : dense_output;
-  const Shape stats_shape = x.global.without(params.axis);               // (rows)
+  const Shape stats_shape = x.global.without(params.axis);   // (rows)
   DistTensor<T> y = world.make(output, x.global, x.layout);  // x's placement
   // (rows), x's placement.
-  saved.mean =
-      world.make(part_name(output, layer_norm_parts::mean), stats_shape, x.layout);
-  saved.rstd =
-      world.make(part_name(output, layer_norm_parts::rstd), stats_shape, x.layout);
+  saved.mean = world.make(part_name(output, layer_norm_parts::mean), stats_shape, x.layout);
+  saved.rstd = world.make(part_name(output, layer_norm_parts::rstd), stats_shape, x.layout);
   DistTensor<T> shared_mean;  // scalar, Replicate: combine_token_means only
   if (faults.combine_token_means)
     shared_mean = detail::combined_token_mean(world, x, params, output);

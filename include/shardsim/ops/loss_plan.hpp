@@ -150,10 +150,10 @@ DistTensor<T> masked_mse_sharded(const World<T>& world, const DistTensor<T>& y,
   DistTensor<T> valid = counts;
   for (int d = 0; d < y.layout.ndim(); ++d) {
     if (!partial.on(d).is_partial()) continue;
-    total = world.on(d).all_reduce(total, {.op = "all_reduce", .tensor = sums.name,
-                                           .inputs = inputs});
-    valid = world.on(d).all_reduce(valid, {.op = "all_reduce", .tensor = counts.name,
-                                           .exact = true, .inputs = inputs});
+    total =
+        world.on(d).all_reduce(total, {.op = "all_reduce", .tensor = sums.name, .inputs = inputs});
+    valid = world.on(d).all_reduce(
+        valid, {.op = "all_reduce", .tensor = counts.name, .exact = true, .inputs = inputs});
   }
   world.for_each_rank([&](int r) {
     T divisor = valid.local(r)[0];

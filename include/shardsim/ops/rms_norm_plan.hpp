@@ -39,12 +39,12 @@ template <typename T>
 DistTensor<T> rms_norm_row_sharded(const World<T>& world, const DistTensor<T>& x,
                                    const DistTensor<T>* weight, const RmsNormParams& params,
                                    const std::string& output, RmsNormShardedSaved<T>& saved) {
-  SHARDSIM_ASSERT(
-      !x.layout.has_partial() && !x.layout.shards(params.axis),
-      "row-sharded RMSNorm needs whole rows on every rank");
+  SHARDSIM_ASSERT(!x.layout.has_partial() && !x.layout.shards(params.axis),
+                  "row-sharded RMSNorm needs whole rows on every rank");
   DistTensor<T> y = world.make(output, x.global, x.layout);  // x's placement
   // (rows), x's placement.
-  saved.rrms = world.make(part_name(output, rms_norm_parts::rrms), x.global.without(params.axis), x.layout);
+  saved.rrms =
+      world.make(part_name(output, rms_norm_parts::rrms), x.global.without(params.axis), x.layout);
   world.for_each_rank([&](int r) {
     RmsNormSaved<T> local;
     rms_norm_forward(x.local(r), weight ? &weight->local(r) : nullptr, params, y.local(r), local);
@@ -95,14 +95,16 @@ DistTensor<T> rms_norm_hidden_sharded(const World<T>& world, const DistTensor<T>
   const std::int64_t count = x.global.extent(params.axis);
   const Shape stats_shape = x.global.without(params.axis);
   // (rows), Partial: each rank's sum of squares over its slice of every row.
-  DistTensor<T> sums_sq = world.make(part_name(output, rms_norm_parts::sum_sq), stats_shape, x.layout.with(world.dim(), Placement::partial()));
+  DistTensor<T> sums_sq = world.make(part_name(output, rms_norm_parts::sum_sq), stats_shape,
+                                     x.layout.with(world.dim(), Placement::partial()));
   world.for_each_rank([&](int r) {
     rms_norm_partial_sum_sq(x.local(r), params, x.slice(r, params.axis).valid(), sums_sq.local(r));
   });
   // (rows), Replicate.
   const DistTensor<T> total =
       world.all_reduce(sums_sq, {.op = "all_reduce", .tensor = sums_sq.name, .inputs = {x.name}});
-  saved.rrms = world.make(part_name(output, rms_norm_parts::rrms), stats_shape, x.layout.with(world.dim(), Placement::replicate()));
+  saved.rrms = world.make(part_name(output, rms_norm_parts::rrms), stats_shape,
+                          x.layout.with(world.dim(), Placement::replicate()));
   DistTensor<T> y = world.make(output, x.global, x.layout);  // x's placement
   world.for_each_rank([&](int r) {
     const T row_length = T(count);
@@ -111,7 +113,8 @@ DistTensor<T> rms_norm_hidden_sharded(const World<T>& world, const DistTensor<T>
       saved.rrms.local(r)[row] = rms_norm_rrms(total.local(r)[row], row_length, eps);
     }
     rms_norm_apply(x.local(r), weight ? &weight->local(r) : nullptr,
-                   RmsNormSaved<T>{saved.rrms.local(r)}, params, x.slice(r, params.axis).valid(), y.local(r));
+                   RmsNormSaved<T>{saved.rrms.local(r)}, params, x.slice(r, params.axis).valid(),
+                   y.local(r));
   });
   zero_padding(y);
   std::vector<std::string> inputs{x.name};
@@ -131,15 +134,18 @@ RmsNormShardedGrads<T> rms_norm_hidden_sharded_backward(
   const std::int64_t count = x.global.extent(params.axis);
   RmsNormShardedGrads<T> grads;
   grads.dx = world.make(dx_name, x.global, x.layout);
-  if (weight) grads.dweight = world.make(dweight_name, weight->global,
-                                        row_sum_grad_layout(x.layout, dy.layout).with(world.dim(), world.placement(*weight)));
+  if (weight)
+    grads.dweight = world.make(
+        dweight_name, weight->global,
+        row_sum_grad_layout(x.layout, dy.layout).with(world.dim(), world.placement(*weight)));
   // (rows), Partial: each rank's sum(dnorm * norm) over its slice of every row.
-  DistTensor<T> partial = world.make(part_name(dy.name, rms_norm_parts::sum_dnorm_norm),
-                                       x.global.without(params.axis), x.layout.with(world.dim(), Placement::partial()));
+  DistTensor<T> partial =
+      world.make(part_name(dy.name, rms_norm_parts::sum_dnorm_norm), x.global.without(params.axis),
+                 x.layout.with(world.dim(), Placement::partial()));
   world.for_each_rank([&](int r) {
     rms_norm_backward_sum(dy.local(r), x.local(r), weight ? &weight->local(r) : nullptr,
-                          RmsNormSaved<T>{saved.rrms.local(r)}, params, x.slice(r, params.axis).valid(),
-                          partial.local(r));
+                          RmsNormSaved<T>{saved.rrms.local(r)}, params,
+                          x.slice(r, params.axis).valid(), partial.local(r));
   });
   std::vector<std::string> inputs{x.name, dy.name};
   if (weight) inputs.push_back(weight->name);

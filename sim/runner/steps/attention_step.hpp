@@ -71,8 +71,8 @@ class SlidingWindowAttentionStep final : public StepOp<T> {
       return;
     }
     env.sharded[output] = cp_attention_forward(
-        env.world, x, env.sharded_at(args_.wq), env.sharded_at(args_.wk),
-        env.sharded_at(args_.wv), env.sharded_at(args_.wo), config_, sharded_cache_, saved_);
+        env.world, x, env.sharded_at(args_.wq), env.sharded_at(args_.wk), env.sharded_at(args_.wv),
+        env.sharded_at(args_.wo), config_, sharded_cache_, saved_);
   }
 
   void backward(StepEnv<T>& env) override {

@@ -47,10 +47,10 @@ class LinearStep final : public StepOp<T> {
                     has_bias ? &db : nullptr);
 
     // Sharded.
-    LinearShardedGrads<T> grads = linear_backward_sharded(
-        env.world, env.sharded_at(grad_name(output)), env.sharded_at(input), env.sharded_at(weight),
-        env.sharded_opt(args_.bias), params_, grad_name(input), grad_name(weight), grad_name(bias),
-        faults_);
+    LinearShardedGrads<T> grads =
+        linear_backward_sharded(env.world, env.sharded_at(grad_name(output)), env.sharded_at(input),
+                                env.sharded_at(weight), env.sharded_opt(args_.bias), params_,
+                                grad_name(input), grad_name(weight), grad_name(bias), faults_);
     env.add_grad(weight, std::move(dw), std::move(grads.dweight),
                  {.op = backward_label(OpKind::linear),
                   .exact = grads.dweight_exact,

@@ -33,9 +33,10 @@ class RedistributeStep final : public StepOp<T> {
       return;
     }
     // Moving data is exact; summing Partial addends reorders arithmetic and is not.
-    DistTensor<T> moved = env.world.redistribute(
-        input, to,
-        {.tensor = output, .exact = !env.world.placement(input).is_partial(), .inputs = {input.name}});
+    DistTensor<T> moved = env.world.redistribute(input, to,
+                                                 {.tensor = output,
+                                                  .exact = !env.world.placement(input).is_partial(),
+                                                  .inputs = {input.name}});
     moved.name = output;
     if (env.world.placement(input) == to) {
       env.world.compare_boundary(

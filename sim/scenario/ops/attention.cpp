@@ -25,15 +25,16 @@ void attention_rules(const SlidingWindowAttentionArgs& args, const StepSpec& ste
   const Placement& x_on = input.placement(step);
   const bool sharded_queries = x_on.is_shard() && x_on.axis == "seq";
   if (!x_on.is_replicate() && !sharded_queries) {
-    ctx.fail(step, "input",
-             quote(x_name) + " must be Replicate or Shard(seq) over the cp group, not " +
-                 x_on.str());
+    ctx.fail(
+        step, "input",
+        quote(x_name) + " must be Replicate or Shard(seq) over the cp group, not " + x_on.str());
   }
   if (sharded_queries && (args.cp_mode != "allgather" || x_on.split == SplitPolicy::padded)) {
     ctx.fail(step, "input",
              "sequence-sharded queries (" + quote(x_name) + " is " + x_on.str() +
                  ") are supported with cp_mode = \"allgather\" and a chunk or balanced split; "
-                 "got cp_mode = \"" + args.cp_mode + "\" (Replicate the input for ring or ulysses)");
+                 "got cp_mode = \"" +
+                 args.cp_mode + "\" (Replicate the input for ring or ulysses)");
   }
   ctx.require_passive(step, "input", input, {"seq", "hidden"});
   if (args.head_dim % 2 != 0) {
@@ -55,7 +56,8 @@ void attention_rules(const SlidingWindowAttentionArgs& args, const StepSpec& ste
     }
     ctx.require_replicate_elsewhere(step, key, w);
     if (!w.placement(step).is_replicate()) {
-      ctx.fail(step, key, quote(step.str(key)) + " must be Replicate, not " + w.placement(step).str());
+      ctx.fail(step, key,
+               quote(step.str(key)) + " must be Replicate, not " + w.placement(step).str());
     }
   }
   ctx.define(step, "output", {input.shape, input.layout});
@@ -75,8 +77,8 @@ void attention_plan_check(const SlidingWindowAttentionArgs& args, const StepSpec
                                "so it needs cp_mode = \"allgather\", not \"" +
                                    args.cp_mode + "\""));
   }
-  for (Fault ring_only : {Fault::ring_merge_no_max, Fault::ring_merge_average,
-                          Fault::ring_backward_local_lse}) {
+  for (Fault ring_only :
+       {Fault::ring_merge_no_max, Fault::ring_merge_average, Fault::ring_backward_local_lse}) {
     if (scenario.has_fault(ring_only) && args.cp_mode != "ring") {
       throw LocatedError(located(scenario.file, loc_of("cp_mode"), path + ".cp_mode",
                                  "fault '" + std::string(fault_name(ring_only)) +
@@ -86,8 +88,8 @@ void attention_plan_check(const SlidingWindowAttentionArgs& args, const StepSpec
     }
   }
   const Placement& x_on = scenario.tensor_layouts.count(args.input)
-                             ? scenario.tensor_layouts.at(args.input).layout.on(step.mesh_dim)
-                             : Placement::replicate();
+                              ? scenario.tensor_layouts.at(args.input).layout.on(step.mesh_dim)
+                              : Placement::replicate();
   if (scenario.has_fault(Fault::mask_local_query_positions) && !x_on.is_shard()) {
     throw LocatedError(located(scenario.file, loc_of("input"), path + ".input",
                                "fault 'mask_local_query_positions' needs sequence-sharded "

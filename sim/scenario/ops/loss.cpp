@@ -56,7 +56,8 @@ void mse_loss_rules(const MseLossArgs& args, const StepSpec& step, StepContext& 
     }
     if (total == 0) ctx.fail(step, "valid_lengths", "at least one token must be valid");
   }
-  ctx.define(step, "output", {Shape(), Layout::uniform(input.layout.ndim(), Placement::replicate())});
+  ctx.define(step, "output",
+             {Shape(), Layout::uniform(input.layout.ndim(), Placement::replicate())});
 }
 
 }  // namespace

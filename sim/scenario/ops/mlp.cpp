@@ -160,9 +160,8 @@ void add_rules(const AddArgs&, const StepSpec& step, StepContext& ctx) {
   }
   if (!(residual.layout == input.layout)) {
     ctx.fail(step, "residual",
-             "placement mismatch: " + quote(step.str("residual")) + " is " +
-                 residual.layout.str() + " but " + quote(step.str("input")) + " is " +
-                 input.layout.str());
+             "placement mismatch: " + quote(step.str("residual")) + " is " + residual.layout.str() +
+                 " but " + quote(step.str("input")) + " is " + input.layout.str());
   }
   ctx.define(step, "output", {input.shape, input.layout});
 }

@@ -72,7 +72,8 @@ void norm_rules(const StepSpec& step, StepContext& ctx, const std::string& axis,
     if (!(param.placement(step) == param_placement)) {
       ctx.fail(step, key,
                quote(step.str(key)) + " must be " + param_placement.str() + " (the input '" +
-                   x_name + "' is " + input.placement(step).str() + "), not " + param.placement(step).str());
+                   x_name + "' is " + input.placement(step).str() + "), not " +
+                   param.placement(step).str());
     }
   }
   ctx.define(step, "output", {input.shape, input.layout});

@@ -19,9 +19,10 @@ void redistribute_rules(const RedistributeArgs& args, const StepSpec& step, Step
     for (int d = step.mesh_dim + 1; d < input.layout.ndim(); ++d) {
       const Placement& later = input.layout.on(d);
       if (later.is_shard() && later.axis == from.axis) {
-        ctx.fail(step, "to", "'" + step.str("input") + "' is " + input.layout.str() +
-                                 ": its '" + from.axis + "' is sharded again on a later mesh dim, "
-                                 "so it cannot be gathered on this one; move the later dim first");
+        ctx.fail(step, "to",
+                 "'" + step.str("input") + "' is " + input.layout.str() + ": its '" + from.axis +
+                     "' is sharded again on a later mesh dim, "
+                     "so it cannot be gathered on this one; move the later dim first");
       }
     }
   }

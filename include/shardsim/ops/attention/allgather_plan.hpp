@@ -62,10 +62,12 @@ DistTensor<T> allgather_attention_forward(const World<T>& world, const CpAttenti
     lse[at] = saved.core[at].lse;
   });
   const std::vector<std::string> inputs{saved.q_rot.name, k_all_name, saved.v_all.name};
-  saved.lse = dist_from_locals(world, config.part(AttentionPart::lse), geo.row_shape(), geo.on(Placement::replicate()), lse);
+  saved.lse = dist_from_locals(world, config.part(AttentionPart::lse), geo.row_shape(),
+                               geo.on(Placement::replicate()), lse);
   world.compare_boundary(
       {.op = "attention", .tensor = saved.lse.name, .exact = true, .inputs = inputs}, saved.lse);
-  DistTensor<T> attn = dist_from_locals(world, config.part(AttentionPart::attn), geo.chunk_shape(), geo.on(Placement::replicate()), out);
+  DistTensor<T> attn = dist_from_locals(world, config.part(AttentionPart::attn), geo.chunk_shape(),
+                                        geo.on(Placement::replicate()), out);
   world.compare_boundary({.op = "attention", .tensor = attn.name, .exact = true, .inputs = inputs},
                          attn);
   return attn;
@@ -85,8 +87,10 @@ void allgather_write_cache(const World<T>& world, const ChunkGeometry& geo,
     cache_k[at] = slice_along(saved.k_all.local(r), "kv", tail_begin, geo.keep);
     cache_v[at] = slice_along(saved.v_all.local(r), "kv", tail_begin, geo.keep);
   });
-  cache.k = dist_from_locals(world, cache.k.name, geo.cache_shape(), geo.on(Placement::replicate()), cache_k);
-  cache.v = dist_from_locals(world, cache.v.name, geo.cache_shape(), geo.on(Placement::replicate()), cache_v);
+  cache.k = dist_from_locals(world, cache.k.name, geo.cache_shape(), geo.on(Placement::replicate()),
+                             cache_k);
+  cache.v = dist_from_locals(world, cache.v.name, geo.cache_shape(), geo.on(Placement::replicate()),
+                             cache_v);
 }
 
 // Phase 6 backward in allgather mode, from grad(NAME.attn) (Replicate): the dense attention
@@ -111,12 +115,12 @@ CoreGrads<T> allgather_attention_backward(const World<T>& world, const CpAttenti
                                         saved.v_all.name};
   CoreGrads<T> grads;
   const Placement replicate = Placement::replicate();
-  grads.q_rot =
-      dist_from_locals(world, config.part_grad(AttentionPart::q_rot), geo.chunk_shape(), geo.on(replicate), dq);
-  DistTensor<T> dk_all =
-      dist_from_locals(world, config.part_grad(AttentionPart::k_all), geo.kv_shape(), geo.on(replicate), dk);
-  DistTensor<T> dv_all =
-      dist_from_locals(world, config.part_grad(AttentionPart::v_all), geo.kv_shape(), geo.on(replicate), dv);
+  grads.q_rot = dist_from_locals(world, config.part_grad(AttentionPart::q_rot), geo.chunk_shape(),
+                                 geo.on(replicate), dq);
+  DistTensor<T> dk_all = dist_from_locals(world, config.part_grad(AttentionPart::k_all),
+                                          geo.kv_shape(), geo.on(replicate), dk);
+  DistTensor<T> dv_all = dist_from_locals(world, config.part_grad(AttentionPart::v_all),
+                                          geo.kv_shape(), geo.on(replicate), dv);
   for (const DistTensor<T>* grad : {&grads.q_rot, &dk_all, &dv_all}) {
     world.compare_boundary(
         {.op = "attention_backward", .tensor = grad->name, .exact = true, .inputs = inputs}, *grad);

@@ -34,9 +34,12 @@ DistTensor<T> cp_output_projection_backward(const World<T>& world, const DistTen
   const ChunkGeometry& geo = saved.geo;
   std::vector<Tensor<T>> dwo(static_cast<std::size_t>(world.size()));
   const DistTensor<T> dattn =
-      replicated_phase(world, grad_name(saved.attn.name), saved.geo.chunk_shape(), geo.on(Placement::replicate()), {.op = backward_label(OpKind::sliding_window_attention),
+      replicated_phase(world, grad_name(saved.attn.name), saved.geo.chunk_shape(),
+                       geo.on(Placement::replicate()),
+                       {.op = backward_label(OpKind::sliding_window_attention),
                         .exact = true,
-                        .inputs = {dy.name, saved.attn.name, wo.name}}, [&](int r) {
+                        .inputs = {dy.name, saved.attn.name, wo.name}},
+                       [&](int r) {
                          Tensor<T> dattn_local;
                          dwo[static_cast<std::size_t>(r)] = Tensor<T>(wo.global);
                          project_out_backward(dy.local(r), saved.attn.local(r), wo.local(r),
@@ -74,7 +77,9 @@ DistTensor<T> cp_key_rope_backward(const World<T>& world, const CpAttentionConfi
   const std::string dk_cat_name = config.part_grad(AttentionPart::k_cat);
   if (world.placement(core.k).is_replicate()) {
     const std::vector<std::int64_t> wrong = position_range(geo.first + geo.cached, geo.length);
-    return replicated_phase(world, dk_cat_name, geo.kv_shape(), geo.on(Placement::replicate()), {.op = "rope_backward", .exact = true, .inputs = {core.k.name}}, [&](int r) {
+    return replicated_phase(
+        world, dk_cat_name, geo.kv_shape(), geo.on(Placement::replicate()),
+        {.op = "rope_backward", .exact = true, .inputs = {core.k.name}}, [&](int r) {
           Tensor<T> dk_cat_local = core.k.local(r);
           rope_chunk_keys(dk_cat_local, geo.cached, wrong, config.rope("kv"), true);
           return dk_cat_local;
@@ -89,7 +94,8 @@ DistTensor<T> cp_key_rope_backward(const World<T>& world, const CpAttentionConfi
     shards[static_cast<std::size_t>(r)] = std::move(shard);
   });
   const DistTensor<T> dk_shard =
-      dist_from_locals(world, config.part_grad(AttentionPart::k_cat_shard), geo.kv_shape(), geo.on(Placement::shard("kv")), std::move(shards));
+      dist_from_locals(world, config.part_grad(AttentionPart::k_cat_shard), geo.kv_shape(),
+                       geo.on(Placement::shard("kv")), std::move(shards));
   world.compare_boundary({.op = "rope_backward",
                           .tensor = dk_shard.name,
                           .dense = dk_cat_name,
@@ -151,7 +157,9 @@ CpAttentionGrads<T> cp_attention_backward(const World<T>& world, const DistTenso
 
   // Queries: inverse RoPE on every rank.
   const std::vector<std::int64_t> q_pos = geo.q_pos();
-  const DistTensor<T> dq = replicated_phase(world, config.part_grad(AttentionPart::q), chunk, geo.on(Placement::replicate()), {.op = "rope_backward", .exact = true, .inputs = {core.q_rot.name}}, [&](int r) {
+  const DistTensor<T> dq = replicated_phase(
+      world, config.part_grad(AttentionPart::q), chunk, geo.on(Placement::replicate()),
+      {.op = "rope_backward", .exact = true, .inputs = {core.q_rot.name}}, [&](int r) {
         Tensor<T> dq_local;
         rope_backward(core.q_rot.local(r), q_pos, config.rope("seq"), dq_local);
         return dq_local;
@@ -166,7 +174,9 @@ CpAttentionGrads<T> cp_attention_backward(const World<T>& world, const DistTenso
 
   // The chunk part of the KV axis (the last t keys), on every rank.
   auto chunk_part = [&](const DistTensor<T>& full, AttentionPart part) {
-    return replicated_phase(world, config.part_grad(part), chunk, geo.on(Placement::replicate()), {.op = "kv_shard_backward", .exact = true, .inputs = {full.name}}, [&](int r) {
+    return replicated_phase(
+        world, config.part_grad(part), chunk, geo.on(Placement::replicate()),
+        {.op = "kv_shard_backward", .exact = true, .inputs = {full.name}}, [&](int r) {
           return slice_along(full.local(r), "kv", geo.cached, geo.length)
               .reshaped(local_shape(chunk, geo.on(Placement::replicate()), world.mesh(), r));
         });

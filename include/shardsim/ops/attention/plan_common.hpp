@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "shardsim/error.hpp"
+#include "shardsim/op_list.hpp"
 #include "shardsim/ops/attention/attention.hpp"
 #include "shardsim/ops/attention/parts.hpp"
 #include "shardsim/ops/attention/project.hpp"

@@ -38,8 +38,7 @@ ChunkGeometry cp_chunk_geometry(const World<T>& world, const DistTensor<T>& x,
   }
   geo.cached = cache.length();
   geo.keep = kv_cache_length(config.params.attention.window, geo.cached + geo.length);
-  geo.kv_slices =
-      shard_slices(geo.cached + geo.length, world.group_size(), SplitPolicy::chunk);
+  geo.kv_slices = shard_slices(geo.cached + geo.length, world.group_size(), SplitPolicy::chunk);
   return geo;
 }
 
@@ -53,7 +52,9 @@ void cp_project_chunk(const World<T>& world, const CpAttentionConfig& config,
   const Shape chunk = geo.chunk_shape();
   const std::vector<std::int64_t> q_pos = geo.q_pos();
   auto project = [&](AttentionPart part, const DistTensor<T>& w) {
-    return replicated_phase(world, config.part(part), chunk, geo.on(Placement::replicate()), {.op = "attention_project", .exact = true, .inputs = {x.name, w.name}}, [&](int r) {
+    return replicated_phase(world, config.part(part), chunk, geo.on(Placement::replicate()),
+                            {.op = "attention_project", .exact = true, .inputs = {x.name, w.name}},
+                            [&](int r) {
                               Tensor<T> y;
                               project_heads(x.local(r), w.local(r), y);
                               return y;
@@ -62,12 +63,13 @@ void cp_project_chunk(const World<T>& world, const CpAttentionConfig& config,
   saved.q = project(AttentionPart::q, wq);
   saved.k = project(AttentionPart::k, wk);
   saved.v = project(AttentionPart::v, wv);
-  saved.q_rot =
-      replicated_phase(world, config.part(AttentionPart::q_rot), chunk, geo.on(Placement::replicate()), {.op = "rope", .exact = true, .inputs = {saved.q.name}}, [&](int r) {
-                         Tensor<T> y;
-                         rope_forward(saved.q.local(r), q_pos, config.rope("seq"), y);
-                         return y;
-                       });
+  saved.q_rot = replicated_phase(
+      world, config.part(AttentionPart::q_rot), chunk, geo.on(Placement::replicate()),
+      {.op = "rope", .exact = true, .inputs = {saved.q.name}}, [&](int r) {
+        Tensor<T> y;
+        rope_forward(saved.q.local(r), q_pos, config.rope("seq"), y);
+        return y;
+      });
 }
 
 // The boundary names the KV shards of phase 4 are computed from.
@@ -124,13 +126,13 @@ DistTensor<T> cp_split_kv_axis(const World<T>& world, const CpAttentionConfig& c
     v_shard[at] = kv_slice(carried.v.local(r), saved.v.local(r), slice);
   });
   const Placement kv = Placement::shard("kv");
-  DistTensor<T> k_cat_dist =
-      dist_from_locals(world, config.part(AttentionPart::k_cat), geo.kv_shape(), geo.on(kv), std::move(k_cat));
+  DistTensor<T> k_cat_dist = dist_from_locals(world, config.part(AttentionPart::k_cat),
+                                              geo.kv_shape(), geo.on(kv), std::move(k_cat));
   world.compare_boundary(
       {.op = "kv_shard", .tensor = k_cat_dist.name, .exact = true, .inputs = sources.k},
       k_cat_dist);
-  saved.v_shard =
-      dist_from_locals(world, config.part(AttentionPart::v_shard), geo.kv_shape(), geo.on(kv), std::move(v_shard));
+  saved.v_shard = dist_from_locals(world, config.part(AttentionPart::v_shard), geo.kv_shape(),
+                                   geo.on(kv), std::move(v_shard));
   world.compare_boundary({.op = "kv_shard",
                           .tensor = saved.v_shard.name,
                           .dense = config.part(AttentionPart::v_all),
@@ -165,7 +167,8 @@ void cp_rope_shard_keys(const World<T>& world, const CpAttentionConfig& config,
                     false);
     saved.rope_positions[static_cast<std::size_t>(r)] = std::move(positions);
   });
-  saved.k_shard = dist_from_locals(world, config.part(AttentionPart::k_shard), geo.kv_shape(), geo.on(Placement::shard("kv")), std::move(k_shard));
+  saved.k_shard = dist_from_locals(world, config.part(AttentionPart::k_shard), geo.kv_shape(),
+                                   geo.on(Placement::shard("kv")), std::move(k_shard));
   world.compare_boundary({.op = "rope",
                           .tensor = saved.k_shard.name,
                           .dense = config.part(AttentionPart::k_all),
@@ -236,11 +239,15 @@ DistTensor<T> cp_attention_forward(const World<T>& world, const DistTensor<T>& x
   cache.next_position = geo.first + geo.length;
 
   // Phase 7: NAME = attn wo, on every rank.
-  return replicated_phase(world, config.name, x.global, geo.on(Placement::replicate()), {.op = op_label(OpKind::sliding_window_attention), .exact = true, .inputs = {saved.attn.name, wo.name}}, [&](int r) {
-        Tensor<T> y;
-        project_out(saved.attn.local(r), wo.local(r), y);
-        return y;
-      });
+  return replicated_phase(world, config.name, x.global, geo.on(Placement::replicate()),
+                          {.op = op_label(OpKind::sliding_window_attention),
+                           .exact = true,
+                           .inputs = {saved.attn.name, wo.name}},
+                          [&](int r) {
+                            Tensor<T> y;
+                            project_out(saved.attn.local(r), wo.local(r), y);
+                            return y;
+                          });
 }
 
 }  // namespace shardsim

@@ -88,6 +88,20 @@ void ring_merge_faulty(const AttentionFaults& faults, Tensor<T>& out, Tensor<T>&
   }
 }
 
+// The lse a block's backward normalizes its probabilities with, exp(s - lse): the merged lse;
+// with the ring_backward_local_lse fault, the block's own (recomputed from the block alone).
+template <typename T>
+Tensor<T> ring_backward_lse(const CpAttentionConfig& config, const Tensor<T>& q,
+                            const std::vector<std::int64_t>& q_pos, const Tensor<T>& k_block,
+                            const Tensor<T>& v_block, const std::vector<std::int64_t>& k_pos,
+                            const Tensor<T>& merged) {
+  if (!config.faults.ring_backward_local_lse) return merged;
+  Tensor<T> block_out;
+  AttentionSaved<T> block_saved;
+  attention_forward(q, q_pos, k_block, v_block, k_pos, config.attention(), block_out, block_saved);
+  return std::move(block_saved.lse);
+}
+
 }  // namespace detail
 
 // Phase 6 forward in ring mode: returns NAME.attn (batch, seq=t, head, head_dim), Replicate;
@@ -119,7 +133,8 @@ DistTensor<T> ring_attention_forward(const World<T>& world, const CpAttentionCon
     lse[at] = Tensor<T>(saved.q_part.local(r).shape().without("head_dim"));
     for (T& value : lse[at].values()) value = negative_infinity<T>();
     // (batch=local, kv=C, head, head_dim): every key of the cache, the rank's own batch rows.
-    const Shape cache = local_shape(geo.cache_shape(), geo.on(Placement::replicate()), world.mesh(), r);
+    const Shape cache =
+        local_shape(geo.cache_shape(), geo.on(Placement::replicate()), world.mesh(), r);
     cache_k[at] = Tensor<T>(cache);
     cache_v[at] = Tensor<T>(cache);
   });
@@ -151,10 +166,12 @@ DistTensor<T> ring_attention_forward(const World<T>& world, const CpAttentionCon
     }
   }
   const std::vector<std::string> inputs{saved.q_part.name, saved.k_shard.name, saved.v_shard.name};
-  saved.lse = dist_from_locals(world, config.part(AttentionPart::lse), geo.row_shape(), geo.on(Placement::shard("seq")), lse);
+  saved.lse = dist_from_locals(world, config.part(AttentionPart::lse), geo.row_shape(),
+                               geo.on(Placement::shard("seq")), lse);
   world.compare_boundary({.op = "ring_attention", .tensor = saved.lse.name, .inputs = inputs},
                          saved.lse);
-  saved.attn_part = dist_from_locals(world, config.part(AttentionPart::attn_shard), geo.chunk_shape(), geo.on(Placement::shard("seq")), out);
+  saved.attn_part = dist_from_locals(world, config.part(AttentionPart::attn_shard),
+                                     geo.chunk_shape(), geo.on(Placement::shard("seq")), out);
   world.compare_boundary({.op = "ring_attention",
                           .tensor = saved.attn_part.name,
                           .dense = config.part(AttentionPart::attn),
@@ -165,8 +182,10 @@ DistTensor<T> ring_attention_forward(const World<T>& world, const CpAttentionCon
                                          .exact = true,
                                          .inputs = {saved.attn_part.name}});
   attn.name = config.part(AttentionPart::attn);
-  cache.k = dist_from_locals(world, cache.k.name, geo.cache_shape(), geo.on(Placement::replicate()), cache_k);
-  cache.v = dist_from_locals(world, cache.v.name, geo.cache_shape(), geo.on(Placement::replicate()), cache_v);
+  cache.k = dist_from_locals(world, cache.k.name, geo.cache_shape(), geo.on(Placement::replicate()),
+                             cache_k);
+  cache.v = dist_from_locals(world, cache.v.name, geo.cache_shape(), geo.on(Placement::replicate()),
+                             cache_v);
   return attn;
 }
 
@@ -207,20 +226,11 @@ CoreGrads<T> ring_attention_backward(const World<T>& world, const CpAttentionCon
       const std::vector<std::int64_t> q_pos =
           position_range(geo.first + queries.begin, queries.valid());
       const std::vector<std::int64_t> k_pos = kv_positions(geo.first, geo.cached, block);
-      // The probabilities are exp(s - lse) with the merged lse; the fault uses the block's own
-      // lse (recomputed from the block), which normalizes each block on its own.
-      Tensor<T> block_lse;
-      if (config.faults.ring_backward_local_lse) {
-        Tensor<T> block_out;
-        AttentionSaved<T> block_saved;
-        attention_forward(saved.q_part.local(r), q_pos, k_blocks[at], v_blocks[at], k_pos,
-                          config.attention(), block_out, block_saved);
-        block_lse = std::move(block_saved.lse);
-      }
+      const Tensor<T> lse = detail::ring_backward_lse(config, saved.q_part.local(r), q_pos,
+                                                      k_blocks[at], v_blocks[at], k_pos,
+                                                      saved.lse.local(r));
       attention_block_backward(dattn_shard.local(r), saved.q_part.local(r), q_pos, k_blocks[at],
-                               v_blocks[at], k_pos, saved.attn_part.local(r),
-                               config.faults.ring_backward_local_lse ? block_lse
-                                                                     : saved.lse.local(r),
+                               v_blocks[at], k_pos, saved.attn_part.local(r), lse,
                                config.attention(), dq[at], dk_block, dv_block);
       copy_along(dk_block, "kv", 0, dk[at], block.begin, block.valid());
       copy_along(dv_block, "kv", 0, dv[at], block.begin, block.valid());
@@ -247,8 +257,12 @@ CoreGrads<T> ring_attention_backward(const World<T>& world, const CpAttentionCon
       {.tensor = config.part_grad(AttentionPart::q_rot), .exact = true, .inputs = {dq_name}});
   grads.q_rot.name = config.part_grad(AttentionPart::q_rot);
   // Each rank's contributions to every block, summed at the block owners.
-  const DistTensor<T> dk_partial = dist_from_locals(world, config.part_grad(AttentionPart::k_shard), geo.kv_shape(), geo.on(Placement::partial()), dk);
-  const DistTensor<T> dv_partial = dist_from_locals(world, config.part_grad(AttentionPart::v_shard), geo.kv_shape(), geo.on(Placement::partial()), dv);
+  const DistTensor<T> dk_partial =
+      dist_from_locals(world, config.part_grad(AttentionPart::k_shard), geo.kv_shape(),
+                       geo.on(Placement::partial()), dk);
+  const DistTensor<T> dv_partial =
+      dist_from_locals(world, config.part_grad(AttentionPart::v_shard), geo.kv_shape(),
+                       geo.on(Placement::partial()), dv);
   grads.k = world.reduce_scatter(dk_partial, Placement::shard("kv"),
                                  {.tensor = dk_partial.name,
                                   .dense = config.part_grad(AttentionPart::k_all),

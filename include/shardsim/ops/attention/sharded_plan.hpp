@@ -52,6 +52,43 @@ Tensor<T> renamed(const Tensor<T>& t, const std::string& to) {
                                s.extent("head_dim")));
 }
 
+// Phase 3: every rank's keys RoPE'd at its positions and its values, renamed onto the KV axis
+// (NAME.k_shard, NAME.v_shard: Shard(kv)), then all-gathered into saved.k_all and saved.v_all.
+template <typename T>
+void sharded_keys_values(const World<T>& world, const CpAttentionConfig& config,
+                         const DistTensor<T>& k, const DistTensor<T>& v, CpShardedSaved<T>& saved) {
+  const Shape& g = k.global;  // (batch, seq, head, head_dim)
+  const Shape kv = head_shape(g.extent("batch"), "kv", g.extent("seq"), g.extent("head"),
+                              g.extent("head_dim"));
+  const Layout kv_rows = kv_layout(k.layout, world.dim());
+  auto positions = [&](int r) -> const std::vector<std::int64_t>& {
+    return saved.positions[static_cast<std::size_t>(r)];
+  };
+  const DistTensor<T> k_shard = replicated_phase(
+      world, config.part(AttentionPart::k_shard), kv, kv_rows,
+      {.op = "rope", .dense = config.part(AttentionPart::k_all), .exact = true, .inputs = {k.name}},
+      [&](int r) {
+        Tensor<T> y;
+        rope_forward(k.local(r), positions(r), config.rope("seq"), y);
+        return renamed(y, "kv");
+      });
+  const DistTensor<T> v_shard =
+      replicated_phase(world, config.part(AttentionPart::v_shard), kv, kv_rows,
+                       {.op = "kv_shard",
+                        .dense = config.part(AttentionPart::v_all),
+                        .exact = true,
+                        .inputs = {v.name}},
+                       [&](int r) { return renamed(v.local(r), "kv"); });
+  saved.k_all = world.all_gather(
+      k_shard,
+      {.tensor = config.part(AttentionPart::k_all), .exact = true, .inputs = {k_shard.name}});
+  saved.k_all.name = config.part(AttentionPart::k_all);
+  saved.v_all = world.all_gather(
+      v_shard,
+      {.tensor = config.part(AttentionPart::v_all), .exact = true, .inputs = {v_shard.name}});
+  saved.v_all.name = config.part(AttentionPart::v_all);
+}
+
 }  // namespace detail
 
 // REQUIRES: x is Shard(seq) (chunk or balanced) on the world's dim; weights Replicate there.
@@ -62,16 +99,14 @@ DistTensor<T> cp_sharded_attention_forward(const World<T>& world, const DistTens
                                            const CpAttentionConfig& config,
                                            CpShardedSaved<T>& saved) {
   const Layout& rows = x.layout;
-  const int cp = world.dim();
   saved.param_grad = Layout::uniform(rows.ndim(), Placement::replicate());
   for (int d = 0; d < rows.ndim(); ++d) {
-    if (rows.on(d).is_shard()) saved.param_grad.dims[static_cast<std::size_t>(d)] = Placement::partial();
+    if (rows.on(d).is_shard())
+      saved.param_grad.dims[static_cast<std::size_t>(d)] = Placement::partial();
   }
   const std::int64_t batch = x.global.extent("batch"), length = x.global.extent("seq");
   const std::int64_t heads = wq.global.extent("head"), dim = wq.global.extent("head_dim");
   const Shape chunk = head_shape(batch, "seq", length, heads, dim);
-  const Shape kv = head_shape(batch, "kv", length, heads, dim);
-  const Layout kv_rows = detail::kv_layout(rows, cp);
   saved.positions.assign(static_cast<std::size_t>(world.size()), {});
   world.for_each_rank([&](int r) {
     const Slice s = x.slice(r, "seq");
@@ -98,25 +133,7 @@ DistTensor<T> cp_sharded_attention_forward(const World<T>& world, const DistTens
                                    rope_forward(q.local(r), positions(r), config.rope("seq"), y);
                                    return y;
                                  });
-  const DistTensor<T> k_shard = replicated_phase(
-      world, config.part(AttentionPart::k_shard), kv, kv_rows,
-      {.op = "rope", .dense = config.part(AttentionPart::k_all), .exact = true, .inputs = {k.name}},
-      [&](int r) {
-        Tensor<T> y;
-        rope_forward(k.local(r), positions(r), config.rope("seq"), y);
-        return detail::renamed(y, "kv");
-      });
-  const DistTensor<T> v_shard = replicated_phase(
-      world, config.part(AttentionPart::v_shard), kv, kv_rows,
-      {.op = "kv_shard", .dense = config.part(AttentionPart::v_all), .exact = true,
-       .inputs = {v.name}},
-      [&](int r) { return detail::renamed(v.local(r), "kv"); });
-  saved.k_all = world.all_gather(
-      k_shard, {.tensor = config.part(AttentionPart::k_all), .exact = true, .inputs = {k_shard.name}});
-  saved.k_all.name = config.part(AttentionPart::k_all);
-  saved.v_all = world.all_gather(
-      v_shard, {.tensor = config.part(AttentionPart::v_all), .exact = true, .inputs = {v_shard.name}});
-  saved.v_all.name = config.part(AttentionPart::v_all);
+  detail::sharded_keys_values(world, config, k, v, saved);
 
   const std::vector<std::int64_t> k_pos = position_range(0, length);
   // The positions the mask compares (the fault: each rank's rows counted from 0).
@@ -144,14 +161,15 @@ DistTensor<T> cp_sharded_attention_forward(const World<T>& world, const DistTens
       dist_from_locals(world, config.part(AttentionPart::attn), chunk, rows, std::move(out));
   world.compare_boundary(
       {.op = "attention", .tensor = saved.attn.name, .exact = true, .inputs = inputs}, saved.attn);
-  return replicated_phase(
-      world, config.name, x.global, rows,
-      {.op = op_label(OpKind::sliding_window_attention), .exact = true, .inputs = {saved.attn.name, wo.name}},
-      [&](int r) {
-        Tensor<T> y;
-        project_out(saved.attn.local(r), wo.local(r), y);
-        return y;
-      });
+  return replicated_phase(world, config.name, x.global, rows,
+                          {.op = op_label(OpKind::sliding_window_attention),
+                           .exact = true,
+                           .inputs = {saved.attn.name, wo.name}},
+                          [&](int r) {
+                            Tensor<T> y;
+                            project_out(saved.attn.local(r), wo.local(r), y);
+                            return y;
+                          });
 }
 
 // From grad(NAME) held like x (Shard(seq) on the cp dim).
@@ -182,7 +200,8 @@ CpAttentionGrads<T> cp_sharded_attention_backward(const World<T>& world, const D
                           .exact = true,
                           .inputs = {dy.name, wo.name}},
                          dattn_rows);
-  grads.wo = dist_from_locals(world, grad_name(wo.name), wo.global, saved.param_grad, std::move(dwo));
+  grads.wo =
+      dist_from_locals(world, grad_name(wo.name), wo.global, saved.param_grad, std::move(dwo));
 
   // The block backward of every rank's queries against every key.
   const std::vector<std::int64_t> k_pos = position_range(0, kv.extent("kv"));
@@ -192,17 +211,16 @@ CpAttentionGrads<T> cp_sharded_attention_backward(const World<T>& world, const D
     dq[at] = Tensor<T>(saved.q_rot.local(r).shape());
     dk[at] = Tensor<T>(saved.k_all.local(r).shape());
     dv[at] = Tensor<T>(saved.v_all.local(r).shape());
-    attention_block_backward(dattn_rows.local(r), saved.q_rot.local(r),
-                             saved.positions[at], saved.k_all.local(r), saved.v_all.local(r), k_pos,
-                             saved.attn.local(r), saved.lse.local(r), config.attention(), dq[at],
-                             dk[at], dv[at]);
+    attention_block_backward(dattn_rows.local(r), saved.q_rot.local(r), saved.positions[at],
+                             saved.k_all.local(r), saved.v_all.local(r), k_pos, saved.attn.local(r),
+                             saved.lse.local(r), config.attention(), dq[at], dk[at], dv[at]);
   });
   const std::vector<std::string> inputs{dattn_rows.name, saved.q_rot.name, saved.k_all.name,
                                         saved.v_all.name, saved.lse.name};
   const DistTensor<T> dq_rot =
       dist_from_locals(world, grad_name(saved.q_rot.name), chunk, rows, std::move(dq));
-  world.compare_boundary(
-      {.op = "attention_backward", .tensor = dq_rot.name, .inputs = inputs}, dq_rot);
+  world.compare_boundary({.op = "attention_backward", .tensor = dq_rot.name, .inputs = inputs},
+                         dq_rot);
   // Each rank's contributions to every key and value, summed at their owners.
   const Layout partial = saved.k_all.layout.with(cp, Placement::partial());
   const Placement owners = detail::kv_layout(rows, cp).on(cp);
@@ -214,8 +232,10 @@ CpAttentionGrads<T> cp_sharded_attention_backward(const World<T>& world, const D
     owned.name = sums.name;
     return owned;
   };
-  const DistTensor<T> dk_shard = to_owners(AttentionPart::k_shard, AttentionPart::k_all, std::move(dk));
-  const DistTensor<T> dv_shard = to_owners(AttentionPart::v_shard, AttentionPart::v_all, std::move(dv));
+  const DistTensor<T> dk_shard =
+      to_owners(AttentionPart::k_shard, AttentionPart::k_all, std::move(dk));
+  const DistTensor<T> dv_shard =
+      to_owners(AttentionPart::v_shard, AttentionPart::v_all, std::move(dv));
   const DistTensor<T> dq_raw = replicated_phase(
       world, config.part_grad(AttentionPart::q), chunk, rows,
       {.op = "rope_backward", .inputs = {dq_rot.name}}, [&](int r) {
@@ -232,10 +252,10 @@ CpAttentionGrads<T> cp_sharded_attention_backward(const World<T>& world, const D
                       saved.positions[static_cast<std::size_t>(r)], config.rope("seq"), y);
         return y;
       });
-  const DistTensor<T> dv_raw = replicated_phase(
-      world, config.part_grad(AttentionPart::v), chunk, rows,
-      {.op = "kv_shard_backward", .inputs = {dv_shard.name}},
-      [&](int r) { return detail::renamed(dv_shard.local(r), "seq"); });
+  const DistTensor<T> dv_raw =
+      replicated_phase(world, config.part_grad(AttentionPart::v), chunk, rows,
+                       {.op = "kv_shard_backward", .inputs = {dv_shard.name}},
+                       [&](int r) { return detail::renamed(dv_shard.local(r), "seq"); });
   ChunkGeometry geo;
   geo.param_grad = saved.param_grad;
   detail::cp_input_projection_backward(world, x, wq, wk, wv, dq_raw, dk_raw, dv_raw, geo, grads);

@@ -65,11 +65,12 @@ DistTensor<T> ulysses_attention_forward(const World<T>& world, const CpAttention
     cache_v[at] = slice_along(saved.v_heads.local(r), "kv", tail_begin, geo.keep);
   });
   const std::vector<std::string> inputs{saved.q_part.name, saved.k_heads.name, saved.v_heads.name};
-  saved.lse = dist_from_locals(world, config.part(AttentionPart::lse), geo.row_shape(), geo.on(heads), lse);
+  saved.lse =
+      dist_from_locals(world, config.part(AttentionPart::lse), geo.row_shape(), geo.on(heads), lse);
   world.compare_boundary(
       {.op = "attention", .tensor = saved.lse.name, .exact = true, .inputs = inputs}, saved.lse);
-  saved.attn_part =
-      dist_from_locals(world, config.part(AttentionPart::attn_heads), geo.chunk_shape(), geo.on(heads), out);
+  saved.attn_part = dist_from_locals(world, config.part(AttentionPart::attn_heads),
+                                     geo.chunk_shape(), geo.on(heads), out);
   world.compare_boundary({.op = "attention",
                           .tensor = saved.attn_part.name,
                           .dense = config.part(AttentionPart::attn),
