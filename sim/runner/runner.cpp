@@ -34,6 +34,15 @@ std::uint64_t estimate_memory_bytes(const Scenario& scenario, const Precision& p
     copies += 1;
     elements += numel * copies;
   }
+  // The dropout repetition check of a sharded input: its verdict [rank=k, peer=k] (one row per
+  // rank, and the oracle's zero copy) and each rank's drawn words, twice (drawn and dense).
+  for (const StepSpec& step : scenario.steps) {
+    if (step.kind != OpKind::dropout) continue;
+    const auto input = scenario.tensor_layouts.find(step.as<DropoutArgs>().input);
+    if (input == scenario.tensor_layouts.end() || input->second.layout.is_replicate()) continue;
+    const long double k = ranks;
+    elements += 2 * k * k + 2 * static_cast<long double>(input->second.shape.numel());
+  }
   if (scenario.train_steps > 0) elements *= 2;
   const long double bytes = elements * per_element;
   return bytes >= 1.8e19L ? UINT64_MAX : static_cast<std::uint64_t>(bytes);
