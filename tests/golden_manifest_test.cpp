@@ -111,6 +111,15 @@ TEST_CASE("compare: an edited manifest is refused, hashed or not, and never abor
        "tensors[" + std::to_string(y3) + "].slice", "expected 'seq=12:13'"},
       {[&](Json& m) { m["tensors"][y3]["role"] = "global"; },
        "tensors[" + std::to_string(y3) + "].role", "a tensor with a rank must be a \"shard\""},
+      // An N-D mesh block: names must be unique (the Mesh invariant), sizes multiply to ranks.
+      {[&](Json& m) {
+         m["mesh"] = Json::array({Json{{"name", "dp"}, {"size", 2}}, Json{{"name", "dp"}, {"size", 2}}});
+       },
+       "mesh[1].name", "duplicate dim name 'dp'"},
+      {[&](Json& m) {
+         m["mesh"] = Json::array({Json{{"name", "dp"}, {"size", 2}}, Json{{"name", "tp"}, {"size", 3}}});
+       },
+       "mesh", "its dims multiply to 6, not to ranks"},
   };
   for (const Edit& edit : edits) {
     INFO(edit.key);

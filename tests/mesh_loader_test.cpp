@@ -96,3 +96,33 @@ TEST_CASE("malformed N-D meshes and placements get one located error", "[mesh]")
                       Contains("m.toml:") && Contains(c.message));
   }
 }
+
+TEST_CASE("redistribute on an outer dim cannot re-cut an axis a later dim already shards",
+          "[mesh]") {
+  // x [batch=1, seq=8, hidden=4] is [Replicate, Shard(seq)] on dp=2 x tp=2. Sharding seq on dp
+  // now would need each tp member's piece cut from the dp piece it does not hold (rank (dp=0,
+  // tp=1) holds seq 4:8 but dp=0's half is 0:4): refused at the step's `to`, like the gather.
+  const std::string text = R"toml(name = "m"
+[mesh]
+dims = { dp = 2, tp = 2 }
+[[tensors]]
+name = "x"
+axes = ["batch", "seq", "hidden"]
+shape = [1, 8, 4]
+init = { dist = "normal", mean = 0.0, std = 1.0 }
+placement = ["Replicate", "Shard(seq)"]
+[[steps]]
+op = "redistribute"
+mesh_dim = "dp"
+input = "x"
+output = "y"
+to = "Shard(seq)"
+)toml";
+  CHECK_THROWS_WITH(shardsim::parse_scenario(text, "m.toml"),
+                    Contains("m.toml:") && Contains("steps[0].to") &&
+                        Contains("already sharded on a later mesh dim"));
+  // Sharding another axis on dp is fine.
+  std::string other = text;
+  other.replace(other.find("to = \"Shard(seq)\""), 17, "to = \"Shard(batch)\"");
+  CHECK_NOTHROW(shardsim::parse_scenario(other, "m.toml"));
+}

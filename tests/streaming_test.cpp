@@ -218,6 +218,11 @@ TEST_CASE("sliding_window_attention validates its plan with located errors", "[s
                "are supported with cp_mode = \"allgather\"");
   expect_error(sharded, location(sharded, "input = \"x\"", "\"x\""), "steps[0].input",
                "cannot be streamed ([stream])");
+  // A fault of the Replicate-input plan has nothing to change in the sequence-sharded one.
+  const std::string sharded_fault =
+      edited("train_steps = 2", "train_steps = 2\nfaults = [\"rope_local_positions\"]", sharded);
+  expect_error(sharded_fault, location(sharded_fault, "input = \"x\"", "\"x\""),
+               "steps[0].input", "changes the plan of a Replicate input");
   const std::string ring =
       edited("cp_mode = \"allgather\"", "cp_mode = \"ring\"",
              edited("train_steps = 2", "faults = [\"rope_after_gather_wrong_offset\"]"));

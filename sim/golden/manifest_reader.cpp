@@ -185,6 +185,9 @@ Mesh parse_mesh(const ManifestReader& m, const Json& manifest, int ranks) {
     const std::string path = "mesh[" + std::to_string(d) + "]";
     const std::string name = m.string(dims[d], path, "name");
     if (!is_axis_name(name)) m.fail(path + ".name", "not a dim name: " + quote(name));
+    for (const MeshDim& earlier : out) {
+      if (earlier.name == name) m.fail(path + ".name", "duplicate dim name " + quote(name));
+    }
     const std::int64_t size = m.integer(dims[d], path, "size");
     if (size < 1 || size > 4096) m.fail(path + ".size", "out of range");
     total *= size;

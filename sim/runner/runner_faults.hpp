@@ -64,10 +64,10 @@ bool skips_gradient_reduce(const Scenario& scenario, const DistTensor<T>& grad,
 }
 
 // The dim the grad_reduce_wrong_dim program reduces instead of `dim`: the first other dim where
-// the parameter is Replicate and the gradient is not Partial; -1 when there is none.
+// the parameter and the gradient are both Replicate; -1 when there is none.
 inline int wrong_reduce_dim(const Layout& grad, const Layout& param, int dim) {
   for (int d = 0; d < param.ndim(); ++d) {
-    if (d != dim && param.on(d).is_replicate() && !grad.on(d).is_partial()) return d;
+    if (d != dim && param.on(d).is_replicate() && grad.on(d).is_replicate()) return d;
   }
   return -1;
 }

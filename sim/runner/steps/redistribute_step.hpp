@@ -88,8 +88,15 @@ class RedistributeStep final : public StepOp<T> {
         local[i] = at < joined.size() ? joined[at] : T(0);
       }
     });
-    world.compare_boundary(
-        {.op = "all_gather", .tensor = output, .exact = true, .inputs = {in.name}}, out);
+    // Labelled like the collective it replaces (World::report): all_gather[DIM] on an N-D mesh.
+    std::string op = "all_gather";
+    if (world.mesh().ndim() > 1) op += "[" + world.mesh().dim(world.dim()).name + "]";
+    world.compare_boundary({.op = op,
+                            .tensor = output,
+                            .exact = true,
+                            .kind = BoundaryKind::collective,
+                            .inputs = {in.name}},
+                           out);
     return out;
   }
 

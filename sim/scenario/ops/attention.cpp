@@ -95,6 +95,16 @@ void attention_plan_check(const SlidingWindowAttentionArgs& args, const StepSpec
                                "fault 'mask_local_query_positions' needs sequence-sharded "
                                "queries: the input Shard(seq) on the cp dim"));
   }
+  for (Fault replicated_only :
+       {Fault::rope_local_positions, Fault::rope_after_gather_wrong_offset, Fault::cache_raw_k}) {
+    if (scenario.has_fault(replicated_only) && x_on.is_shard()) {
+      throw LocatedError(located(scenario.file, loc_of("input"), path + ".input",
+                                 "fault '" + std::string(fault_name(replicated_only)) +
+                                     "' changes the plan of a Replicate input (KV shards of a "
+                                     "gathered chunk, or its cache); the input is " +
+                                     x_on.str()));
+    }
+  }
   if (x_on.is_shard() && scenario.stream) {
     throw LocatedError(located(scenario.file, loc_of("input"), path + ".input",
                                "sequence-sharded queries (" + x_on.str() +

@@ -26,6 +26,19 @@ void redistribute_rules(const RedistributeArgs& args, const StepSpec& step, Step
       }
     }
   }
+  // Likewise a shard on this dim of an axis a later dim already shards: the later dim's pieces
+  // would have to be re-cut (each member holds a piece of the wrong parent).
+  if (args.to.is_shard() && !(args.to == from)) {
+    for (int d = step.mesh_dim + 1; d < input.layout.ndim(); ++d) {
+      const Placement& later = input.layout.on(d);
+      if (later.is_shard() && later.axis == args.to.axis) {
+        ctx.fail(step, "to",
+                 quote(step.str("input")) + " is " + input.layout.str() + ": its " +
+                     quote(args.to.axis) + " is already sharded on a later mesh dim, so this "
+                     "dim cannot shard it under that one; gather the later dim first");
+      }
+    }
+  }
   ctx.define(step, "output", {input.shape, input.with(step, args.to)});
 }
 

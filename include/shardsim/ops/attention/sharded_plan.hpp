@@ -31,6 +31,9 @@ namespace shardsim {
 template <typename T>
 struct CpShardedSaved {
   std::vector<std::vector<std::int64_t>> positions;  // per rank: its tokens' absolute positions
+  // per rank: the query positions the mask compared (the positions, or with the
+  // mask_local_query_positions fault its row indices), for the backward's mask
+  std::vector<std::vector<std::int64_t>> mask_positions;
   Layout param_grad;  // Partial on every dim that splits the rows (the cp dim included)
   DistTensor<T> q_rot, k_all, v_all, lse, attn;
 };
@@ -136,18 +139,21 @@ DistTensor<T> cp_sharded_attention_forward(const World<T>& world, const DistTens
   detail::sharded_keys_values(world, config, k, v, saved);
 
   const std::vector<std::int64_t> k_pos = position_range(0, length);
-  // The positions the mask compares (the fault: each rank's rows counted from 0).
-  auto mask_positions = [&](int r) {
-    return config.faults.mask_local_query_positions
-               ? position_range(0, static_cast<std::int64_t>(positions(r).size()))
-               : positions(r);
-  };
+  // The positions the mask compares (the fault: each rank's rows counted from 0), kept for the
+  // backward, which must mask as the forward did.
+  saved.mask_positions.assign(static_cast<std::size_t>(world.size()), {});
+  world.for_each_rank([&](int r) {
+    saved.mask_positions[static_cast<std::size_t>(r)] =
+        config.faults.mask_local_query_positions
+            ? position_range(0, static_cast<std::int64_t>(positions(r).size()))
+            : positions(r);
+  });
   std::vector<Tensor<T>> out(static_cast<std::size_t>(world.size()));
   std::vector<Tensor<T>> lse(static_cast<std::size_t>(world.size()));
   world.for_each_rank([&](int r) {
     const auto at = static_cast<std::size_t>(r);
     AttentionSaved<T> core;
-    attention_forward(saved.q_rot.local(r), mask_positions(r), saved.k_all.local(r),
+    attention_forward(saved.q_rot.local(r), saved.mask_positions[at], saved.k_all.local(r),
                       saved.v_all.local(r), k_pos, config.attention(), out[at], core);
     lse[at] = std::move(core.lse);
   });
@@ -211,7 +217,7 @@ CpAttentionGrads<T> cp_sharded_attention_backward(const World<T>& world, const D
     dq[at] = Tensor<T>(saved.q_rot.local(r).shape());
     dk[at] = Tensor<T>(saved.k_all.local(r).shape());
     dv[at] = Tensor<T>(saved.v_all.local(r).shape());
-    attention_block_backward(dattn_rows.local(r), saved.q_rot.local(r), saved.positions[at],
+    attention_block_backward(dattn_rows.local(r), saved.q_rot.local(r), saved.mask_positions[at],
                              saved.k_all.local(r), saved.v_all.local(r), k_pos, saved.attn.local(r),
                              saved.lse.local(r), config.attention(), dq[at], dk[at], dv[at]);
   });
