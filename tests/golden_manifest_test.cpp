@@ -111,6 +111,9 @@ TEST_CASE("compare: an edited manifest is refused, hashed or not, and never abor
        "tensors[" + std::to_string(y3) + "].slice", "expected 'seq=12:13'"},
       {[&](Json& m) { m["tensors"][y3]["role"] = "global"; },
        "tensors[" + std::to_string(y3) + "].role", "a tensor with a rank must be a \"shard\""},
+      // An extent whose shard arithmetic would overflow (torch.chunk of 2^63 - 1 over 4 ranks).
+      {[&](Json& m) { m["tensors"][y]["global_shape"]["seq"] = INT64_MAX; },
+       "tensors[" + std::to_string(y) + "].global_shape", "more than 2^62 elements"},
       // An N-D mesh block: names must be unique (the Mesh invariant), sizes multiply to ranks.
       {[&](Json& m) {
          m["mesh"] = Json::array({Json{{"name", "dp"}, {"size", 2}}, Json{{"name", "dp"}, {"size", 2}}});

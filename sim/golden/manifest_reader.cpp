@@ -57,6 +57,15 @@ Json parse_json(const std::string& text, const std::string& what) {
 }
 
 // shape, axes, global_shape: typed, non-negative, at most 64 axes.
+// Extents a golden tensor can have: the element count of a shape stays below 2^62, so that the
+// shard arithmetic on it (torch.chunk sizes, offsets) cannot overflow.
+void check_extents(const ManifestReader& m, const std::string& path,
+                   const std::vector<std::int64_t>& extents) {
+  long double count = 1;
+  for (std::int64_t extent : extents) count *= static_cast<long double>(extent);
+  if (count >= 0x1p62L) m.fail(path, "more than 2^62 elements");
+}
+
 void parse_shapes(const ManifestReader& m, const Json& item, const std::string& path,
                   GoldenInfo& info) {
   const Json& shape = m.member(item, path, "shape");
@@ -71,6 +80,7 @@ void parse_shapes(const ManifestReader& m, const Json& item, const std::string& 
     if (!axes[a].is_string()) m.fail(path + ".axes", "axis names must be strings");
     info.axes.push_back(axes[a].get<std::string>());
   }
+  check_extents(m, path + ".shape", info.shape);
   const Json& global = m.member(item, path, "global_shape");
   if (!global.is_object() || global.size() > 64)
     m.fail(path + ".global_shape", "expected an object");
@@ -79,6 +89,9 @@ void parse_shapes(const ManifestReader& m, const Json& item, const std::string& 
     global_axes.push_back({axis, m.integer(extent, path + ".global_shape." + clipped(axis))});
     if (global_axes.back().extent < 0) m.fail(path + ".global_shape", "negative extent");
   }
+  std::vector<std::int64_t> global_extents;
+  for (const Axis& axis : global_axes) global_extents.push_back(axis.extent);
+  check_extents(m, path + ".global_shape", global_extents);
   info.global_shape = Shape(std::move(global_axes));
 }
 
