@@ -136,12 +136,13 @@ OpEntry op_entry<OpKind::sliding_window_attention>() {
              "streamed sliding-window attention with RoPE and a carried KV cache, "
              "context-parallel: the KV axis (cache ++ chunk) is sharded over the ranks "
              "(torch.chunk)")
-      .tensor("input", &A::input, "x, [batch, seq, hidden], Replicate")
+      .tensor("input", &A::input,
+              "x, [batch, seq, hidden], Replicate on the cp dim (or Shard(seq) with allgather)")
       .tensor("wq", &A::wq, "query projection, [hidden, head, head_dim]")
       .tensor("wk", &A::wk, "key projection, [hidden, head, head_dim]")
       .tensor("wv", &A::wv, "value projection, [hidden, head, head_dim]")
       .tensor("wo", &A::wo, "output projection, [head, head_dim, hidden]")
-      .output("output", &A::output, "y = attn wo, [batch, seq, hidden], Replicate")
+      .output("output", &A::output, "y = attn wo, [batch, seq, hidden], placed like x")
       .integer("n_head", &A::n_head, true, "number of heads", {.low = 1})
       .integer("head_dim", &A::head_dim, true, "per-head width (even)",
                {.low = 2, .note = "(RoPE rotates pairs)"})

@@ -12,32 +12,29 @@ void redistribute_rules(const RedistributeArgs& args, const StepSpec& step, Step
              "unknown axis " + quote(args.to.axis) + " in placement " + args.to.str() + ": " +
                  quote(step.str("input")) + " has axes " + input.shape.str());
   }
-  // A gather on this dim must not cut through a later dim's shards of the same axis (their
-  // pieces of it would not be contiguous); DTensor has the same rule without _StridedShard.
+  // A later mesh dim's shards of the same axis nest inside this dim's pieces, so this dim may
+  // neither gather such an axis (the later pieces would not be contiguous) nor shard it (each
+  // later member holds a piece of the wrong parent); DTensor has the same rule without
+  // _StridedShard.
   const Placement& from = input.placement(step);
-  if (from.is_shard() && !(args.to == from)) {
+  auto later_shards = [&](const std::string& axis) {
     for (int d = step.mesh_dim + 1; d < input.layout.ndim(); ++d) {
       const Placement& later = input.layout.on(d);
-      if (later.is_shard() && later.axis == from.axis) {
-        ctx.fail(step, "to",
-                 "'" + step.str("input") + "' is " + input.layout.str() + ": its '" + from.axis +
-                     "' is sharded again on a later mesh dim, "
-                     "so it cannot be gathered on this one; move the later dim first");
-      }
+      if (later.is_shard() && later.axis == axis) return true;
     }
+    return false;
+  };
+  if (!(args.to == from) && from.is_shard() && later_shards(from.axis)) {
+    ctx.fail(step, "to",
+             quote(step.str("input")) + " is " + input.layout.str() + ": its " +
+                 quote(from.axis) + " is sharded again on a later mesh dim, "
+                 "so it cannot be gathered on this one; move the later dim first");
   }
-  // Likewise a shard on this dim of an axis a later dim already shards: the later dim's pieces
-  // would have to be re-cut (each member holds a piece of the wrong parent).
-  if (args.to.is_shard() && !(args.to == from)) {
-    for (int d = step.mesh_dim + 1; d < input.layout.ndim(); ++d) {
-      const Placement& later = input.layout.on(d);
-      if (later.is_shard() && later.axis == args.to.axis) {
-        ctx.fail(step, "to",
-                 quote(step.str("input")) + " is " + input.layout.str() + ": its " +
-                     quote(args.to.axis) + " is already sharded on a later mesh dim, so this "
-                     "dim cannot shard it under that one; gather the later dim first");
-      }
-    }
+  if (!(args.to == from) && args.to.is_shard() && later_shards(args.to.axis)) {
+    ctx.fail(step, "to",
+             quote(step.str("input")) + " is " + input.layout.str() + ": its " +
+                 quote(args.to.axis) + " is already sharded on a later mesh dim, so this "
+                 "dim cannot shard it under that one; gather the later dim first");
   }
   ctx.define(step, "output", {input.shape, input.with(step, args.to)});
 }

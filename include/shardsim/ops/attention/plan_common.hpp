@@ -14,6 +14,7 @@
 
 #include "shardsim/error.hpp"
 #include "shardsim/op_list.hpp"
+#include "shardsim/ops/add_plan.hpp"
 #include "shardsim/ops/attention/attention.hpp"
 #include "shardsim/ops/attention/parts.hpp"
 #include "shardsim/ops/attention/project.hpp"

@@ -20,10 +20,7 @@ ChunkGeometry cp_chunk_geometry(const World<T>& world, const DistTensor<T>& x,
   ChunkGeometry geo;
   geo.cp_dim = world.dim();
   geo.base = x.layout;
-  geo.param_grad = Layout::uniform(x.layout.ndim(), Placement::replicate());
-  for (int d = 0; d < x.layout.ndim(); ++d) {
-    if (x.layout.on(d).is_shard()) geo.param_grad.dims[d] = Placement::partial();
-  }
+  geo.param_grad = row_sum_grad_layout(x.layout, x.layout);
   geo.batch = x.global.extent("batch");
   geo.length = x.global.extent("seq");
   geo.heads = wq.global.extent("head");

@@ -102,11 +102,7 @@ DistTensor<T> cp_sharded_attention_forward(const World<T>& world, const DistTens
                                            const CpAttentionConfig& config,
                                            CpShardedSaved<T>& saved) {
   const Layout& rows = x.layout;
-  saved.param_grad = Layout::uniform(rows.ndim(), Placement::replicate());
-  for (int d = 0; d < rows.ndim(); ++d) {
-    if (rows.on(d).is_shard())
-      saved.param_grad.dims[static_cast<std::size_t>(d)] = Placement::partial();
-  }
+  saved.param_grad = row_sum_grad_layout(rows, rows);
   const std::int64_t batch = x.global.extent("batch"), length = x.global.extent("seq");
   const std::int64_t heads = wq.global.extent("head"), dim = wq.global.extent("head_dim");
   const Shape chunk = head_shape(batch, "seq", length, heads, dim);
