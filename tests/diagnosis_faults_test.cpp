@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_test_support.hpp"
+#include "dropout_test_support.hpp"
 #include "shardsim/diagnosis/diagnosis.hpp"
 #include "shardsim/report/report.hpp"
 
@@ -179,24 +180,8 @@ TEST_CASE("same_seed at 1024 ranks: flagged, diagnosed at f64 (capture cap), k^2
   // x [batch=1, seq=2048, hidden=4] over 1024 ranks (8 elements each), p = 0.1: every rank draws
   // local words 0..7. The verdict [rank=1024, peer=1024] alone is 2^20 values per side, so the
   // run holds more than 2^20 boundary values and the mp levels are not captured.
-  const auto scenario = shardsim::parse_scenario(R"toml(name = "same_seed_1024"
-seed = 3
-precisions = ["f64"]
-faults = ["dropout_same_seed"]
-[mesh]
-ranks = 1024
-[[tensors]]
-name = "x"
-axes = ["batch", "seq", "hidden"]
-shape = [1, 2048, 4]
-placement = "Shard(seq)"
-[[steps]]
-op = "dropout"
-input = "x"
-output = "y"
-p = 0.1
-)toml",
-                                                 "same_seed_1024.toml");
+  const auto scenario =
+      shardsim::parse_scenario(dropout_test::same_seed_scenario(1024), "same_seed_1024.toml");
   const std::vector<shardsim::RunReport> reports{
       shardsim::evaluate(scenario, shardsim::parse_precision("f64"))};
   const shardsim::BoundaryResult& check = reports[0].boundaries.at(1);

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <string>
 
+#include "dropout_test_support.hpp"
 #include "shardsim/compare/compare.hpp"
 #include "shardsim/ops/dropout.hpp"
 #include "shardsim/ops/dropout_plan.hpp"
@@ -216,24 +217,8 @@ TEST_CASE("the repetition check at 1024 ranks fits 256 MiB and is in the memory 
   // the oracle's zeros: 2 x 2^20) and the drawn words twice (2 x 8192): about 2.15e6 values,
   // 17 MB at f64, well under the 256 MiB limit. Over 4096 ranks the verdict alone is
   // 2 x 4096^2 x 8 bytes = 256 MiB: refused under a 64 MiB limit before anything runs.
-  const std::string text = R"toml(name = "same_seed_1024"
-seed = 3
-precisions = ["f64"]
-faults = ["dropout_same_seed"]
-[mesh]
-ranks = 1024
-[[tensors]]
-name = "x"
-axes = ["batch", "seq", "hidden"]
-shape = [1, 2048, 4]
-placement = "Shard(seq)"
-[[steps]]
-op = "dropout"
-input = "x"
-output = "y"
-p = 0.1
-)toml";
-  const auto scenario = shardsim::parse_scenario(text, "same_seed_1024.toml");
+  const auto scenario =
+      shardsim::parse_scenario(dropout_test::same_seed_scenario(1024), "same_seed_1024.toml");
   const auto f64 = shardsim::parse_precision("f64");
   const std::uint64_t estimate = shardsim::estimate_memory_bytes(scenario, f64);
   CHECK(estimate >= 8u * 2 * (1u << 20));  // the verdict's two copies are counted
@@ -243,10 +228,8 @@ p = 0.1
   REQUIRE_NOTHROW(shardsim::check_memory(scenario, f64, options));
   const shardsim::RunReport report = shardsim::evaluate(scenario, f64, options);
   CHECK_FALSE(report.pass);  // same_seed: flagged
-  std::string big = text;
-  big.replace(big.find("ranks = 1024"), 12, "ranks = 4096");
-  big.replace(big.find("shape = [1, 2048, 4]"), 20, "shape = [1, 8192, 4]");
-  const auto wide = shardsim::parse_scenario(big, "same_seed_4096.toml");
+  const auto wide =
+      shardsim::parse_scenario(dropout_test::same_seed_scenario(4096), "same_seed_4096.toml");
   options.max_memory_bytes = 64u << 20;  // 2 x 4096^2 x 8 bytes = 256 MiB of verdict alone
   CHECK_THROWS_AS(shardsim::check_memory(wide, f64, options), shardsim::InputError);
 }
