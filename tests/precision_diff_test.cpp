@@ -63,13 +63,13 @@ TEST_CASE("precision: exact mp error against the top level, derived by hand", "[
   // error is 2 ulp; rel = 2^-128 / (1 + 2^-128), which rounds to 2^-128 in double.
   LevelMetrics m = detail::mp_level_error({"0x1p+0"}, {"0x1.00000000000000000000000000000001p+0"},
                                           130, 257);
-  CHECK(m.max_abs == std::ldexp(1.0, -128));
+  CHECK(m.max_abs == Magnitude::scaled(1, -128));
   CHECK(m.max_ulp == 2.0);
-  CHECK(m.max_rel == std::ldexp(1.0, -128));
+  CHECK(m.max_rel == Magnitude::scaled(1, -128));
   // Top value 1 + 2^-140 needs 141 bits: rounded once to 130 bits it is 1, so a level value of 1
   // has no error. (Comparing unrounded would report 2^-140.)
   m = detail::mp_level_error({"0x1p+0"}, {"0x1.0000000000000000000000000000000001p+0"}, 130, 257);
-  CHECK(m.max_abs == 0);
+  CHECK(m.max_abs.is_zero());
   CHECK(m.max_ulp == 0);
   // NaN never matches; equal infinities do.
   CHECK(std::isinf(detail::mp_level_error({"nan"}, {"0x1p+0"}, 130, 257).max_ulp));
@@ -81,46 +81,9 @@ TEST_CASE("precision: exact mp gap sums Partial addends at the level's precision
   // comparator does), so the gap against a dense 1 is 0; at 257 bits the sum is exact and the
   // gap is 2^-200.
   const std::string one = "0x1p+0", tiny = "0x1p-200";
-  CHECK(detail::mp_abs_gap({&one, &tiny}, one, 130) == 0);
-  CHECK(detail::mp_abs_gap({&one, &tiny}, one, 257) == std::ldexp(1.0, -200));
-  CHECK(detail::mp_abs_gap({&tiny}, one, 257) == 1.0 - std::ldexp(1.0, -200));
-}
-
-TEST_CASE("precision: the verdict rule", "[precision]") {
-  const std::vector<Precision> lv = levels({"f32", "f64", "mp256"});
-  auto judged = [&](bool exact_claimed, std::vector<LevelGap> gaps) {
-    BoundaryDiff b;
-    for (LevelGap& g : gaps) g.exact_claimed = exact_claimed;
-    b.gap = std::move(gaps);
-    detail::judge_boundary(b, lv);
-    return b;
-  };
-  const LevelGap exact{Status::exact, 0, 0, 0, 0};
-  auto within = [](double normwise) { return LevelGap{Status::within, normwise, normwise, 1, normwise}; };
-  CHECK(judged(false, {exact, exact, exact}).verdict == "exact");
-  CHECK(judged(false, {LevelGap{}, LevelGap{}, LevelGap{}}).verdict == "n/a");
-  // Shrinks from 1e-7 to 1e-77: noise (2^-240 is about 5.7e-73).
-  const BoundaryDiff noise = judged(false, {within(1e-7), within(1e-16), within(1e-77)});
-  CHECK(noise.verdict == "noise");
-  CHECK(noise.why.find("shrinks from 1.00e-07 at f32 to 1.00e-77 at mp256") != std::string::npos);
-  // Lower levels happened to round identically; the top is still within 2^-240: noise.
-  CHECK(judged(false, {exact, exact, within(1e-77)}).verdict == "noise");
-  // A gap that persists at mp256 is a bug, even when it is small at f32 terms.
-  const BoundaryDiff bug = judged(false, {within(1e-3), within(1e-3), within(1e-3)});
-  CHECK(bug.verdict == "bug");
-  CHECK(bug.why.find("persists at mp256") != std::string::npos);
-  CHECK(judged(false, {within(1e-7), within(1e-16), within(1e-70)}).verdict == "bug");
-  // A boundary that claims exactness must be bitwise equal at every level.
-  const BoundaryDiff claimed = judged(true, {within(1e-7), exact, exact});
-  CHECK(claimed.verdict == "bug");
-  CHECK(claimed.why.find("claims exactness but is not bitwise equal at f32") != std::string::npos);
-  // A claim dropped at a level (its inputs already differed there) is judged by the gap rule.
-  std::vector<LevelGap> dropped = {within(1e-7), within(1e-16), exact};
-  dropped[2].exact_claimed = true;
-  BoundaryDiff b;
-  b.gap = dropped;
-  detail::judge_boundary(b, lv);
-  CHECK(b.verdict == "noise");
+  CHECK(detail::mp_abs_gap({&one, &tiny}, one, 130).is_zero());
+  CHECK(detail::mp_abs_gap({&one, &tiny}, one, 257) == Magnitude::scaled(1, -200));
+  CHECK(detail::mp_abs_gap({&tiny}, one, 257) == Magnitude::of(1.0 - std::ldexp(1.0, -200)));
 }
 
 TEST_CASE("precision: sequence-sharded LayerNorm is exact at every level", "[precision]") {
@@ -130,8 +93,8 @@ TEST_CASE("precision: sequence-sharded LayerNorm is exact at every level", "[pre
   CHECK(diff.significand_bits == std::vector<unsigned>{24, 53, 128, 257});  // as run (mp.hpp)
   for (const BoundaryDiff& b : diff.boundaries) {
     INFO(b.entry.tensor);
-    CHECK(b.verdict == "exact");
-    CHECK(b.error.back().max_abs == 0);  // the top level against itself
+    CHECK(b.verdict == Verdict::exact);
+    CHECK(b.error.back().max_abs.is_zero());  // the top level against itself
   }
   // y's error against mp256 shrinks with precision (LayerNorm's rounding is not exact at any
   // level here: inputs are f32 values, but the mean, variance and sqrt round).
@@ -139,7 +102,7 @@ TEST_CASE("precision: sequence-sharded LayerNorm is exact at every level", "[pre
   REQUIRE(y.entry.tensor == "y");
   CHECK(y.error[0].max_rel > y.error[1].max_rel);
   CHECK(y.error[1].max_rel > y.error[2].max_rel);
-  CHECK(y.error[2].max_rel > 0);
+  CHECK_FALSE(y.error[2].max_rel.is_zero());
   // ... and each level is within a few hundred ulps of the truth in its own type.
   for (std::size_t l = 0; l < 3; ++l) CHECK(y.error[l].max_ulp < 1024);
   CHECK_THROWS_AS(precision_diff(scenario, {levels({"f64", "f64"}), {}, {}}), InputError);
@@ -152,17 +115,20 @@ TEST_CASE("precision: reordered Partial sums are noise that shrinks with precisi
   const PrecisionDiff diff = precision_diff(scenario, options);
   for (const BoundaryDiff& b : diff.boundaries) {
     INFO("#" << b.entry.id << " " << b.entry.tensor << ": " << b.why);
-    CHECK(b.verdict != "bug");
+    CHECK((b.verdict == Verdict::exact || b.verdict == Verdict::noise));
   }
   // #11 is grad(ln.weight) as per-rank Partial shares: its sum differs from the oracle's by
   // rounding, about 2^-bits relative at each level.
   const BoundaryDiff& grad = by_id(diff, 11);
   REQUIRE(grad.entry.tensor == "grad(ln.weight)");
-  CHECK(grad.verdict == "noise");
+  CHECK(grad.verdict == Verdict::noise);
   CHECK(grad.gap[0].normwise > grad.gap[1].normwise);
   CHECK(grad.gap[1].normwise > grad.gap[2].normwise);
   CHECK(grad.gap[2].normwise > grad.gap[3].normwise);
-  CHECK(grad.gap[3].normwise <= std::ldexp(1.0, -240));
+  CHECK(grad.gap[3].normwise <= Magnitude::scaled(1, -240));
+  // ... one bit per bit: the fitted slope is -1 within the rounding of a handful of additions.
+  REQUIRE(grad.trend.slope);
+  CHECK(*grad.trend.slope == Approx(-1).margin(0.05));
 
   // The sweep: inputs never move; the data a collective sums may move (by a few ulps).
   REQUIRE(diff.sweep);
@@ -177,7 +143,7 @@ TEST_CASE("precision: reordered Partial sums are noise that shrinks with precisi
   CHECK(moved > 0);   // some f64 result depends on the order alone
   CHECK(moved < 1e4);  // ... but only by rounding
   // The sweep's first order is the order the levels ran with: the same gap.
-  CHECK(sweep.rows[11].gap[0][0] == grad.gap[0].normwise);
+  CHECK(sweep.rows[11].gap[0][0] == grad.gap[0].normwise.to_double());
 }
 
 TEST_CASE("precision: heatmap rows, columns and shard edges", "[precision]") {
@@ -199,41 +165,21 @@ TEST_CASE("precision: heatmap rows, columns and shard edges", "[precision]") {
   CHECK(map.row_edges == std::vector<std::int64_t>{4, 8, 12, 17, 21, 25});
   CHECK(map.column_edges.empty());
   CHECK(map.row_labels[17] == "batch=1 seq=4");
-  for (double v : map.values) CHECK(v == 0);  // step 1's y is exact
+  for (const Magnitude& v : map.values) CHECK(v.is_zero());  // step 1's y is exact
   // Step 2's grad(x) (#29) has f32 gaps, and none on batch 1's padding tokens (seq >= 9).
   const Heatmap grad = make_heatmap(diff, 0, *find_boundary(diff, "#29"));
   double total = 0;
-  for (double v : grad.values) total += v;
+  for (const Magnitude& v : grad.values) total += v.to_double();
   CHECK(total > 0);
   for (std::int64_t row = 13 + 9; row < 26; ++row) {
-    for (std::int64_t c = 0; c < 16; ++c) CHECK(grad.values[static_cast<std::size_t>(row * 16 + c)] == 0);
+    for (std::int64_t c = 0; c < 16; ++c) CHECK(grad.values[static_cast<std::size_t>(row * 16 + c)].is_zero());
   }
-  const std::string html = precision_html(diff, {map, grad});
+  const std::string html = precision_html(diff, y, {map, grad});
   CHECK(html.find("<svg") != std::string::npos);
   CHECK(html.find("<script") == std::string::npos);  // self-contained: no scripts,
   CHECK(html.find("href=") == std::string::npos);    // no links,
   CHECK(html.find("src=") == std::string::npos);     // no external resources
   CHECK(html.find("class=\"edge\"") != std::string::npos);
-}
-
-TEST_CASE("precision: every seeded fault is a bug, every clean twin has none", "[precision]") {
-  // mp128 as the top level keeps this quick; its bound 2^-112 is still far below any fault.
-  int faults = 0;
-  for (const auto& entry : fs::directory_iterator(fs::path(SHARDSIM_SOURCE_DIR) / "scenarios" / "faults")) {
-    if (entry.path().extension() != ".toml") continue;
-    const Scenario scenario = load_scenario(entry.path().string());
-    const PrecisionDiff diff = precision_diff(scenario, {levels({"f32", "f64", "mp128"}), {}, {}});
-    int bugs = 0;
-    for (const BoundaryDiff& b : diff.boundaries) bugs += b.verdict == "bug";
-    INFO(entry.path().filename().string() << ": " << bugs << " bug verdict(s)");
-    if (scenario.expect.pass) {
-      CHECK(bugs == 0);
-    } else {
-      CHECK(bugs > 0);
-      ++faults;
-    }
-  }
-  CHECK(faults > 0);
 }
 
 TEST_CASE("precision: the CLI writes the JSON and HTML reports and checks its usage",
@@ -264,8 +210,15 @@ TEST_CASE("precision: the CLI writes the JSON and HTML reports and checks its us
   CHECK(report["boundaries"][11]["verdict"] == "noise");
   CHECK(report["boundaries"][11]["levels"][0]["gap"]["status"] == "within");
   CHECK(report["reduce_order_sweep"]["orders"] == nlohmann::json{"rank", "tree"});
+  CHECK(report["trend_rule"]["noise_slope_max"] == -0.5);
+  CHECK(report["trend_rule"]["min_levels"] == 3);
+  const auto& trend = report["boundaries"][11]["trend"];
+  CHECK(trend["fitted_levels"] == nlohmann::json{"f32", "f64", "mp128"});
+  CHECK(trend["slope"].get<double>() == Approx(-1).margin(0.05));
+  CHECK(report["boundaries"][11]["levels"][2]["gap"]["log2_normwise"].get<double>() < -120);
   const std::string page = slurp(dir / "p.html");
   CHECK(page.find("#29 grad(x) at f32") != std::string::npos);
+  CHECK(page.find("<section id=\"opened\" data-boundary=\"29\">") != std::string::npos);  // --heatmap
   CHECK(page.find("<script") == std::string::npos);
 
   // Usage errors: exit 2, no output files.

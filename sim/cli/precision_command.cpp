@@ -18,7 +18,8 @@ namespace {
 constexpr const char* kPrecisionUsage =
     "usage: shardsim precision SCENARIO [options]\n"
     "Runs SCENARIO at every level and prints, per boundary, each level's error against the\n"
-    "highest level and the sharded-vs-dense gap, with a verdict: exact, noise or bug.\n"
+    "highest level and the sharded-vs-dense gap, with a verdict read from the gap's trend over\n"
+    "the levels: exact, noise, ill-conditioned noise, bug, or undetermined (fewer than 3 levels).\n"
     "exit codes: 0 unless a boundary's verdict is 'bug' in a scenario that expects to pass;\n"
     "            1 then; 2 bad input or usage\n";
 
@@ -35,7 +36,8 @@ int precision_command(const Args& args) {
       "json", po::value<std::string>(), "write the JSON report to this file")(
       "html", po::value<std::string>(), "write the self-contained HTML report to this file")(
       "heatmap", po::value<std::string>(),
-      "the boundary the HTML heatmaps show: #ID, ID or a tensor name (default: the largest gap)")(
+      "the boundary the HTML report opens on: #ID, ID or a tensor name (default: the first "
+      "divergent boundary)")(
       "quiet,q", "print only the verdict summary");
   po::variables_map vm;
   if (!parse_scenario_args(args, options, vm, kPrecisionUsage)) return 0;
@@ -66,8 +68,8 @@ int precision_command(const Args& args) {
 
   const PrecisionDiff diff = precision_diff(scenario, diff_options);
   std::vector<Heatmap> heatmaps;
+  std::optional<std::size_t> chosen;
   if (!html_path.empty()) {
-    std::optional<std::size_t> chosen;
     if (vm.count("heatmap")) {
       const std::string selector = vm["heatmap"].as<std::string>();
       chosen = find_boundary(diff, selector);
@@ -77,7 +79,7 @@ int precision_command(const Args& args) {
             ": no such boundary (give #ID or a tensor name; 'shardsim explain' lists them)");
       }
     } else {
-      chosen = default_heatmap_boundary(diff);
+      chosen = first_divergent_boundary(diff);
     }
     if (chosen) {
       for (std::size_t l = 0; l < diff.levels.size(); ++l) heatmaps.push_back(make_heatmap(diff, l, *chosen));
@@ -94,11 +96,11 @@ int precision_command(const Args& args) {
     std::cout << "json report: written to " << json_path << "\n";
   }
   if (!html_path.empty()) {
-    write_file_atomically(html_path, precision_html(diff, heatmaps));
+    write_file_atomically(html_path, precision_html(diff, chosen, heatmaps));
     std::cout << "html report: written to " << html_path << "\n";
   }
   bool any_bug = false;
-  for (const BoundaryDiff& b : diff.boundaries) any_bug = any_bug || b.verdict == "bug";
+  for (const BoundaryDiff& b : diff.boundaries) any_bug = any_bug || b.verdict == Verdict::bug;
   return any_bug && scenario.expect.pass ? 1 : 0;
 }
 

@@ -45,8 +45,8 @@ LevelMetrics ieee_error(const std::vector<F>& a, const std::vector<F>& b) {
       abs_err = std::fabs(x - y);
       rel_err = abs_err == 0 ? 0.0 : (y == 0 ? kInf : abs_err / std::fabs(y));
     }
-    out.max_abs = std::max(out.max_abs, abs_err);
-    out.max_rel = std::max(out.max_rel, rel_err);
+    out.max_abs = max(out.max_abs, Magnitude::of(abs_err));
+    out.max_rel = max(out.max_rel, Magnitude::of(rel_err));
     out.max_ulp = std::max(out.max_ulp, ulp == static_cast<double>(kUlpNaN) ? kInf : ulp);
   }
   return out;
@@ -62,36 +62,46 @@ LevelMetrics level_error(const Precision& level, unsigned level_bits, const Capt
   return {};
 }
 
-LevelGap level_gap(const BoundaryResult& b) {
-  LevelGap gap{b.status, b.max_abs, b.max_rel, b.max_ulp, 0, b.entry.exact};
-  if (b.max_abs > 0) gap.normwise = b.scale > 0 ? b.max_abs / b.scale : kInf;
+// The gap at one level: the comparator's metrics, or at an mp level with an oracle value, the
+// same metrics recomputed exactly from the captured values (the doubles underflow).
+LevelGap level_gap(const Precision& level, unsigned bits, const BoundaryResult& b) {
+  LevelGap gap;
+  if (level.kind == ScalarKind::mp && b.captured && b.captured->has_dense) {
+    gap = detail::mp_exact_gap(*b.captured, detail::compare_sites(b.entry), bits);
+  } else {
+    gap.max_abs = Magnitude::of(b.max_abs);
+    gap.max_rel = Magnitude::of(b.max_rel);
+    if (b.max_abs > 0) gap.normwise = b.scale > 0 ? Magnitude::of(b.max_abs / b.scale) : Magnitude::infinity();
+  }
+  gap.status = b.status;
+  gap.max_ulp = b.max_ulp;
+  gap.exact_claimed = b.entry.exact;
   return gap;
-}
-
-std::string sci(double v) {
-  if (std::isinf(v)) return "inf";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2e", v);
-  return buf;
 }
 
 }  // namespace
 
-void detail::judge_boundary(BoundaryDiff& diff, const std::vector<Precision>& levels) {
-  const std::size_t top = levels.size() - 1;
+void detail::judge_boundary(BoundaryDiff& diff, const std::vector<Precision>& levels,
+                            const std::vector<unsigned>& bits) {
+  diff.why.clear();
   if (std::all_of(diff.gap.begin(), diff.gap.end(),
                   [](const LevelGap& g) { return g.status == Status::unchecked; })) {
-    diff.verdict = "n/a";
+    diff.verdict = Verdict::not_applicable;
     return;
   }
   if (std::all_of(diff.gap.begin(), diff.gap.end(),
                   [](const LevelGap& g) { return g.status == Status::exact; })) {
-    diff.verdict = "exact";
+    diff.verdict = Verdict::exact;
     return;
   }
+  std::vector<LadderPoint> points;
+  for (std::size_t l = 0; l < levels.size(); ++l) {
+    points.push_back({levels[l].name(), bits[l], diff.gap[l].normwise});
+  }
+  diff.trend = fit_trend(points);
+  diff.verdict = Verdict::bug;
   for (std::size_t l = 0; l < levels.size(); ++l) {
     if (diff.gap[l].exact_claimed && diff.gap[l].status != Status::exact) {
-      diff.verdict = "bug";
       diff.why = "claims exactness but is not bitwise equal at " + levels[l].name();
       return;
     }
@@ -101,30 +111,15 @@ void detail::judge_boundary(BoundaryDiff& diff, const std::vector<Precision>& le
     // value that is not finite is an overflow or an undefined operation of the sharded program
     // at that level: a range bug of that format, which rounding at the same precision does not
     // explain even when wider formats agree.
-    if (!std::isfinite(diff.gap[l].max_abs)) {
-      diff.verdict = "bug";
+    if (!diff.gap[l].max_abs.is_finite()) {
       diff.why = "not finite at " + levels[l].name() +
                  " where the oracle is finite (overflow or an undefined operation)";
       return;
     }
   }
-  const double bound = default_rtol(levels[top]);
-  const double at_top = diff.gap[top].normwise;
-  const double at_bottom = diff.gap.front().normwise;
-  const std::string limit = "2^-" + std::to_string(levels[top].bits - 16);
-  if (!(at_top <= bound)) {
-    diff.verdict = "bug";
-    diff.why = "the gap persists at " + levels[top].name() + ": " + sci(at_top) + " normwise > " +
-               limit + " = " + sci(bound);
-  } else if (top > 0 && at_bottom > at_top) {
-    diff.verdict = "noise";
-    diff.why = "the gap shrinks from " + sci(at_bottom) + " at " + levels.front().name() + " to " +
-               sci(at_top) + " at " + levels[top].name() + " (<= " + limit + ")";
-  } else {
-    // A lower level happened to round to the same bits; the top level is still within bound.
-    diff.verdict = "noise";
-    diff.why = "the gap is " + sci(at_top) + " normwise at " + levels[top].name() + " (<= " + limit + ")";
-  }
+  const TrendVerdict judged = judge_trend(points, diff.trend);
+  diff.verdict = judged.verdict;
+  diff.why = judged.why;
 }
 
 namespace {
@@ -191,7 +186,7 @@ OrderSweep run_sweep(const Scenario& scenario, const PrecisionDiffOptions& optio
                                            *runs[p][0].boundaries[b].captured, p == 0);
         ulp = std::max(ulp, u);
         rel = std::max(rel, r);
-        gaps.push_back(level_gap(runs[p][o].boundaries[b]).normwise);
+        gaps.push_back(level_gap(sweep.precisions[p], 0, runs[p][o].boundaries[b]).normwise.to_double());
       }
       row.spread_ulp.push_back(ulp);
       row.spread_rel.push_back(rel);
@@ -241,9 +236,9 @@ PrecisionDiff precision_diff(const Scenario& scenario, const PrecisionDiffOption
       row.error.push_back(level_error(diff.levels[l], diff.significand_bits[l],
                                       reference_values(*result.captured), top_values,
                                       diff.significand_bits[top]));
-      row.gap.push_back(level_gap(result));
+      row.gap.push_back(level_gap(diff.levels[l], diff.significand_bits[l], result));
     }
-    detail::judge_boundary(row, diff.levels);
+    detail::judge_boundary(row, diff.levels, diff.significand_bits);
     diff.boundaries.push_back(std::move(row));
   }
   if (!options.sweep_orders.empty()) diff.sweep = run_sweep(scenario, options);
@@ -267,13 +262,18 @@ std::optional<std::size_t> find_boundary(const PrecisionDiff& diff, std::string_
   return found;
 }
 
-std::optional<std::size_t> default_heatmap_boundary(const PrecisionDiff& diff) {
-  std::optional<std::size_t> best;
-  for (std::size_t b = 0; b < diff.boundaries.size(); ++b) {
-    const double gap = diff.boundaries[b].gap.front().normwise;
-    if (gap > 0 && (!best || gap > diff.boundaries[*best].gap.front().normwise)) best = b;
+std::optional<std::size_t> first_divergent_boundary(const PrecisionDiff& diff) {
+  for (Verdict wanted : {Verdict::bug, Verdict::ill_conditioned_noise}) {
+    for (std::size_t b = 0; b < diff.boundaries.size(); ++b) {
+      if (diff.boundaries[b].verdict == wanted) return b;
+    }
   }
-  return best;
+  for (std::size_t b = 0; b < diff.boundaries.size(); ++b) {
+    for (const LevelGap& gap : diff.boundaries[b].gap) {
+      if (!gap.normwise.is_zero()) return b;
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace shardsim

@@ -13,21 +13,18 @@ namespace shardsim {
 
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
 // |s - d| for two IEEE values of one type (inf when either is NaN or they are different infs).
 template <typename F>
-double ieee_gap(F s, F d) {
-  if (std::isnan(s) || std::isnan(d)) return kInf;
-  if (std::isinf(s) || std::isinf(d)) return s == d ? 0.0 : kInf;
-  return std::fabs(static_cast<double>(s) - static_cast<double>(d));
+Magnitude ieee_gap(F s, F d) {
+  if (std::isnan(s) || std::isnan(d)) return Magnitude::infinity();
+  if (std::isinf(s) || std::isinf(d)) return s == d ? Magnitude() : Magnitude::infinity();
+  return Magnitude::of(static_cast<double>(s) - static_cast<double>(d));
 }
 
 // The gap of one global element given the contributions (rank, local flat) the placement maps to
 // it: a Partial sum is formed in rank order in the level's type (as the comparator does); a
 // Replicate element counts its worst rank.
-double element_gap(const Precision& level, unsigned bits, const CapturedBoundary& c, bool partial,
+Magnitude element_gap(const Precision& level, unsigned bits, const CapturedBoundary& c, bool partial,
                    const std::vector<std::pair<int, std::int64_t>>& from, std::int64_t global) {
   if (partial) {
     switch (level.kind) {
@@ -54,17 +51,17 @@ double element_gap(const Precision& level, unsigned bits, const CapturedBoundary
       }
     }
   }
-  double worst = 0;
+  Magnitude worst;
   for (const auto& [rank, local] : from) {
     const std::size_t l = static_cast<std::size_t>(local);
     const std::size_t g = static_cast<std::size_t>(global);
-    double gap = 0;
+    Magnitude gap;
     switch (level.kind) {
       case ScalarKind::f32: gap = ieee_gap(c.ranks[rank].f32[l], c.dense.f32[g]); break;
       case ScalarKind::f64: gap = ieee_gap(c.ranks[rank].f64[l], c.dense.f64[g]); break;
       case ScalarKind::mp: gap = detail::mp_abs_gap({&c.ranks[rank].exact[l]}, c.dense.exact[g], bits); break;
     }
-    worst = std::max(worst, gap);
+    worst = max(worst, gap);
   }
   return worst;
 }
@@ -158,7 +155,7 @@ Heatmap make_heatmap(const PrecisionDiff& diff, std::size_t level, std::size_t b
   // The element at (row, col) is the global element whose index on the column axis is col and
   // whose other indices, in order, flatten to row.
   const auto from = holders(entry);
-  map.values.assign(static_cast<std::size_t>(global.numel()), kNaN);
+  map.values.assign(static_cast<std::size_t>(global.numel()), Magnitude::nan());
   for (std::int64_t g = 0; g < global.numel(); ++g) {
     const std::vector<std::int64_t> index = unflatten(global, g);
     std::int64_t row = 0;

@@ -34,6 +34,48 @@ std::string cell(double v) {
   return buf;
 }
 
+std::string cell(const Magnitude& v) { return v.sci(); }
+
+// A Magnitude in JSON: a number when it is 0 or a normal double; beyond the double range (mp
+// gaps below 2^-1022) a string in scientific notation with 17 significant digits; "inf", "nan".
+Json magnitude_json(const Magnitude& v) {
+  if (v.is_nan()) return "nan";
+  if (!v.is_finite()) return "inf";
+  if (v.is_zero()) return 0.0;
+  if (v.exponent() > -1021 && v.exponent() <= 1024) return v.to_double();
+  return v.sci(16);
+}
+
+// "   verdict: noise (why ...)" wrapped at 100 columns, continuation lines indented.
+std::string verdict_line(const BoundaryDiff& b) {
+  std::string text = std::string("   verdict: ") + verdict_name(b.verdict);
+  if (b.why.empty()) return text + "\n";
+  std::string out;
+  std::istringstream words(" (" + b.why + ")");
+  for (std::string word; words >> word;) {
+    if (text.size() + 1 + word.size() > 100) {
+      out += text + "\n";
+      text = "      " + word;
+    } else {
+      text += " " + word;
+    }
+  }
+  return out + text + "\n";
+}
+
+Json trend_json(const PrecisionDiff& diff, const BoundaryDiff& b) {
+  const TrendFit& t = b.trend;
+  Json fitted = Json::array();
+  for (std::size_t l : t.fitted) fitted.push_back(diff.levels[l].name());
+  auto optional_number = [](const std::optional<double>& v) { return v ? Json(*v) : Json(nullptr); };
+  return Json{{"fitted_levels", fitted},
+              {"slope", optional_number(t.slope)},
+              {"intercept", optional_number(t.intercept)},
+              {"vanishes", t.vanishes},
+              {"condition_level", t.condition_level ? Json(diff.levels[*t.condition_level].name()) : Json(nullptr)},
+              {"log2_condition", t.condition_level ? Json(t.log2_condition) : Json(nullptr)}};
+}
+
 Json shape_json(const Shape& shape) {
   Json out = Json::object();
   for (const Axis& axis : shape.axes()) out[axis.name] = axis.extent;
@@ -51,9 +93,11 @@ std::string format_precision_diff(const PrecisionDiff& diff) {
       << "-bit significand), reduce order " << reduce_order_name(diff.reduce_order) << "\n"
       << "error vs top: each level's oracle value against the top value rounded once to the\n"
       << "level's type (ulp in that type); gap: sharded vs dense at the level (normwise = "
-         "max_abs/max|d|)\n";
+         "max_abs/max|d|)\n"
+      << "verdict: the trend of log2(normwise gap) against the levels' significand bits (rounding\n"
+      << "noise falls one bit per bit: slope -1; a bug stays flat: slope 0; see README)\n";
   char line[160];
-  std::map<std::string, int> counts;
+  std::map<Verdict, int> counts;
   for (const BoundaryDiff& b : diff.boundaries) {
     const TraceEntry& e = b.entry;
     ++counts[b.verdict];
@@ -73,10 +117,16 @@ std::string format_precision_diff(const PrecisionDiff& diff) {
                     cell(gap.normwise).c_str(), ulp_cell(gap.max_ulp).c_str());
       out << line;
     }
-    out << "   verdict: " << b.verdict << (b.why.empty() ? "" : " (" + b.why + ")") << "\n";
+    out << verdict_line(b);
   }
-  out << "\nverdicts: " << counts["exact"] << " exact, " << counts["noise"] << " noise, "
-      << counts["bug"] << " bug, " << counts["n/a"] << " n/a\n";
+  out << "\nverdicts: " << counts[Verdict::exact] << " exact, " << counts[Verdict::noise] << " noise, "
+      << counts[Verdict::ill_conditioned_noise] << " ill-conditioned noise, " << counts[Verdict::bug]
+      << " bug, " << counts[Verdict::undetermined] << " undetermined, "
+      << counts[Verdict::not_applicable] << " n/a\n";
+  if (diff.levels.size() < kMinTrendLevels) {
+    out << "(a trend needs at least " << kMinTrendLevels << " levels: boundaries with a gap are "
+        << "undetermined; add e.g. mp128)\n";
+  }
   if (diff.sweep) {
     const OrderSweep& s = *diff.sweep;
     out << "\nreduce-order sweep over";
@@ -114,14 +164,15 @@ std::string precision_diff_json(const PrecisionDiff& diff) {
       const LevelGap& gap = b.gap[l];
       per_level.push_back(Json{
           {"precision", diff.levels[l].name()},
-          {"error_vs_top", Json{{"max_abs", json_metric(err.max_abs)},
-                                {"max_rel", json_metric(err.max_rel)},
+          {"error_vs_top", Json{{"max_abs", magnitude_json(err.max_abs)},
+                                {"max_rel", magnitude_json(err.max_rel)},
                                 {"max_ulp", json_metric(err.max_ulp)}}},
           {"gap", Json{{"status", status_name(gap.status)},
-                       {"max_abs", json_metric(gap.max_abs)},
-                       {"max_rel", json_metric(gap.max_rel)},
+                       {"max_abs", magnitude_json(gap.max_abs)},
+                       {"max_rel", magnitude_json(gap.max_rel)},
                        {"max_ulp", json_metric(gap.max_ulp)},
-                       {"normwise", json_metric(gap.normwise)}}}});
+                       {"normwise", magnitude_json(gap.normwise)},
+                       {"log2_normwise", json_metric(gap.normwise.log2())}}}});
     }
     boundaries.push_back(Json{{"id", e.id},
                               {"step", e.step},
@@ -132,8 +183,9 @@ std::string precision_diff_json(const PrecisionDiff& diff) {
                               {"global_shape", shape_json(e.global)},
                               {"placement", e.layout.str()},
                               {"exact_claimed", e.exact},
-                              {"verdict", b.verdict},
+                              {"verdict", verdict_name(b.verdict)},
                               {"why", b.why},
+                              {"trend", trend_json(diff, b)},
                               {"levels", per_level}});
   }
   Json sweep = nullptr;
@@ -164,7 +216,9 @@ std::string precision_diff_json(const PrecisionDiff& diff) {
             {"levels", levels},
             {"top", diff.levels[top].name()},
             {"reduce_order", reduce_order_name(diff.reduce_order)},
-            {"noise_bound", default_rtol(diff.levels[top])},
+            {"trend_rule", Json{{"min_levels", kMinTrendLevels},
+                                {"noise_slope_max", kNoiseSlopeMax},
+                                {"ill_conditioned_log2", kIllConditionedLog2}}},
             {"boundaries", boundaries},
             {"reduce_order_sweep", sweep}};
   return root.dump(2) + "\n";

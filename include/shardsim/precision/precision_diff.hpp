@@ -8,13 +8,16 @@
 //                  in L's own type (ordered-integer mapping for f32/f64; |e| / ulp(ref) at mp).
 //                  A boundary without an oracle value uses the ranks' values instead.
 //   gap            the comparator's sharded-vs-dense metrics at L; `normwise` = max_abs / max|d|.
-// Verdict:
+//                  At mp levels max_abs, max_rel and normwise are recomputed exactly from the
+//                  captured values (the comparator's doubles underflow below 2^-1074).
+// Metrics that can go below the double range are Magnitudes (mantissa * 2^exponent).
+// Verdict, in this order:
+//   n/a     the boundary has no oracle counterpart;
 //   exact   bitwise equal at every level;
-//   noise   the gap at T is at most 2^(16 - bits(T)) (normwise): whatever gap the lower levels
-//           show shrinks away with precision (the explanation says from what to what);
-//   bug     the gap persists at T (above that bound), or at some level the boundary claims
-//           exactness there (its inputs matched bitwise) and is not bitwise equal;
-//   n/a     the boundary has no oracle counterpart.
+//   bug     at some level the boundary claims exactness there (its inputs matched bitwise) and is
+//           not bitwise equal, or a sharded value is not finite where the oracle is;
+//   otherwise the trend of the gap along the ladder decides (precision/trend_fit.hpp):
+//   noise, ill-conditioned noise, bug or undetermined.
 //
 // The reduce-order sweep reruns the scenario at f32 and f64 once per reduce order and reports,
 // per boundary, how far the sharded values move from those of the first order listed (max ULP
@@ -27,6 +30,8 @@
 #include <vector>
 
 #include "shardsim/compare/compare.hpp"
+#include "shardsim/precision/magnitude.hpp"
+#include "shardsim/precision/trend_fit.hpp"
 
 namespace shardsim {
 
@@ -37,17 +42,17 @@ struct PrecisionDiffOptions {
 };
 
 struct LevelMetrics {
-  double max_abs = 0;
-  double max_rel = 0;
+  Magnitude max_abs;
+  Magnitude max_rel;
   double max_ulp = 0;
 };
 
 struct LevelGap {
   Status status = Status::unchecked;
-  double max_abs = 0;
-  double max_rel = 0;
+  Magnitude max_abs;
+  Magnitude max_rel;
   double max_ulp = 0;
-  double normwise = 0;  // max_abs / max|dense| (0 when both are 0, inf when only max|d| is 0)
+  Magnitude normwise;  // max_abs / max|dense| (0 when both are 0, inf when only max|d| is 0)
   // The boundary claims bitwise equality at this level (a claim holds only while its inputs
   // matched bitwise at this level, so it can differ between levels).
   bool exact_claimed = false;
@@ -57,8 +62,9 @@ struct BoundaryDiff {
   TraceEntry entry;
   std::vector<LevelMetrics> error;  // per level, in PrecisionDiff::levels order
   std::vector<LevelGap> gap;        // per level
-  std::string verdict;              // "exact", "noise", "bug", "n/a"
-  std::string why;                  // one line for noise and bug
+  Verdict verdict = Verdict::not_applicable;
+  std::string why;                  // one line, except for exact and n/a
+  TrendFit trend;                   // the fit over the levels' normwise gaps
 };
 
 struct OrderSweepRow {
@@ -104,7 +110,7 @@ struct Heatmap {
   std::string column_axis;  // "hidden"
   std::int64_t rows = 0;
   std::int64_t columns = 0;
-  std::vector<double> values;            // rows * columns, row-major; NaN where not compared
+  std::vector<Magnitude> values;         // rows * columns, row-major; NaN where not compared
   std::vector<std::int64_t> row_edges;     // a line above these rows
   std::vector<std::int64_t> column_edges;  // a line left of these columns
   std::vector<std::string> row_labels;     // "b0 s12"
@@ -113,22 +119,39 @@ struct Heatmap {
 // The boundary named by "#ID", "ID" or a tensor name (its last boundary in the first step);
 // nullopt when none matches.
 std::optional<std::size_t> find_boundary(const PrecisionDiff& diff, std::string_view selector);
-// The boundary with the largest normwise gap at the lowest level (nullopt when none has a gap).
-std::optional<std::size_t> default_heatmap_boundary(const PrecisionDiff& diff);
+// The first divergent boundary, in trace order: the first `bug`; without one, the first
+// `ill-conditioned noise`; without one, the first boundary with a nonzero gap at some level
+// (nullopt when none has a gap). The HTML report opens on it.
+std::optional<std::size_t> first_divergent_boundary(const PrecisionDiff& diff);
 Heatmap make_heatmap(const PrecisionDiff& diff, std::size_t level, std::size_t boundary);
 
 namespace detail {
-// Sets diff.verdict and diff.why from diff.gap (levels ascending by bits).
-void judge_boundary(BoundaryDiff& diff, const std::vector<Precision>& levels);
+// Sets diff.verdict, diff.why and diff.trend from diff.gap. REQUIRES: levels ascending by
+// `bits` (the significand bits each level ran with), one entry per level.
+void judge_boundary(BoundaryDiff& diff, const std::vector<Precision>& levels,
+                    const std::vector<unsigned>& bits);
 
 // Exact mp arithmetic on captured "%Ra" texts (precision/diff_mp.cpp).
 // Level values against the top values rounded once to `level_bits` significand bits.
 LevelMetrics mp_level_error(const std::vector<std::string>& level,
                             const std::vector<std::string>& top, unsigned level_bits,
                             unsigned top_bits);
-// |sum(addends, in order, each addition rounded to `bits`) - dense|, rounded to double.
-double mp_abs_gap(const std::vector<const std::string*>& addends, const std::string& dense,
-                  unsigned bits);
+// |sum(addends, in order, each addition rounded to `bits`) - dense|, exact to 53 bits.
+Magnitude mp_abs_gap(const std::vector<const std::string*>& addends, const std::string& dense,
+                     unsigned bits);
+
+// One element the comparator checks: its dense flat index and the (rank, local flat) addends it
+// sums in rank order (one, unless the layout has Partial dims).
+struct CompareSite {
+  std::int64_t global = 0;
+  std::vector<std::pair<int, std::int64_t>> addends;
+};
+// Every element the comparator visits for this boundary, in its order (compare.hpp).
+std::vector<CompareSite> compare_sites(const TraceEntry& entry);
+// The gap of an mp level recomputed exactly from captured texts: max_abs, max_rel and normwise
+// as the comparator defines them (NaN never matches; an infinity only the same infinity).
+LevelGap mp_exact_gap(const CapturedBoundary& captured, const std::vector<CompareSite>& sites,
+                      unsigned bits);
 }  // namespace detail
 
 }  // namespace shardsim

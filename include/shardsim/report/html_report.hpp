@@ -1,14 +1,18 @@
 // The self-contained HTML report of shardsim precision: inline CSS and SVG only (no scripts, no
 // fonts, no network), so it opens anywhere and can be archived as one file.
-//   - a verdict table per boundary (the terminal table's content);
-//   - per boundary, a plot of error vs precision level (log10 scale): each level's max relative
-//     error against the top level, and the sharded-vs-dense gap (normwise);
-//   - heatmaps of |sharded - dense| over (token, hidden) for a chosen boundary, one per level,
-//     with the rank-shard edges drawn as black lines, so an off-by-one at a shard edge shows as a
-//     bright band next to a line;
+//   - first, the boundary it opens on (`opened`: the first divergent one by default, see
+//     first_divergent_boundary): its verdict and why, its chart and `heatmaps`, the heatmaps of
+//     |sharded - dense| over (token, hidden) for that boundary, one per level, with the
+//     rank-shard edges drawn as black lines, so an off-by-one at a shard edge shows as a bright
+//     band next to a line;
+//   - a verdict table per boundary (gaps, fitted slope, log2 condition, verdict);
+//   - per boundary, a chart of error vs precision level (log10 scale, one axis range for all,
+//     covering every value plotted): each level's max relative error against the top level, the
+//     sharded-vs-dense gap (normwise), the fitted trend and its slope;
 //   - the reduce-order sweep, when it ran.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +20,8 @@
 
 namespace shardsim {
 
-std::string precision_html(const PrecisionDiff& diff, const std::vector<Heatmap>& heatmaps);
+// REQUIRES: opened < diff.boundaries.size() when given.
+std::string precision_html(const PrecisionDiff& diff, std::optional<std::size_t> opened,
+                           const std::vector<Heatmap>& heatmaps);
 
 }  // namespace shardsim
