@@ -150,6 +150,13 @@ TEST_CASE("trend: fewer than three levels cannot read a trend", "[precision]") {
   CHECK(judged(ladder({{257, -10.0}})).verdict == Verdict::undetermined);
 }
 
+TEST_CASE("trend: no level with a gap is noise, not an abort", "[precision]") {
+  // -0 against +0 is not bitwise equal but measures no gap at any level.
+  const auto zeros = ladder({{24, std::nullopt}, {53, std::nullopt}, {128, std::nullopt}});
+  CHECK(fit_trend(zeros).fitted.empty());
+  CHECK(judged(zeros).verdict == Verdict::noise);
+}
+
 TEST_CASE("trend: the definite rules come before the trend", "[precision]") {
   const std::vector<Precision> lv = {parse_precision("f32"), parse_precision("f64"), parse_precision("mp256")};
   const std::vector<unsigned> bits = {24, 53, 257};

@@ -83,8 +83,10 @@ TrendFit fit_trend(const std::vector<LadderPoint>& points) {
 }
 
 TrendVerdict judge_trend(const std::vector<LadderPoint>& points, const TrendFit& fit) {
-  SHARDSIM_ASSERT(!fit.fitted.empty(), "judge_trend needs a level with a nonzero finite gap");
   const LadderPoint& top = points.back();
+  if (fit.fitted.empty()) {  // not bitwise equal somewhere, yet no level measures a gap
+    return {Verdict::noise, "no level has a nonzero gap (they differ only in the sign of a zero)"};
+  }
   if (points.size() < kMinTrendLevels) {
     return {Verdict::undetermined, std::to_string(points.size()) + " level" +
                                        (points.size() == 1 ? "" : "s") + ": a trend needs at least " +

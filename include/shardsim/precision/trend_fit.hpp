@@ -82,7 +82,8 @@ struct TrendVerdict {
   std::string why;
 };
 
-// The verdict from the fit (see above). REQUIRES: some level has a nonzero finite gap.
+// The verdict from the fit (see above). With no fitted level (every gap 0, though some level is
+// not bitwise equal: -0 against +0), noise.
 TrendVerdict judge_trend(const std::vector<LadderPoint>& points, const TrendFit& fit);
 
 }  // namespace shardsim
