@@ -88,6 +88,26 @@ TEST_CASE("ladder: gaps at mp2048 keep their exponent", "[precision]") {
              .slope == Approx(-1).margin(0.01));
 }
 
+TEST_CASE("ladder: the exact mp gap agrees with the comparator where doubles suffice", "[precision]") {
+  // A dp x tp mesh with Partial, Replicate and sharded boundaries: compare_sites must visit what
+  // the comparator visits. At mp128 the gaps (~1e-38) are normal doubles, so the comparator's
+  // double max_abs and max_rel (|s - d| rounded at mp, then to double) and the exact ones
+  // (rounded once to 53 bits) agree to a double's rounding.
+  const Scenario scenario = source_scenario("mesh_dp_tp_mlp_sequence_parallel.toml");
+  const PrecisionDiff diff = precision_diff(scenario, {levels({"f64", "mp128"}), {}, {}});
+  int compared = 0;
+  for (std::size_t b = 0; b < diff.boundaries.size(); ++b) {
+    const BoundaryResult& run = diff.runs[1].boundaries[b];
+    if (!run.captured->has_dense) continue;
+    const LevelGap& exact = diff.boundaries[b].gap[1];
+    INFO("#" << run.entry.id << " " << run.entry.tensor);
+    CHECK(exact.max_abs.to_double() == Approx(run.max_abs).epsilon(1e-15));
+    CHECK(exact.max_rel.to_double() == Approx(run.max_rel).epsilon(1e-15));
+    compared += run.max_abs > 0;
+  }
+  CHECK(compared > 10);
+}
+
 TEST_CASE("ladder: every seeded fault is a bug at its first divergence, clean twins have none",
           "[precision]") {
   // mp128 as the top keeps this quick; three levels are the fewest that give a trend.
