@@ -28,6 +28,7 @@ import shardsim_golden as sg  # noqa: E402
 LAYERNORM = os.path.join(SOURCE, "scenarios", "layernorm_sequence_sharded.toml")
 TRAIN = os.path.join(SOURCE, "scenarios", "layernorm_train_sequence_sharded.toml")
 STREAM = os.path.join(SOURCE, "scenarios", "attention_stream_cp1.toml")
+ZIGZAG = os.path.join(SOURCE, "scenarios", "attention_sequence_sharded_ulysses.toml")
 
 
 def shardsim(*args):
@@ -50,6 +51,9 @@ class GoldenPythonTest(unittest.TestCase):
         shardsim("run", "--quiet", TRAIN, "--golden", cls.train_dir, "--reference", "mp128",
                  "--dtype", "f64")
         shardsim("run", "--quiet", STREAM, "--precision", "f64", "--golden", cls.stream_dir,
+                 "--reference", "f64", "--dtype", "f64")
+        cls.zigzag_dir = os.path.join(cls.tmp.name, "zigzag")
+        shardsim("run", "--quiet", ZIGZAG, "--precision", "f64", "--golden", cls.zigzag_dir,
                  "--reference", "f64", "--dtype", "f64")
         cls.st = sg.load(cls.st_dir)
         cls.npy = sg.load(cls.npy_dir)
@@ -84,6 +88,18 @@ class GoldenPythonTest(unittest.TestCase):
         self.assertEqual(rank3.array.shape, (2, 1, 16))
         for name in shards:
             t = self.st.tensor(name)
+            np.testing.assert_array_equal(t.array, y[t.global_slices()])
+
+    def test_zigzag_shards_are_their_two_runs_of_the_global_value(self):
+        # 13 tokens over 2 ranks, zigzag: rank 0 holds seq [0:4)+[12:13), rank 1 [4:12)
+        # (README "Placements"); y is exact (ulysses), so each shard equals the global rows.
+        z = sg.load(self.zigzag_dir)
+        y = z.get("s1/c1/y", "f64")
+        rank0 = z.tensor("f64/s1/c1/y@rank0[seq=0:4+12:13]")
+        self.assertEqual((rank0.offset, rank0.runs), ({"seq": 0}, {"seq": [[0, 4], [12, 13]]}))
+        np.testing.assert_array_equal(rank0.array[:, 4, :], y[:, 12, :])
+        for name in z.names("f64/s1/c1/y@rank"):
+            t = z.tensor(name)
             np.testing.assert_array_equal(t.array, y[t.global_slices()])
 
     def test_f32_goldens_are_the_f64_values_rounded_once(self):

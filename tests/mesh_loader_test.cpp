@@ -87,6 +87,12 @@ TEST_CASE("malformed N-D meshes and placements get one located error", "[mesh]")
       {"dims = { dp = 2, tp = 2 }", "{ tp = \"Shard(seq)\" }", "cp", "cp"},
       // LayerNorm on tp needs whole rows of 'hidden' on the other dims.
       {"dims = { dp = 2, tp = 2 }", "{ dp = \"Shard(hidden)\" }", "tp", "needs whole 'hidden'"},
+      // A zigzag share is two runs: no other dim may cut it again (or be cut by it).
+      {"dims = { cp = 2, tp = 2 }", "[\"Shard(seq, zigzag)\", \"Shard(seq)\"]", "tp",
+       "mesh dims 'cp' and 'tp' both shard 'seq', and a zigzag share cannot nest"},
+      {"dims = { cp = 2, tp = 2 }", "{ cp = \"Shard(seq)\", tp = \"Shard(seq, zigzag)\" }", "tp",
+       "cannot nest"},
+      {"ranks = 2", "\"Shard(seq, zigzig)\"", "", "unknown split policy 'zigzig'"},
   };
   for (const Case& c : cases) {
     INFO(c.mesh << " | " << c.placement << " | mesh_dim " << c.mesh_dim);
@@ -125,4 +131,11 @@ to = "Shard(seq)"
   std::string other = text;
   other.replace(other.find("to = \"Shard(seq)\""), 17, "to = \"Shard(batch)\"");
   CHECK_NOTHROW(shardsim::parse_scenario(other, "m.toml"));
+  // A zigzag target on tp under dp's seq pieces would nest a two-run share: refused at `to`.
+  std::string zigzag = text;
+  zigzag.replace(zigzag.find("[\"Replicate\", \"Shard(seq)\"]"), 27, "[\"Shard(seq)\", \"Replicate\"]");
+  zigzag.replace(zigzag.find("mesh_dim = \"dp\""), 15, "mesh_dim = \"tp\"");
+  zigzag.replace(zigzag.find("to = \"Shard(seq)\""), 17, "to = \"Shard(seq, zigzag)\"");
+  CHECK_THROWS_WITH(shardsim::parse_scenario(zigzag, "m.toml"),
+                    Contains("m.toml:") && Contains("steps[0].to") && Contains("cannot nest"));
 }

@@ -178,3 +178,46 @@ TEST_CASE("parse_placement round-trips str() and rejects malformed text", "[plac
   }
   CHECK_THROWS_WITH(parse_placement("Shard(seq, ragged)"), Catch::Contains("ragged"));
 }
+
+TEST_CASE("zigzag split: 2k torch.chunk pieces, rank r holds pieces r and 2k-1-r", "[placement]") {
+  // 13 over 2: 4 pieces of c = ceil(13/4) = 4: [0,4) [4,8) [8,12) [12,13). Rank 0 holds pieces
+  // 0 and 3 = [0,4)+[12,13) (5 tokens); rank 1 pieces 1 and 2 = [4,8)+[8,12), adjacent, so one
+  // run [4,12) (8 tokens).
+  const auto s13 = shard_slices(13, 2, SplitPolicy::zigzag);
+  CHECK(s13[0] == (Slice{0, 4, 5, 12, 13}));
+  CHECK(s13[1] == (Slice{4, 12, 8}));
+  CHECK_FALSE(s13[0].contiguous());
+  CHECK(s13[1].contiguous());
+  // 12 over 3 (PyTorch's divisible case): 6 pieces of 2. Rank 0: pieces 0, 5 = [0,2)+[10,12);
+  // rank 1: pieces 1, 4 = [2,4)+[8,10); rank 2: pieces 2, 3 = [4,6)+[6,8) = [4,8).
+  const auto s12 = shard_slices(12, 3, SplitPolicy::zigzag);
+  CHECK(s12[0] == (Slice{0, 2, 4, 10, 12}));
+  CHECK(s12[1] == (Slice{2, 4, 4, 8, 10}));
+  CHECK(s12[2] == (Slice{4, 8, 4}));
+  // 5 over 4: 8 pieces of 1, the last three empty: [0,1) [1,2) [2,3) [3,4) [4,5) and 3 x [5,5).
+  // Ranks 0..2 hold pieces r and 7-r (empty): [0,1) [1,2) [2,3); rank 3 pieces 3, 4 = [3,5).
+  CHECK(valid_sizes(shard_slices(5, 4, SplitPolicy::zigzag)) == Sizes{1, 1, 1, 2});
+  CHECK(shard_slices(5, 4, SplitPolicy::zigzag)[3] == (Slice{3, 5, 2}));
+  // 0 over 2: everyone empty; 1 over 2: pieces [0,1) then three empty: rank 0 [0,1), rank 1 none.
+  CHECK(valid_sizes(shard_slices(0, 2, SplitPolicy::zigzag)) == Sizes{0, 0});
+  CHECK(valid_sizes(shard_slices(1, 2, SplitPolicy::zigzag)) == Sizes{1, 0});
+}
+
+TEST_CASE("zigzag share: local<->global identity, owner, labels", "[placement]") {
+  const Slice rank0{0, 4, 5, 12, 13};  // 13 over 2, rank 0 (above)
+  CHECK(shardsim::slice_positions(rank0) == Sizes{0, 1, 2, 3, 12});
+  CHECK(shardsim::to_global(rank0, 3) == 3);
+  CHECK(shardsim::to_global(rank0, 4) == 12);
+  CHECK(rank0.holds(12));
+  CHECK_FALSE(rank0.holds(4));
+  const auto s13 = shard_slices(13, 2, SplitPolicy::zigzag);
+  CHECK(shardsim::owner_of(s13, 12) == 0);
+  CHECK(shardsim::owner_of(s13, 8) == 1);
+  CHECK(shardsim::slice_str("seq", rank0) == "seq[0:4)+[12:13)");
+  CHECK(shardsim::slice_label_str(rank0) == "0:4+12:13");
+  CHECK(shardsim::slice_label_str(s13[1]) == "4:12");
+  const Placement zigzag = shardsim::parse_placement("Shard(seq, zigzag)");
+  CHECK(zigzag == Placement::shard("seq", SplitPolicy::zigzag));
+  CHECK(zigzag.str() == "Shard(seq, zigzag)");
+  CHECK(shardsim::local_shape(shardsim::Shape({{"seq", 13}}), zigzag, 2, 0).extent("seq") == 5);
+}

@@ -66,9 +66,11 @@ TEST_CASE("reports are byte-identical under every schedule except for the schedu
           "[scheduler]") {
   const char* scenario_name = GENERATE("layernorm_sequence_sharded.toml", "layernorm_padded.toml",
                                        "layernorm_redistribute.toml",
-                                       // N-D meshes: dp x tp, cp x tp, dp x cp x tp.
+                                       // N-D meshes: dp x tp, cp x tp, dp x cp x tp; the
+                                       // zigzag ring on cp ships blocks and dK/dV by send/recv.
                                        "mesh_dp_tp_mlp_sequence_parallel.toml",
-                                       "mesh_cp_tp_block.toml", "mesh_dp_cp_tp_training.toml");
+                                       "mesh_cp_tp_block.toml", "mesh_dp_cp_tp_training.toml",
+                                       "mesh_cp_tp_zigzag_training.toml");
   INFO(scenario_name);
   const shardsim::Scenario scenario = shardsim::load_scenario(scenario_path(scenario_name));
   std::string reference;

@@ -39,6 +39,7 @@ const std::vector<Placement>& all_placements() {
       Placement::shard("seq"),    Placement::shard("seq", SplitPolicy::balanced),
       Placement::shard("seq", SplitPolicy::padded), Placement::shard("hidden"),
       Placement::replicate(),     Placement::partial(),
+      Placement::shard("seq", SplitPolicy::zigzag), Placement::shard("hidden", SplitPolicy::zigzag),
   };
   return placements;
 }

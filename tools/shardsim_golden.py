@@ -131,6 +131,8 @@ class GoldenTensor:
         self.rank = info["rank"]            # the shard's rank, None for a global value
         self.slice = info["slice"]          # "seq=12:13", "replicate", "partial"; None if global
         self.offset = dict(info["offset"])  # global offset per sharded axis (shards)
+        # zigzag shares: {axis: [[begin, end], [begin, end]]}, the two runs in local order
+        self.runs = dict(info.get("runs", {}))
         self.placement = info["placement"]
         self.global_shape = dict(info["global_shape"])
         self.boundary = dict(info["boundary"])
@@ -140,13 +142,19 @@ class GoldenTensor:
         self.params = boundary_params
 
     def global_slices(self):
-        """Index tuple that cuts this shard's valid part out of the global tensor."""
+        """Index that cuts this shard's valid part out of the global tensor: a tuple of slices,
+        or for a zigzag shard (two runs on an axis) an np.ix_ of index arrays, in local order."""
         out = []
         for axis, extent in zip(self.axes, self.array.shape):
+            if axis in self.runs:
+                out.append(np.concatenate([np.arange(b, e) for b, e in self.runs[axis]]))
+                continue
             begin = self.offset.get(axis, 0)
             end = min(begin + extent, self.global_shape.get(axis, begin + extent))
             out.append(slice(begin, end))
-        return tuple(out)
+        if not self.runs:
+            return tuple(out)
+        return np.ix_(*[np.arange(s.start, s.stop) if isinstance(s, slice) else s for s in out])
 
     def __repr__(self):
         return f"GoldenTensor({self.name!r}, {self.dtype}, {dict(zip(self.axes, self.array.shape))})"

@@ -47,7 +47,8 @@ DistTensor<T> make_dist(std::string name, const Shape& global, const Layout& lay
 }
 
 // Copies every element whose global position lies in both boxes. A box gives, per axis of the
-// tensors, the global slice a local tensor holds (its valid positions are local [0, valid)).
+// tensors, the global slice a local tensor holds (its valid positions are local [0, valid),
+// mapped by to_global: one run, or two for a zigzag share).
 // REQUIRES: both tensors and boxes name the same axes in the same order.
 template <typename T>
 void copy_overlap(const Tensor<T>& src, const std::vector<Slice>& src_box, Tensor<T>& dst,
@@ -79,7 +80,7 @@ void for_each_valid(const Shape& local, const std::vector<Slice>& box, const Sha
     std::int64_t global_flat = 0;
     for (std::size_t a = 0; a < axes; ++a) {
       local_flat = local_flat * local[a].extent + index[a];
-      global_flat = global_flat * global[a].extent + box[a].begin + index[a];
+      global_flat = global_flat * global[a].extent + to_global(box[a], index[a]);
     }
     f(local_flat, global_flat);
     std::size_t a = axes;
@@ -134,23 +135,19 @@ DistTensor<T> distribute(std::string name, const Tensor<T>& global, const Layout
   return out;
 }
 
+namespace detail {
+
+// Per axis of a copy: where one overlapping run starts in each local tensor, and its length.
+struct OverlapRun {
+  std::int64_t src_at = 0;
+  std::int64_t dst_at = 0;
+  std::int64_t count = 0;
+};
+
+// Copies the block whose per-axis runs are `runs` (one per axis) from src to dst.
 template <typename T>
-void copy_overlap(const Tensor<T>& src, const std::vector<Slice>& src_box, Tensor<T>& dst,
-                  const std::vector<Slice>& dst_box) {
-  const std::size_t axes = src_box.size();
-  SHARDSIM_ASSERT(
-      dst_box.size() == axes && src.shape().rank() == axes && dst.shape().rank() == axes,
-      "copy_overlap: boxes and tensors name the same axes");
-  // Per axis: the overlapping global range [lo, hi) and where it starts in each local tensor.
-  std::vector<std::int64_t> count(axes), src_at(axes), dst_at(axes);
-  for (std::size_t a = 0; a < axes; ++a) {
-    const std::int64_t lo = std::max(src_box[a].begin, dst_box[a].begin);
-    const std::int64_t hi = std::min(src_box[a].end, dst_box[a].end);
-    if (hi <= lo) return;
-    count[a] = hi - lo;
-    src_at[a] = lo - src_box[a].begin;
-    dst_at[a] = lo - dst_box[a].begin;
-  }
+void copy_block(const Tensor<T>& src, Tensor<T>& dst, const std::vector<OverlapRun>& runs) {
+  const std::size_t axes = runs.size();
   if (axes == 0) {
     dst[0] = src[0];
     return;
@@ -163,21 +160,62 @@ void copy_overlap(const Tensor<T>& src, const std::vector<Slice>& src_box, Tenso
   }
   std::vector<std::int64_t> index(axes, 0);  // over the outer axes; the last is the run
   while (true) {
-    std::int64_t s = src_at[axes - 1];
-    std::int64_t d = dst_at[axes - 1];
+    std::int64_t s = runs[axes - 1].src_at;
+    std::int64_t d = runs[axes - 1].dst_at;
     for (std::size_t a = 0; a + 1 < axes; ++a) {
-      s += (src_at[a] + index[a]) * src_stride[a];
-      d += (dst_at[a] + index[a]) * dst_stride[a];
+      s += (runs[a].src_at + index[a]) * src_stride[a];
+      d += (runs[a].dst_at + index[a]) * dst_stride[a];
     }
-    for (std::int64_t i = 0; i < count[axes - 1]; ++i) dst[d + i] = src[s + i];
+    for (std::int64_t i = 0; i < runs[axes - 1].count; ++i) dst[d + i] = src[s + i];
     std::size_t a = axes - 1;
     while (a > 0) {
       --a;
-      if (++index[a] < count[a]) break;
+      if (++index[a] < runs[a].count) break;
       index[a] = 0;
       if (a == 0) return;
     }
     if (axes == 1) return;
+  }
+}
+
+}  // namespace detail
+
+template <typename T>
+void copy_overlap(const Tensor<T>& src, const std::vector<Slice>& src_box, Tensor<T>& dst,
+                  const std::vector<Slice>& dst_box) {
+  const std::size_t axes = src_box.size();
+  SHARDSIM_ASSERT(
+      dst_box.size() == axes && src.shape().rank() == axes && dst.shape().rank() == axes,
+      "copy_overlap: boxes and tensors name the same axes");
+  // Per axis: every overlap of a source run with a destination run (a zigzag share has two
+  // runs, any other one), as local starts and a length.
+  std::vector<std::vector<detail::OverlapRun>> overlaps(axes);
+  for (std::size_t a = 0; a < axes; ++a) {
+    for (const SliceRun& from : slice_runs(src_box[a])) {
+      for (const SliceRun& to : slice_runs(dst_box[a])) {
+        const std::int64_t lo = std::max(from.begin, to.begin);
+        const std::int64_t hi = std::min(from.end, to.end);
+        if (hi > lo) {
+          overlaps[a].push_back({from.local + lo - from.begin, to.local + lo - to.begin, hi - lo});
+        }
+      }
+    }
+    if (overlaps[a].empty()) return;
+  }
+  // Every combination of one overlap per axis is one block.
+  std::vector<std::size_t> pick(axes, 0);
+  std::vector<detail::OverlapRun> block(axes);
+  while (true) {
+    for (std::size_t a = 0; a < axes; ++a) block[a] = overlaps[a][pick[a]];
+    detail::copy_block(src, dst, block);
+    std::size_t a = axes;
+    while (a > 0) {
+      --a;
+      if (++pick[a] < overlaps[a].size()) break;
+      pick[a] = 0;
+      if (a == 0) return;
+    }
+    if (axes == 0) return;
   }
 }
 

@@ -11,12 +11,42 @@ std::string_view split_name(SplitPolicy split) {
     case SplitPolicy::chunk: return "chunk";
     case SplitPolicy::balanced: return "balanced";
     case SplitPolicy::padded: return "padded";
+    case SplitPolicy::zigzag: return "zigzag";
   }
   return "?";
 }
 
+namespace {
+
+// Rank r of k holds torch.chunk pieces r and 2k-1-r of 2k (placement.hpp); adjacent runs merge
+// and an empty run is dropped, so a share is two runs only when there is a gap between them.
+std::vector<Slice> zigzag_slices(std::int64_t extent, int ranks) {
+  const std::vector<Slice> pieces = shard_slices(extent, 2 * ranks, SplitPolicy::chunk);
+  std::vector<Slice> slices(static_cast<std::size_t>(ranks));
+  for (std::size_t r = 0; r < slices.size(); ++r) {
+    const Slice& first = pieces[r];
+    const Slice& second = pieces[pieces.size() - 1 - r];
+    Slice& share = slices[r];
+    share = {first.begin, first.end, first.valid() + second.valid()};
+    if (second.valid() == 0) continue;
+    if (first.valid() == 0) {
+      share.begin = second.begin;
+      share.end = second.end;
+    } else if (second.begin == first.end) {
+      share.end = second.end;
+    } else {
+      share.second_begin = second.begin;
+      share.second_end = second.end;
+    }
+  }
+  return slices;
+}
+
+}  // namespace
+
 std::vector<Slice> shard_slices(std::int64_t extent, int ranks, SplitPolicy split) {
   SHARDSIM_ASSERT(extent >= 0 && ranks >= 1, "shard_slices domain");
+  if (split == SplitPolicy::zigzag) return zigzag_slices(extent, ranks);
   std::vector<Slice> slices(static_cast<std::size_t>(ranks));
   const std::int64_t k = ranks;
   if (split == SplitPolicy::balanced) {
@@ -72,7 +102,7 @@ bool is_axis_name(std::string_view s) {
 Placement parse_placement(std::string_view text) {
   const std::string_view s = trim(text);
   const std::string usage =
-      "expected Replicate, Partial(sum), Shard(AXIS) or Shard(AXIS, chunk|balanced|padded)";
+      "expected Replicate, Partial(sum), Shard(AXIS) or Shard(AXIS, chunk|balanced|padded|zigzag)";
   if (s == "Replicate") return Placement::replicate();
   if (s == "Partial(sum)" || s == "Partial") return Placement::partial();
   if (s.size() > 7 && s.substr(0, 6) == "Shard(" && s.back() == ')') {
@@ -88,9 +118,11 @@ Placement parse_placement(std::string_view text) {
         split = SplitPolicy::balanced;
       } else if (policy == "padded") {
         split = SplitPolicy::padded;
+      } else if (policy == "zigzag") {
+        split = SplitPolicy::zigzag;
       } else {
         throw InputError("placement " + quote(std::string(s)) + ": unknown split policy '" +
-                         std::string(policy) + "' (known: chunk, balanced, padded)");
+                         std::string(policy) + "' (known: chunk, balanced, padded, zigzag)");
       }
     }
     axis = trim(axis);
@@ -110,9 +142,27 @@ Shape local_shape(const Shape& global, const Placement& placement, int ranks, in
                             rank_slice(global, placement, ranks, rank).local_extent);
 }
 
+std::vector<SliceRun> slice_runs(const Slice& slice) {
+  std::vector<SliceRun> runs;
+  if (slice.first_valid() > 0) runs.push_back({slice.begin, slice.end, 0});
+  if (!slice.contiguous()) {
+    runs.push_back({slice.second_begin, slice.second_end, slice.first_valid()});
+  }
+  return runs;
+}
+
+std::vector<std::int64_t> slice_positions(const Slice& slice) {
+  std::vector<std::int64_t> out;
+  out.reserve(static_cast<std::size_t>(slice.valid()));
+  for (const SliceRun& run : slice_runs(slice)) {
+    for (std::int64_t g = run.begin; g < run.end; ++g) out.push_back(g);
+  }
+  return out;
+}
+
 int owner_of(const std::vector<Slice>& slices, std::int64_t global) {
   for (std::size_t r = 0; r < slices.size(); ++r) {
-    if (global >= slices[r].begin && global < slices[r].end) return static_cast<int>(r);
+    if (slices[r].holds(global)) return static_cast<int>(r);
   }
   SHARDSIM_ASSERT(false, "global position owned by no rank");
   return -1;
@@ -121,6 +171,18 @@ int owner_of(const std::vector<Slice>& slices, std::int64_t global) {
 std::string slice_str(std::string_view axis, const Slice& slice) {
   std::string out = std::string(axis) + "[" + std::to_string(slice.begin) + ":" +
                     std::to_string(slice.end) + ")";
+  if (!slice.contiguous()) {
+    out += "+[" + std::to_string(slice.second_begin) + ":" + std::to_string(slice.second_end) + ")";
+  }
+  if (slice.pad() > 0) out += "+" + std::to_string(slice.pad()) + "pad";
+  return out;
+}
+
+std::string slice_label_str(const Slice& slice) {
+  std::string out = std::to_string(slice.begin) + ":" + std::to_string(slice.end);
+  if (!slice.contiguous()) {
+    out += "+" + std::to_string(slice.second_begin) + ":" + std::to_string(slice.second_end);
+  }
   if (slice.pad() > 0) out += "+" + std::to_string(slice.pad()) + "pad";
   return out;
 }
@@ -158,6 +220,22 @@ bool Layout::shards(std::string_view axis) const {
     if (p.is_shard() && p.axis == axis) return true;
   }
   return false;
+}
+
+std::string Layout::problem(const Mesh& mesh) const {
+  for (std::size_t d = 0; d < dims.size(); ++d) {
+    const Placement& p = dims[d];
+    if (!p.is_shard() || p.split != SplitPolicy::zigzag) continue;
+    for (std::size_t e = 0; e < dims.size(); ++e) {
+      if (e != d && dims[e].is_shard() && dims[e].axis == p.axis) {
+        const int first = static_cast<int>(std::min(d, e)), second = static_cast<int>(std::max(d, e));
+        return "mesh dims '" + mesh.dim(first).name + "' and '" + mesh.dim(second).name +
+               "' both shard '" + p.axis + "', and a zigzag share cannot nest with another (shard '" +
+               p.axis + "' on one dim only)";
+      }
+    }
+  }
+  return "";
 }
 
 std::string Layout::str() const {
@@ -205,6 +283,11 @@ Slice axis_slice(const Shape& global, const Layout& layout, const Mesh& mesh, in
     // Split the current local extent; positions past the current valid count are padding.
     const Slice piece =
         shard_slices(share.local_extent, mesh.dim(d).size, p.split)[mesh.coord(rank, d)];
+    if (p.split == SplitPolicy::zigzag || !share.contiguous()) {
+      SHARDSIM_ASSERT(share == (Slice{0, extent, extent}), "a zigzag share does not nest");
+      share = piece;
+      continue;
+    }
     const std::int64_t valid = share.valid();
     share = {share.begin + std::min(piece.begin, valid), share.begin + std::min(piece.end, valid),
              piece.local_extent};

@@ -83,14 +83,12 @@ Finding shard_edge_gap(const Observed& o) {
   const std::string& axis = placement_1d(o.entry).axis;
   const std::int64_t extent = o.entry.global.extent(axis);
   std::set<std::int64_t> edges;  // positions next to an edge between two non-empty shards
-  bool seen = false;
   for (const Slice& slice : slices_of(o)) {
-    if (slice.valid() == 0) continue;
-    if (seen) {
-      edges.insert(slice.begin - 1);
-      edges.insert(slice.begin);
+    for (const SliceRun& run : slice_runs(slice)) {  // a zigzag share has two runs
+      if (run.begin == 0) continue;
+      edges.insert(run.begin - 1);
+      edges.insert(run.begin);
     }
-    seen = true;
   }
   std::set<std::int64_t> bad;
   for (const Held& h : held_elements(o)) {

@@ -57,7 +57,12 @@ ElementReport locate(const GoldenInfo& info, std::int64_t flat) {
   for (std::size_t a = 0; a < local.size(); ++a) {
     std::int64_t global = local[a];
     auto offset = info.offset.find(info.axes[a]);
-    if (offset != info.offset.end()) global += offset->second;
+    if (offset != info.offset.end()) {
+      // A shard's local index through its share (two runs for zigzag), padding past them.
+      const Slice share =
+          axis_slice(info.global_shape, info.layout, *info.mesh, info.rank, info.axes[a]);
+      global = is_pad(share, global) ? offset->second + global : to_global(share, global);
+    }
     const auto extent = info.global_shape.find(info.axes[a]);
     if (extent && global >= info.global_shape[*extent].extent) padding = true;
     out.index.emplace_back(info.axes[a], global);
@@ -79,7 +84,7 @@ ElementReport locate(const GoldenInfo& info, std::int64_t flat) {
       for (const auto& [name, i] : out.index) {
         if (!info.global_shape.has(name)) continue;
         const Slice slice = axis_slice(info.global_shape, layout, *info.mesh, r, name);
-        holds = holds && i >= slice.begin && i < slice.end;
+        holds = holds && slice.holds(i);
       }
       if (holds) out.owner = "rank " + std::to_string(r);
     }

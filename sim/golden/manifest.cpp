@@ -97,6 +97,10 @@ Json tensor_json(const GoldenEntry& entry, const TraceEntry& e) {
             {"slice", entry.rank < 0 ? Json(nullptr) : Json(entry.slice)}};
   item["offset"] =
       entry.rank < 0 ? Json::object() : offset_json(e.global, e.layout, mesh, entry.rank);
+  if (entry.rank >= 0) {
+    Json runs = runs_json(e.global, e.layout, mesh, entry.rank);
+    if (!runs.empty()) item["runs"] = std::move(runs);
+  }
   item["boundary"] = Json{
       {"id", e.id}, {"step", e.step},     {"chunk", e.chunk}, {"kind", boundary_kind_name(e.kind)},
       {"op", e.op}, {"tensor", e.tensor}, {"dense", e.dense}, {"exact_claimed", e.exact}};
@@ -137,9 +141,7 @@ std::string slice_label(const Shape& global, const Layout& layout, const Mesh& m
   for (const Axis& axis : global.axes()) {
     if (!layout.shards(axis.name)) continue;
     const Slice slice = axis_slice(global, layout, mesh, rank, axis.name);
-    out += (out.empty() ? "" : ",") + axis.name + "=" + std::to_string(slice.begin) + ":" +
-           std::to_string(slice.end);
-    if (slice.pad() > 0) out += "+" + std::to_string(slice.pad()) + "pad";
+    out += (out.empty() ? "" : ",") + axis.name + "=" + slice_label_str(slice);
   }
   if (layout.has_partial()) return out.empty() ? "partial" : out + ",partial";
   return out.empty() ? "replicate" : out;
@@ -150,6 +152,18 @@ Json offset_json(const Shape& global, const Layout& layout, const Mesh& mesh, in
   for (const Axis& axis : global.axes()) {
     if (layout.shards(axis.name))
       out[axis.name] = axis_slice(global, layout, mesh, rank, axis.name).begin;
+  }
+  return out;
+}
+
+Json runs_json(const Shape& global, const Layout& layout, const Mesh& mesh, int rank) {
+  Json out = Json::object();
+  for (const Axis& axis : global.axes()) {
+    if (!layout.shards(axis.name)) continue;
+    const Slice slice = axis_slice(global, layout, mesh, rank, axis.name);
+    if (slice.contiguous()) continue;
+    out[axis.name] = Json::array({Json::array({slice.begin, slice.end}),
+                                  Json::array({slice.second_begin, slice.second_end})});
   }
   return out;
 }

@@ -24,10 +24,14 @@ Json rank_json(const RankExtent& r);
 // Every rank's extent of a boundary, as the manifest lists them under "ranks".
 Json ranks_json(const Shape& global, const Layout& layout, const Mesh& mesh);
 // A shard's slice label: "seq=12:13", "seq=12:13+3pad", "replicate", "partial"; on an N-D mesh
-// every sharded axis ("batch=0:1,seq=7:13"), then ",partial" where a dim holds addends.
+// every sharded axis ("batch=0:1,seq=7:13"), then ",partial" where a dim holds addends; a zigzag
+// share lists its two runs ("seq=0:4+12:13").
 std::string slice_label(const Shape& global, const Layout& layout, const Mesh& mesh, int rank);
 // A shard's "offset" object: {axis: begin} for every sharded axis, {} otherwise.
 Json offset_json(const Shape& global, const Layout& layout, const Mesh& mesh, int rank);
+// A shard's "runs" object: {axis: [[begin, end], [begin, end]]} for every axis whose share is two
+// runs (zigzag), {} otherwise (the manifest writes the key only when it is not empty).
+Json runs_json(const Shape& global, const Layout& layout, const Mesh& mesh, int rank);
 // A shard's name: NAME@rankR[SLICE]; on an N-D mesh NAME@rankR(dp=1,tp=0)[SLICE].
 std::string shard_name(const std::string& name, const Mesh& mesh, int rank,
                        const std::string& slice);

@@ -136,6 +136,12 @@ void check_metadata(const ManifestReader& m, const Json& item, const std::string
   if (m.member(item, path, "offset") != offset) {
     m.fail(path + ".offset", "expected " + offset.dump() + " for " + layout.str());
   }
+  const Json runs = shard ? runs_json(info.global_shape, layout, mesh, info.rank) : Json::object();
+  if ((item.contains("runs") ? item["runs"] : Json::object()) != runs) {
+    m.fail(path + ".runs", runs.empty() ? "unexpected: " + layout.str() + " gives this tensor one "
+                                                               "run per sharded axis"
+                                        : "expected " + runs.dump() + " for " + layout.str());
+  }
   if (shard && info.slice != slice_label(info.global_shape, layout, mesh, info.rank)) {
     m.fail(path + ".slice",
            "expected " + quote(slice_label(info.global_shape, layout, mesh, info.rank)));

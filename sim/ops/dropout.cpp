@@ -24,7 +24,7 @@ void for_each_position(const Shape& local, const DropoutFrame& frame, DropoutPol
     std::int64_t global = 0;
     for (std::size_t a = 0; a < axes; ++a) {
       pad = pad || index[a] >= frame.box[a].valid();
-      global += (frame.box[a].begin + index[a]) * stride[a];
+      global += to_global(frame.box[a], index[a]) * stride[a];
     }
     if (pad) global = -1;
     visit(at, pad, policy == DropoutPolicy::global ? global : at, global);

@@ -102,7 +102,9 @@ void add_edges_and_labels(Heatmap& map, const TraceEntry& entry, std::size_t col
     if (!entry.layout.shards(axis.name)) continue;
     for (int r = 0; r < ranks; ++r) {
       const Slice s = axis_slice(global, entry.layout, *entry.mesh, r, axis.name);
-      if (s.begin > 0 && s.begin < axis.extent) begins[axis.name].insert(s.begin);
+      for (const SliceRun& run : slice_runs(s)) {  // a zigzag share starts twice
+        if (run.begin > 0 && run.begin < axis.extent) begins[axis.name].insert(run.begin);
+      }
     }
   }
   if (global.rank() > 0 && begins.count(global[column].name)) {

@@ -140,6 +140,12 @@ const std::vector<FaultInfo>& fault_catalogue() {
          "sliding_window_attention (sequence-sharded queries): each cp rank masks with its "
          "queries' local row indices instead of their global positions",
          {OpKind::sliding_window_attention}},
+        {Fault::mask_zigzag_contiguous,
+         "",
+         "sliding_window_attention (zigzag-sharded queries, allgather or ring): each cp rank "
+         "masks its second zigzag piece as if it followed the first (first piece's offset + "
+         "local index)",
+         {OpKind::sliding_window_attention}},
     };
     SHARDSIM_ASSERT(rows.size() == kFaultCount, "one catalogue row per fault");
     for (std::size_t k = 0; k < rows.size(); ++k) {

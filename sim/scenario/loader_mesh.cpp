@@ -112,7 +112,9 @@ Layout Loader::layout(const toml::node& node, const std::string& path, const Mes
   } else {
     fail(node, path, "expected a placement string, a list or a table, got " + type_name(node));
   }
-  return Layout(std::move(dims));
+  Layout out(std::move(dims));
+  if (const std::string problem = out.problem(mesh); !problem.empty()) fail(node, path, problem);
+  return out;
 }
 
 }  // namespace shardsim

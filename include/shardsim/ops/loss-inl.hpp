@@ -22,10 +22,9 @@ void for_each_token(const Shape& shape, const MaskedMseParams& params, const Loc
       const std::vector<std::int64_t> local = unflatten(shape, features.flat(o, 0, j));
       std::int64_t b = local[batch_pos];
       std::int64_t s = local[seq_pos];
-      bool valid = !(frame.batch_valid >= 0 && b >= frame.batch_valid) &&
-                   !(frame.seq_valid >= 0 && s >= frame.seq_valid);
-      b += frame.batch_begin;
-      s += frame.seq_begin;
+      bool valid = !(frame.batch && is_pad(*frame.batch, b)) && !(frame.seq && is_pad(*frame.seq, s));
+      if (frame.batch) b = to_global(*frame.batch, b);
+      if (frame.seq) s = to_global(*frame.seq, s);
       if (valid && !params.token_valid.empty()) {
         valid = params.token_valid[static_cast<std::size_t>(b)][static_cast<std::size_t>(s)] != 0;
       } else if (valid && !params.valid_lengths.empty()) {

@@ -14,9 +14,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "shardsim/placement.hpp"
 #include "shardsim/tensor.hpp"
 
 namespace shardsim {
@@ -31,17 +33,12 @@ struct MaskedMseParams {
   std::vector<std::vector<std::uint8_t>> token_valid;
 };
 
-// Where a local tensor sits in the global one along its one sharded axis: local position i of
-// `axis` is global position begin + i, and positions i >= valid are padding. An empty axis means
-// the local tensor is the whole global tensor.
-// Where a rank's local (batch, seq, ...) tensor sits in the global one: its batch positions are
-// global [batch_begin, batch_begin + batch_valid), likewise seq; local positions past a valid
-// count are padding. A valid count of -1 means every local position (the axis is whole).
+// Where a rank's local (batch, seq, ...) tensor sits in the global one: its share of batch and of
+// seq (placement.hpp: local position i is global to_global(share, i), padding when i >= valid;
+// a zigzag share has two runs). No share means the axis is whole (local = global).
 struct LocalFrame {
-  std::int64_t batch_begin = 0;
-  std::int64_t batch_valid = -1;
-  std::int64_t seq_begin = 0;
-  std::int64_t seq_valid = -1;
+  std::optional<Slice> batch;
+  std::optional<Slice> seq;
 };
 
 // This rank's share: the sum over its valid tokens, and how many valid tokens it holds.

@@ -83,14 +83,10 @@ template <typename T>
 LocalFrame frame_of(const DistTensor<T>& y, const MaskedMseParams& params, int rank) {
   LocalFrame frame;
   if (y.layout.shards(params.batch_axis)) {
-    const Slice slice = y.slice(rank, params.batch_axis);
-    frame.batch_begin = slice.begin;
-    frame.batch_valid = slice.valid();
+    frame.batch = y.slice(rank, params.batch_axis);
   }
   if (y.layout.shards(params.seq_axis)) {
-    const Slice slice = y.slice(rank, params.seq_axis);
-    frame.seq_begin = slice.begin;
-    frame.seq_valid = slice.valid();
+    frame.seq = y.slice(rank, params.seq_axis);
   }
   return frame;
 }

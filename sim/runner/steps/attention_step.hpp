@@ -27,6 +27,7 @@ class SlidingWindowAttentionStep final : public StepOp<T> {
     config_.faults.ring_backward_local_lse = scenario.has_fault(Fault::ring_backward_local_lse);
     config_.faults.mask_local_query_positions =
         scenario.has_fault(Fault::mask_local_query_positions);
+    config_.faults.mask_zigzag_contiguous = scenario.has_fault(Fault::mask_zigzag_contiguous);
     config_.faults.rope_local_positions = scenario.has_fault(Fault::rope_local_positions);
     config_.faults.window_off_by_one = scenario.has_fault(Fault::window_off_by_one);
     config_.faults.rope_after_gather_wrong_offset =
@@ -62,7 +63,7 @@ class SlidingWindowAttentionStep final : public StepOp<T> {
     env.dense[output] = acts_.y;
 
     const DistTensor<T>& x = env.sharded_at(args_.input);
-    // Queries sharded on the cp dim (the loader allows it for allgather without [stream]).
+    // Queries sharded on the cp dim (the loader allows it without [stream]).
     sharded_queries_ = env.world.placement(x).is_shard();
     if (sharded_queries_) {
       env.sharded[output] = cp_sharded_attention_forward(
@@ -151,7 +152,21 @@ class SlidingWindowAttentionStep final : public StepOp<T> {
     };
     if (sharded_queries_) {
       const CpShardedSaved<T>& s = sharded_saved_;
-      for (const DistTensor<T>* t : {&s.q_rot, &s.k_all, &s.v_all, &s.attn, &s.lse}) add(*t);
+      for (const DistTensor<T>* t : {&s.q_rot, &s.attn, &s.lse}) add(*t);
+      switch (config_.mode) {
+        case CpMode::allgather:
+          for (const DistTensor<T>* t : {&s.k_all, &s.v_all}) add(*t);
+          break;
+        case CpMode::ring:
+          for (const DistTensor<T>* t : {&s.k_shard, &s.v_shard}) add(*t);
+          break;
+        case CpMode::ulysses:
+          for (const DistTensor<T>* t : {&s.q_heads, &s.k_heads, &s.v_heads}) add(*t);
+          for (std::size_t r = 0; r < s.core.size() && r < bytes.size(); ++r) {
+            bytes[r] += width * (s.core[r].max.numel() + s.core[r].sum.numel());
+          }
+          break;
+      }
       return bytes;
     }
     add(saved_.attn);

@@ -8,8 +8,8 @@ namespace shardsim {
 
 namespace {
 
-// x [batch, seq, hidden] Replicate on the cp dim, or Shard(seq) (chunk or balanced) with
-// cp_mode = "allgather" (sequence-sharded queries, ops/attention/sharded_plan.hpp); wq, wk, wv
+// x [batch, seq, hidden] Replicate on the cp dim, or Shard(seq) (chunk, balanced or zigzag) in
+// any cp_mode (sequence-sharded queries, ops/attention/sharded_plan.hpp); wq, wk, wv
 // [hidden, head, head_dim] and wo [head, head_dim, hidden], Replicate; output like x.
 void attention_rules(const SlidingWindowAttentionArgs& args, const StepSpec& step,
                      StepContext& ctx) {
@@ -29,12 +29,11 @@ void attention_rules(const SlidingWindowAttentionArgs& args, const StepSpec& ste
         step, "input",
         quote(x_name) + " must be Replicate or Shard(seq) over the cp group, not " + x_on.str());
   }
-  if (sharded_queries && (args.cp_mode != "allgather" || x_on.split == SplitPolicy::padded)) {
+  if (sharded_queries && x_on.split == SplitPolicy::padded) {
     ctx.fail(step, "input",
              "sequence-sharded queries (" + quote(x_name) + " is " + x_on.str() +
-                 ") are supported with cp_mode = \"allgather\" and a chunk or balanced split; "
-                 "got cp_mode = \"" +
-                 args.cp_mode + "\" (Replicate the input for ring or ulysses)");
+                 ") need a chunk, balanced or zigzag split: padded rows would be queries and "
+                 "keys at positions past the sequence");
   }
   ctx.require_passive(step, "input", input, {"seq", "hidden"});
   if (args.head_dim % 2 != 0) {
@@ -95,6 +94,22 @@ void attention_plan_check(const SlidingWindowAttentionArgs& args, const StepSpec
                                "fault 'mask_local_query_positions' needs sequence-sharded "
                                "queries: the input Shard(seq) on the cp dim"));
   }
+  if (scenario.has_fault(Fault::mask_zigzag_contiguous) &&
+      !(x_on.is_shard() && x_on.split == SplitPolicy::zigzag)) {
+    throw LocatedError(located(scenario.file, loc_of("input"), path + ".input",
+                               "fault 'mask_zigzag_contiguous' needs zigzag-sharded queries: the "
+                               "input Shard(seq, zigzag) on the cp dim, not " +
+                                   x_on.str()));
+  }
+  for (Fault mask_fault : {Fault::mask_local_query_positions, Fault::mask_zigzag_contiguous}) {
+    if (scenario.has_fault(mask_fault) && args.cp_mode == "ulysses") {
+      throw LocatedError(located(scenario.file, loc_of("cp_mode"), path + ".cp_mode",
+                                 "fault '" + std::string(fault_name(mask_fault)) +
+                                     "' changes a rank's mask of its own queries; ulysses masks "
+                                     "the whole sequence per head group, so it needs cp_mode = "
+                                     "\"allgather\" or \"ring\""));
+    }
+  }
   for (Fault replicated_only :
        {Fault::rope_local_positions, Fault::rope_after_gather_wrong_offset, Fault::cache_raw_k}) {
     if (scenario.has_fault(replicated_only) && x_on.is_shard()) {
@@ -137,7 +152,8 @@ OpEntry op_entry<OpKind::sliding_window_attention>() {
              "context-parallel: the KV axis (cache ++ chunk) is sharded over the ranks "
              "(torch.chunk)")
       .tensor("input", &A::input,
-              "x, [batch, seq, hidden], Replicate on the cp dim (or Shard(seq) with allgather)")
+              "x, [batch, seq, hidden], Replicate on the cp dim, or Shard(seq) (chunk, balanced or "
+              "zigzag: sequence-sharded queries)")
       .tensor("wq", &A::wq, "query projection, [hidden, head, head_dim]")
       .tensor("wk", &A::wk, "key projection, [hidden, head, head_dim]")
       .tensor("wv", &A::wv, "value projection, [hidden, head, head_dim]")

@@ -36,7 +36,11 @@ void redistribute_rules(const RedistributeArgs& args, const StepSpec& step, Step
                  quote(args.to.axis) + " is already sharded on a later mesh dim, so this "
                  "dim cannot shard it under that one; gather the later dim first");
   }
-  ctx.define(step, "output", {input.shape, input.with(step, args.to)});
+  const Layout moved = input.with(step, args.to);
+  if (const std::string problem = ctx.mesh ? moved.problem(*ctx.mesh) : std::string(); !problem.empty()) {
+    ctx.fail(step, "to", quote(step.str("input")) + " would be " + moved.str() + ": " + problem);
+  }
+  ctx.define(step, "output", {input.shape, moved});
 }
 
 }  // namespace

@@ -60,6 +60,9 @@ struct AttentionFaults {
   // sequence-sharded queries only: the mask reads each rank's query positions from 0 (its
   // local row index) while the keys keep their global positions (RoPE stays right).
   bool mask_local_query_positions = false;
+  // zigzag-sharded queries only: the mask reads a rank's query positions as its first run's
+  // offset plus the row index, as if its second run followed the first (RoPE stays right).
+  bool mask_zigzag_contiguous = false;
 };
 
 struct CpAttentionConfig {

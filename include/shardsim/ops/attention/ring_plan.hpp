@@ -102,6 +102,18 @@ Tensor<T> ring_backward_lse(const CpAttentionConfig& config, const Tensor<T>& q,
   return std::move(block_saved.lse);
 }
 
+// Merges one block's (out, lse) into a rank's running result: attention_merge, or under a
+// ring_merge_* fault ring_merge_faulty (`merged` counts its blocks per row).
+template <typename T>
+void ring_merge(const AttentionFaults& faults, Tensor<T>& out, Tensor<T>& lse,
+                std::vector<int>& merged, const Tensor<T>& block_out, const Tensor<T>& block_lse) {
+  if (faults.ring_merge_no_max || faults.ring_merge_average) {
+    ring_merge_faulty(faults, out, lse, merged, block_out, block_lse);
+  } else {
+    attention_merge(out, lse, block_out, block_lse);
+  }
+}
+
 }  // namespace detail
 
 // Phase 6 forward in ring mode: returns NAME.attn (batch, seq=t, head, head_dim), Replicate;
@@ -151,12 +163,7 @@ DistTensor<T> ring_attention_forward(const World<T>& world, const CpAttentionCon
                         position_range(geo.first + queries.begin, queries.valid()), k_blocks[at],
                         v_blocks[at], kv_positions(geo.first, geo.cached, block),
                         config.attention(), block_out, block_saved);
-      if (config.faults.ring_merge_no_max || config.faults.ring_merge_average) {
-        detail::ring_merge_faulty(config.faults, out[at], lse[at], merged[at], block_out,
-                                  block_saved.lse);
-      } else {
-        attention_merge(out[at], lse[at], block_out, block_saved.lse);
-      }
+      detail::ring_merge(config.faults, out[at], lse[at], merged[at], block_out, block_saved.lse);
       detail::ring_copy_cache_tail(k_blocks[at], v_blocks[at], block, tail_begin, cache_k[at],
                                    cache_v[at]);
     });

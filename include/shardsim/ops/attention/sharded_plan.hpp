@@ -1,62 +1,43 @@
 // Context-parallel attention with sequence-sharded queries: the input x is Shard(seq) on the cp
-// dim (torch.chunk or tensor_split slices), so every cp rank owns its own tokens end to end.
-// cp_mode = "allgather", one chunk (no [stream], so no cache):
+// dim (split chunk, balanced or zigzag: placement.hpp), so every cp rank owns its own tokens end
+// to end, at their absolute positions (a zigzag rank's two runs included). One chunk (no
+// [stream], so no cache). Common to the modes:
 //
 //   1. NAME.q, NAME.k, NAME.v = x wq, x wk, x wv on each rank's own tokens (Shard(seq)), exact;
-//   2. NAME.q_rot: each rank rotates its queries at their absolute positions (its slice's
-//      global positions), exact;
+//   2. NAME.q_rot: each rank rotates its queries at their absolute positions, exact;
 //   3. NAME.k_shard: each rank rotates its keys at their absolute positions and renames its rows
-//      onto the KV axis (Shard(kv), compared with the oracle's NAME.k_all); NAME.v_shard likewise
-//      (compared with NAME.v_all); both all-gathered to NAME.k_all and NAME.v_all (Replicate on
-//      the cp dim), exact: only the keys and values move, never the queries;
-//   4. NAME.lse, NAME.attn: each rank's queries against every key, masked with the global query
-//      and key positions (0 <= q_pos - k_pos < window), Shard(seq), exact (the oracle's rows);
+//      onto the KV axis (Shard(kv) with x's split, compared with the oracle's NAME.k_all);
+//      NAME.v_shard likewise (compared with NAME.v_all), exact;
+//   4. the mode's attention, every mask on global query and key positions
+//      (0 <= q_pos - k_pos < window) -> NAME.attn, Shard(seq) like x:
+//        allgather  NAME.k_all, NAME.v_all all-gathered (Replicate on the cp dim: only the keys
+//                   and values move, never the queries); NAME.lse, NAME.attn: each rank's
+//                   queries against every key, exact (the oracle's rows);
+//        ring       the KV blocks travel the cp group (attention/sharded_ring_plan.hpp);
+//        ulysses    all-to-all to head groups and back (attention/sharded_ulysses_plan.hpp);
 //   5. NAME = attn wo on each rank's rows, Shard(seq), exact.
-// Backward: grad(NAME.attn) and the Partial grad(wo) on each rank's rows; the block backward of
-// attention (attention.hpp, from the saved lse) gives each rank's grad(NAME.q_rot) and its
-// queries' contributions to dK and dV over the whole KV axis, Partial on the cp dim, which are
-// reduce-scattered back to their owners (grad(NAME.k_shard), grad(NAME.v_shard): Shard(kv));
-// inverse RoPE at the owners' positions; the input projections give grad(x) (Shard(seq)) and
-// the weights' gradients, Partial on every dim that splits the rows.
+// Backward: grad(NAME.attn) and the Partial grad(wo) on each rank's rows; the mode's attention
+// backward gives grad(NAME.q_rot) (Shard(seq)) and grad(NAME.k_shard), grad(NAME.v_shard) at
+// the keys' owners (Shard(kv)): allgather runs the block backward of each rank's queries
+// against every key and reduce-scatters the Partial dK/dV to their owners; then inverse RoPE at
+// the owners' positions; the input projections give grad(x) (Shard(seq)) and the weights'
+// gradients, Partial on every dim that splits the rows.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "shardsim/ops/attention/plan_backward.hpp"
-#include "shardsim/ops/attention/plan_common.hpp"
+#include "shardsim/ops/attention/sharded_common.hpp"
+#include "shardsim/ops/attention/sharded_ring_plan.hpp"
+#include "shardsim/ops/attention/sharded_ulysses_plan.hpp"
 
 namespace shardsim {
 
-template <typename T>
-struct CpShardedSaved {
-  std::vector<std::vector<std::int64_t>> positions;  // per rank: its tokens' absolute positions
-  // per rank: the query positions the mask compared (the positions, or with the
-  // mask_local_query_positions fault its row indices), for the backward's mask
-  std::vector<std::vector<std::int64_t>> mask_positions;
-  Layout param_grad;  // Partial on every dim that splits the rows (the cp dim included)
-  DistTensor<T> q_rot, k_all, v_all, lse, attn;
-};
-
 namespace detail {
 
-// x's layout with `placement` on the cp dim and the seq axis renamed to kv where it is sharded.
-inline Layout kv_layout(const Layout& seq_layout, int cp_dim) {
-  const Placement& p = seq_layout.on(cp_dim);
-  return seq_layout.with(cp_dim, Placement::shard("kv", p.split));
-}
-
-// A rank's (batch, POS=n, head, head_dim) rows with the position axis renamed to `to`
-// ("seq" <-> "kv"): the same values in the same order.
-template <typename T>
-Tensor<T> renamed(const Tensor<T>& t, const std::string& to) {
-  const Shape& s = t.shape();
-  return t.reshaped(head_shape(s.extent("batch"), to, s.axes()[1].extent, s.extent("head"),
-                               s.extent("head_dim")));
-}
-
-// Phase 3: every rank's keys RoPE'd at its positions and its values, renamed onto the KV axis
-// (NAME.k_shard, NAME.v_shard: Shard(kv)), then all-gathered into saved.k_all and saved.v_all.
+// Phase 3: every rank's keys RoPE'd at its positions and its values, renamed onto the KV axis:
+// saved.k_shard (NAME.k_shard) and saved.v_shard (NAME.v_shard), Shard(kv) with x's split.
 template <typename T>
 void sharded_keys_values(const World<T>& world, const CpAttentionConfig& config,
                          const DistTensor<T>& k, const DistTensor<T>& v, CpShardedSaved<T>& saved) {
@@ -64,86 +45,39 @@ void sharded_keys_values(const World<T>& world, const CpAttentionConfig& config,
   const Shape kv = head_shape(g.extent("batch"), "kv", g.extent("seq"), g.extent("head"),
                               g.extent("head_dim"));
   const Layout kv_rows = kv_layout(k.layout, world.dim());
-  auto positions = [&](int r) -> const std::vector<std::int64_t>& {
-    return saved.positions[static_cast<std::size_t>(r)];
-  };
-  const DistTensor<T> k_shard = replicated_phase(
+  saved.k_shard = replicated_phase(
       world, config.part(AttentionPart::k_shard), kv, kv_rows,
       {.op = "rope", .dense = config.part(AttentionPart::k_all), .exact = true, .inputs = {k.name}},
       [&](int r) {
         Tensor<T> y;
-        rope_forward(k.local(r), positions(r), config.rope("seq"), y);
+        rope_forward(k.local(r), saved.positions[static_cast<std::size_t>(r)], config.rope("seq"),
+                     y);
         return renamed(y, "kv");
       });
-  const DistTensor<T> v_shard =
+  saved.v_shard =
       replicated_phase(world, config.part(AttentionPart::v_shard), kv, kv_rows,
                        {.op = "kv_shard",
                         .dense = config.part(AttentionPart::v_all),
                         .exact = true,
                         .inputs = {v.name}},
                        [&](int r) { return renamed(v.local(r), "kv"); });
-  saved.k_all = world.all_gather(
-      k_shard,
-      {.tensor = config.part(AttentionPart::k_all), .exact = true, .inputs = {k_shard.name}});
-  saved.k_all.name = config.part(AttentionPart::k_all);
-  saved.v_all = world.all_gather(
-      v_shard,
-      {.tensor = config.part(AttentionPart::v_all), .exact = true, .inputs = {v_shard.name}});
-  saved.v_all.name = config.part(AttentionPart::v_all);
 }
 
-}  // namespace detail
-
-// REQUIRES: x is Shard(seq) (chunk or balanced) on the world's dim; weights Replicate there.
+// Phase 4 in allgather mode: NAME.k_all and NAME.v_all all-gathered, then each rank's queries
+// against every key. Fills saved.k_all, v_all, lse and attn (Shard(seq) laid out as `rows`).
 template <typename T>
-DistTensor<T> cp_sharded_attention_forward(const World<T>& world, const DistTensor<T>& x,
-                                           const DistTensor<T>& wq, const DistTensor<T>& wk,
-                                           const DistTensor<T>& wv, const DistTensor<T>& wo,
-                                           const CpAttentionConfig& config,
-                                           CpShardedSaved<T>& saved) {
-  const Layout& rows = x.layout;
-  saved.param_grad = row_sum_grad_layout(rows, rows);
-  const std::int64_t batch = x.global.extent("batch"), length = x.global.extent("seq");
-  const std::int64_t heads = wq.global.extent("head"), dim = wq.global.extent("head_dim");
-  const Shape chunk = head_shape(batch, "seq", length, heads, dim);
-  saved.positions.assign(static_cast<std::size_t>(world.size()), {});
-  world.for_each_rank([&](int r) {
-    const Slice s = x.slice(r, "seq");
-    saved.positions[static_cast<std::size_t>(r)] = position_range(s.begin, s.valid());
-  });
-  auto positions = [&](int r) -> const std::vector<std::int64_t>& {
-    return saved.positions[static_cast<std::size_t>(r)];
+void sharded_allgather_attention_forward(const World<T>& world, const CpAttentionConfig& config,
+                                         const Layout& rows, CpShardedSaved<T>& saved) {
+  auto gather = [&](const DistTensor<T>& shard, AttentionPart part) {
+    DistTensor<T> all = world.all_gather(
+        shard, {.tensor = config.part(part), .exact = true, .inputs = {shard.name}});
+    all.name = config.part(part);
+    return all;
   };
-  auto project = [&](AttentionPart part, const DistTensor<T>& w) {
-    return replicated_phase(world, config.part(part), chunk, rows,
-                            {.op = "attention_project", .exact = true, .inputs = {x.name, w.name}},
-                            [&](int r) {
-                              Tensor<T> y;
-                              project_heads(x.local(r), w.local(r), y);
-                              return y;
-                            });
-  };
-  const DistTensor<T> q = project(AttentionPart::q, wq);
-  const DistTensor<T> k = project(AttentionPart::k, wk);
-  const DistTensor<T> v = project(AttentionPart::v, wv);
-  saved.q_rot = replicated_phase(world, config.part(AttentionPart::q_rot), chunk, rows,
-                                 {.op = "rope", .exact = true, .inputs = {q.name}}, [&](int r) {
-                                   Tensor<T> y;
-                                   rope_forward(q.local(r), positions(r), config.rope("seq"), y);
-                                   return y;
-                                 });
-  detail::sharded_keys_values(world, config, k, v, saved);
-
-  const std::vector<std::int64_t> k_pos = position_range(0, length);
-  // The positions the mask compares (the fault: each rank's rows counted from 0), kept for the
-  // backward, which must mask as the forward did.
-  saved.mask_positions.assign(static_cast<std::size_t>(world.size()), {});
-  world.for_each_rank([&](int r) {
-    saved.mask_positions[static_cast<std::size_t>(r)] =
-        config.faults.mask_local_query_positions
-            ? position_range(0, static_cast<std::int64_t>(positions(r).size()))
-            : positions(r);
-  });
+  saved.k_all = gather(saved.k_shard, AttentionPart::k_all);
+  saved.v_all = gather(saved.v_shard, AttentionPart::v_all);
+  const Shape& chunk = saved.q_rot.global;
+  const std::vector<std::int64_t> k_pos = position_range(0, chunk.extent("seq"));
   std::vector<Tensor<T>> out(static_cast<std::size_t>(world.size()));
   std::vector<Tensor<T>> lse(static_cast<std::size_t>(world.size()));
   world.for_each_rank([&](int r) {
@@ -154,15 +88,137 @@ DistTensor<T> cp_sharded_attention_forward(const World<T>& world, const DistTens
     lse[at] = std::move(core.lse);
   });
   const std::vector<std::string> inputs{saved.q_rot.name, saved.k_all.name, saved.v_all.name};
-  saved.lse = dist_from_locals(world, config.part(AttentionPart::lse),
-                               Shape({{"batch", batch}, {"seq", length}, {"head", heads}}), rows,
-                               std::move(lse));
+  saved.lse = dist_from_locals(world, config.part(AttentionPart::lse), chunk.without("head_dim"),
+                               rows, std::move(lse));
   world.compare_boundary(
       {.op = "attention", .tensor = saved.lse.name, .exact = true, .inputs = inputs}, saved.lse);
   saved.attn =
       dist_from_locals(world, config.part(AttentionPart::attn), chunk, rows, std::move(out));
   world.compare_boundary(
       {.op = "attention", .tensor = saved.attn.name, .exact = true, .inputs = inputs}, saved.attn);
+}
+
+// The allgather mode's attention backward: the block backward of every rank's queries against
+// every key; each rank's contributions to every key and value (Partial on the cp dim) are
+// reduce-scattered to their owners in the mesh's reduce order.
+template <typename T>
+ShardedCoreGrads<T> sharded_allgather_attention_backward(const World<T>& world,
+                                                         const CpAttentionConfig& config,
+                                                         const DistTensor<T>& dattn,
+                                                         const CpShardedSaved<T>& saved) {
+  const auto count = static_cast<std::size_t>(world.size());
+  const Shape& kv = saved.k_all.global;
+  const std::vector<std::int64_t> k_pos = position_range(0, kv.extent("kv"));
+  std::vector<Tensor<T>> dq(count), dk(count), dv(count);
+  world.for_each_rank([&](int r) {
+    const auto at = static_cast<std::size_t>(r);
+    dq[at] = Tensor<T>(saved.q_rot.local(r).shape());
+    dk[at] = Tensor<T>(saved.k_all.local(r).shape());
+    dv[at] = Tensor<T>(saved.v_all.local(r).shape());
+    attention_block_backward(dattn.local(r), saved.q_rot.local(r), saved.mask_positions[at],
+                             saved.k_all.local(r), saved.v_all.local(r), k_pos, saved.attn.local(r),
+                             saved.lse.local(r), config.attention(), dq[at], dk[at], dv[at]);
+  });
+  const std::vector<std::string> inputs{dattn.name, saved.q_rot.name, saved.k_all.name,
+                                        saved.v_all.name, saved.lse.name};
+  ShardedCoreGrads<T> grads;
+  grads.q_rot = dist_from_locals(world, grad_name(saved.q_rot.name), saved.q_rot.global,
+                                 saved.q_rot.layout, std::move(dq));
+  world.compare_boundary(
+      {.op = "attention_backward", .tensor = grads.q_rot.name, .inputs = inputs}, grads.q_rot);
+  const Layout partial = saved.k_all.layout.with(world.dim(), Placement::partial());
+  const Placement owners = saved.k_shard.layout.on(world.dim());
+  auto to_owners = [&](AttentionPart shard, AttentionPart all, std::vector<Tensor<T>> locals) {
+    const DistTensor<T> sums =
+        dist_from_locals(world, config.part_grad(shard), kv, partial, std::move(locals));
+    DistTensor<T> owned = world.reduce_scatter(
+        sums, owners, {.tensor = sums.name, .dense = config.part_grad(all), .inputs = inputs});
+    owned.name = sums.name;
+    return owned;
+  };
+  grads.k = to_owners(AttentionPart::k_shard, AttentionPart::k_all, std::move(dk));
+  grads.v = to_owners(AttentionPart::v_shard, AttentionPart::v_all, std::move(dv));
+  return grads;
+}
+
+// Phases 1 and 2: NAME.q, NAME.k, NAME.v on each rank's rows, and NAME.q_rot into saved.q_rot;
+// returns the raw keys and values (k, v).
+template <typename T>
+std::pair<DistTensor<T>, DistTensor<T>> sharded_projections(
+    const World<T>& world, const DistTensor<T>& x, const DistTensor<T>& wq,
+    const DistTensor<T>& wk, const DistTensor<T>& wv, const CpAttentionConfig& config,
+    CpShardedSaved<T>& saved) {
+  const Shape chunk = head_shape(x.global.extent("batch"), "seq", x.global.extent("seq"),
+                                 wq.global.extent("head"), wq.global.extent("head_dim"));
+  auto project = [&](AttentionPart part, const DistTensor<T>& w) {
+    return replicated_phase(world, config.part(part), chunk, x.layout,
+                            {.op = "attention_project", .exact = true, .inputs = {x.name, w.name}},
+                            [&](int r) {
+                              Tensor<T> y;
+                              project_heads(x.local(r), w.local(r), y);
+                              return y;
+                            });
+  };
+  const DistTensor<T> q = project(AttentionPart::q, wq);
+  DistTensor<T> k = project(AttentionPart::k, wk);
+  DistTensor<T> v = project(AttentionPart::v, wv);
+  saved.q_rot = replicated_phase(
+      world, config.part(AttentionPart::q_rot), chunk, x.layout,
+      {.op = "rope", .exact = true, .inputs = {q.name}}, [&](int r) {
+        Tensor<T> y;
+        rope_forward(q.local(r), saved.positions[static_cast<std::size_t>(r)], config.rope("seq"),
+                     y);
+        return y;
+      });
+  return {std::move(k), std::move(v)};
+}
+
+// Every rank's token positions, the query positions its mask reads, and every cp coordinate's
+// token positions (the keys of its KV block).
+template <typename T>
+void sharded_positions(const World<T>& world, const DistTensor<T>& x,
+                       const CpAttentionConfig& config, CpShardedSaved<T>& saved) {
+  const auto count = static_cast<std::size_t>(world.size());
+  saved.positions.assign(count, {});
+  saved.mask_positions.assign(count, {});
+  world.for_each_rank([&](int r) {
+    const Slice share = x.slice(r, "seq");
+    saved.positions[static_cast<std::size_t>(r)] = slice_positions(share);
+    saved.mask_positions[static_cast<std::size_t>(r)] = mask_query_positions(config.faults, share);
+  });
+  const Placement& on_cp = x.layout.on(world.dim());
+  saved.coord_positions.clear();
+  for (const Slice& share : shard_slices(x.global.extent("seq"), world.group_size(), on_cp.split)) {
+    saved.coord_positions.push_back(slice_positions(share));
+  }
+}
+
+}  // namespace detail
+
+// REQUIRES: x is Shard(seq) (chunk, balanced or zigzag) on the world's dim, and seq is sharded
+// on no other dim; weights Replicate there.
+template <typename T>
+DistTensor<T> cp_sharded_attention_forward(const World<T>& world, const DistTensor<T>& x,
+                                           const DistTensor<T>& wq, const DistTensor<T>& wk,
+                                           const DistTensor<T>& wv, const DistTensor<T>& wo,
+                                           const CpAttentionConfig& config,
+                                           CpShardedSaved<T>& saved) {
+  const Layout& rows = x.layout;
+  saved.param_grad = row_sum_grad_layout(rows, rows);
+  detail::sharded_positions(world, x, config, saved);
+  const auto [k, v] = detail::sharded_projections(world, x, wq, wk, wv, config, saved);
+  detail::sharded_keys_values(world, config, k, v, saved);
+  switch (config.mode) {
+    case CpMode::allgather:
+      detail::sharded_allgather_attention_forward(world, config, rows, saved);
+      break;
+    case CpMode::ring:
+      sharded_ring_attention_forward(world, config, rows, saved);
+      break;
+    case CpMode::ulysses:
+      sharded_ulysses_attention_forward(world, config, rows, saved);
+      break;
+  }
   return replicated_phase(world, config.name, x.global, rows,
                           {.op = op_label(OpKind::sliding_window_attention),
                            .exact = true,
@@ -174,6 +230,27 @@ DistTensor<T> cp_sharded_attention_forward(const World<T>& world, const DistTens
                           });
 }
 
+namespace detail {
+
+// The mode's attention backward from grad(NAME.attn) (Shard(seq)).
+template <typename T>
+ShardedCoreGrads<T> sharded_attention_backward(const World<T>& world,
+                                               const CpAttentionConfig& config,
+                                               const DistTensor<T>& dattn,
+                                               const CpShardedSaved<T>& saved) {
+  switch (config.mode) {
+    case CpMode::ring:
+      return sharded_ring_attention_backward(world, config, dattn, saved);
+    case CpMode::ulysses:
+      return sharded_ulysses_attention_backward(world, config, dattn, saved);
+    case CpMode::allgather:
+      break;
+  }
+  return sharded_allgather_attention_backward(world, config, dattn, saved);
+}
+
+}  // namespace detail
+
 // From grad(NAME) held like x (Shard(seq) on the cp dim).
 template <typename T>
 CpAttentionGrads<T> cp_sharded_attention_backward(const World<T>& world, const DistTensor<T>& dy,
@@ -183,10 +260,8 @@ CpAttentionGrads<T> cp_sharded_attention_backward(const World<T>& world, const D
                                                   const CpAttentionConfig& config,
                                                   const CpShardedSaved<T>& saved) {
   const Layout& rows = x.layout;
-  const int cp = world.dim();
   const auto count = static_cast<std::size_t>(world.size());
   const Shape& chunk = saved.attn.global;
-  const Shape& kv = saved.k_all.global;
   CpAttentionGrads<T> grads;
   // grad(NAME.attn) and each rank's share of grad(wo), over its own rows.
   std::vector<Tensor<T>> dattn(count), dwo(count);
@@ -204,60 +279,29 @@ CpAttentionGrads<T> cp_sharded_attention_backward(const World<T>& world, const D
                          dattn_rows);
   grads.wo =
       dist_from_locals(world, grad_name(wo.name), wo.global, saved.param_grad, std::move(dwo));
-
-  // The block backward of every rank's queries against every key.
-  const std::vector<std::int64_t> k_pos = position_range(0, kv.extent("kv"));
-  std::vector<Tensor<T>> dq(count), dk(count), dv(count);
-  world.for_each_rank([&](int r) {
-    const auto at = static_cast<std::size_t>(r);
-    dq[at] = Tensor<T>(saved.q_rot.local(r).shape());
-    dk[at] = Tensor<T>(saved.k_all.local(r).shape());
-    dv[at] = Tensor<T>(saved.v_all.local(r).shape());
-    attention_block_backward(dattn_rows.local(r), saved.q_rot.local(r), saved.mask_positions[at],
-                             saved.k_all.local(r), saved.v_all.local(r), k_pos, saved.attn.local(r),
-                             saved.lse.local(r), config.attention(), dq[at], dk[at], dv[at]);
-  });
-  const std::vector<std::string> inputs{dattn_rows.name, saved.q_rot.name, saved.k_all.name,
-                                        saved.v_all.name, saved.lse.name};
-  const DistTensor<T> dq_rot =
-      dist_from_locals(world, grad_name(saved.q_rot.name), chunk, rows, std::move(dq));
-  world.compare_boundary({.op = "attention_backward", .tensor = dq_rot.name, .inputs = inputs},
-                         dq_rot);
-  // Each rank's contributions to every key and value, summed at their owners.
-  const Layout partial = saved.k_all.layout.with(cp, Placement::partial());
-  const Placement owners = detail::kv_layout(rows, cp).on(cp);
-  auto to_owners = [&](AttentionPart shard, AttentionPart all, std::vector<Tensor<T>> locals) {
-    const DistTensor<T> sums =
-        dist_from_locals(world, config.part_grad(shard), kv, partial, std::move(locals));
-    DistTensor<T> owned = world.reduce_scatter(
-        sums, owners, {.tensor = sums.name, .dense = config.part_grad(all), .inputs = inputs});
-    owned.name = sums.name;
-    return owned;
+  const ShardedCoreGrads<T> core =
+      detail::sharded_attention_backward(world, config, dattn_rows, saved);
+  auto position = [&](int r) -> const std::vector<std::int64_t>& {
+    return saved.positions[static_cast<std::size_t>(r)];
   };
-  const DistTensor<T> dk_shard =
-      to_owners(AttentionPart::k_shard, AttentionPart::k_all, std::move(dk));
-  const DistTensor<T> dv_shard =
-      to_owners(AttentionPart::v_shard, AttentionPart::v_all, std::move(dv));
   const DistTensor<T> dq_raw = replicated_phase(
       world, config.part_grad(AttentionPart::q), chunk, rows,
-      {.op = "rope_backward", .inputs = {dq_rot.name}}, [&](int r) {
+      {.op = "rope_backward", .inputs = {core.q_rot.name}}, [&](int r) {
         Tensor<T> y;
-        rope_backward(dq_rot.local(r), saved.positions[static_cast<std::size_t>(r)],
-                      config.rope("seq"), y);
+        rope_backward(core.q_rot.local(r), position(r), config.rope("seq"), y);
         return y;
       });
   const DistTensor<T> dk_raw = replicated_phase(
       world, config.part_grad(AttentionPart::k), chunk, rows,
-      {.op = "rope_backward", .inputs = {dk_shard.name}}, [&](int r) {
+      {.op = "rope_backward", .inputs = {core.k.name}}, [&](int r) {
         Tensor<T> y;
-        rope_backward(detail::renamed(dk_shard.local(r), "seq"),
-                      saved.positions[static_cast<std::size_t>(r)], config.rope("seq"), y);
+        rope_backward(detail::renamed(core.k.local(r), "seq"), position(r), config.rope("seq"), y);
         return y;
       });
   const DistTensor<T> dv_raw =
       replicated_phase(world, config.part_grad(AttentionPart::v), chunk, rows,
-                       {.op = "kv_shard_backward", .inputs = {dv_shard.name}},
-                       [&](int r) { return detail::renamed(dv_shard.local(r), "seq"); });
+                       {.op = "kv_shard_backward", .inputs = {core.v.name}},
+                       [&](int r) { return detail::renamed(core.v.local(r), "seq"); });
   ChunkGeometry geo;
   geo.param_grad = saved.param_grad;
   detail::cp_input_projection_backward(world, x, wq, wk, wv, dq_raw, dk_raw, dv_raw, geo, grads);
