@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "shardsim/error.hpp"
+#include "shardsim/parallel.hpp"
 #include "shardsim/scalar.hpp"
 #include "shardsim/world.hpp"
 
@@ -34,7 +35,11 @@ World<T> World<T>::on(int dim) const {
 
 template <typename T>
 void World<T>::for_each_rank(const std::function<void(int rank)>& body) const {
-  for (int rank : shared_->visit_order) body(rank);
+  // Ranks are handed out in visit order; with more than one thread they run concurrently, which
+  // the rank programs' locality (invariant 1) makes safe and order-independent.
+  const std::vector<int>& order = shared_->visit_order;
+  parallel_for(static_cast<std::int64_t>(order.size()),
+               [&](std::int64_t i) { body(order[static_cast<std::size_t>(i)]); });
 }
 
 template <typename T>

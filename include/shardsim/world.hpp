@@ -4,7 +4,8 @@
 //   - local phases, run by for_each_rank(): the body gets one global rank and must touch only
 //     that rank's local tensors (invariant 1, README "Invariants"). The scheduler visits every
 //     rank of the mesh in rank order, reverse order or a seeded shuffle; results must not depend
-//     on it.
+//     on it. With --threads N > 1 the ranks of one phase also run concurrently (parallel.hpp),
+//     so a body must not write anything shared: no trace, no hook, no collective inside it.
 //   - collectives, run by the world on one mesh dim, the world's `dim()`: each runs in every
 //     group of that dim (the ranks that share all other coordinates, mesh.hpp), with its own
 //     rendezvous check (same collective, dtype, global shape and layouts; local shapes that match
@@ -74,7 +75,8 @@ class World {
     return make_dist<T>(std::move(name), global, layout, mesh_ptr());
   }
 
-  // Runs body(rank) for every rank in schedule order.
+  // Runs body(rank) for every rank: handed out in schedule order, concurrently on up to
+  // thread_count() threads. REQUIRES: body touches only rank `rank`'s data.
   void for_each_rank(const std::function<void(int rank)>& body) const;
   // The comparison call: hands an op's boundary to the hook, which records it in the trace and
   // compares it with the oracle tensor the label names (trace.hpp, the boundary contract).

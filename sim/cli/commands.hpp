@@ -40,6 +40,11 @@ std::vector<Precision> parse_precision_list(const std::string& flag, const std::
 // "8GiB", "512MiB", "2G", "1000000" -> bytes (K/M/G/T are powers of 1024, as are KiB...).
 // Throws InputError on anything else.
 std::uint64_t parse_bytes(const std::string& text);
+// --threads N: the threads parallel loops use (parallel.hpp). apply_thread_option sets the count
+// from --threads, else from the SHARDSIM_THREADS environment variable, else leaves the default
+// (every core). A bad value of either is an InputError naming it. Results never depend on it.
+void add_thread_option(boost::program_options::options_description& options);
+void apply_thread_option(const boost::program_options::variables_map& vm);
 // The output of `flag` when given (an OutputRequest for check_outputs), else nothing.
 void add_output(const boost::program_options::variables_map& vm, const std::string& flag,
                 std::vector<OutputRequest>& outputs);

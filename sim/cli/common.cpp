@@ -1,10 +1,12 @@
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <stdexcept>
 
 #include "shardsim/error.hpp"
+#include "shardsim/parallel.hpp"
 #include "sim/cli/commands.hpp"
 
 namespace po = boost::program_options;
@@ -108,6 +110,20 @@ std::vector<Precision> parse_precision_list(const std::string& flag, const std::
     out.push_back(precision);
   }
   return out;
+}
+
+void add_thread_option(po::options_description& options) {
+  options.add_options()("threads", po::value<std::string>(),
+                        "threads to use (default: SHARDSIM_THREADS, else every core); reports and "
+                        "goldens are byte-identical for every count");
+}
+
+void apply_thread_option(const po::variables_map& vm) {
+  if (vm.count("threads")) {
+    set_thread_count(parse_thread_count(vm["threads"].as<std::string>(), "--threads"));
+  } else if (const char* env = std::getenv("SHARDSIM_THREADS"); env != nullptr) {
+    set_thread_count(parse_thread_count(env, "SHARDSIM_THREADS"));
+  }
 }
 
 void add_output(const po::variables_map& vm, const std::string& flag,

@@ -39,8 +39,10 @@ int precision_command(const Args& args) {
       "the boundary the HTML report opens on: #ID, ID or a tensor name (default: the first "
       "divergent boundary)")(
       "quiet,q", "print only the verdict summary");
+  add_thread_option(options);
   po::variables_map vm;
   if (!parse_scenario_args(args, options, vm, kPrecisionUsage)) return 0;
+  apply_thread_option(vm);
   std::vector<OutputRequest> outputs;
   add_output(vm, "json", outputs);
   add_output(vm, "html", outputs);

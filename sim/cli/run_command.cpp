@@ -13,6 +13,7 @@
 #include "shardsim/io.hpp"
 #include "shardsim/report/report.hpp"
 #include "sim/cli/commands.hpp"
+#include "sim/cli/progress.hpp"
 
 namespace po = boost::program_options;
 
@@ -21,6 +22,7 @@ namespace shardsim::cli {
 namespace {
 
 RunOptions run_options(const po::variables_map& vm) {
+  apply_thread_option(vm);
   RunOptions options;
   try {
     if (vm.count("reduce-order")) {
@@ -51,6 +53,7 @@ void add_mesh_options(po::options_description& options) {
       "override mesh.schedule: rank, reverse or shuffle:SEED")(
       "max-memory", po::value<std::string>(),
       "refuse scenarios estimated above this size, e.g. 8GiB (default: 3/4 of physical memory)");
+  add_thread_option(options);
 }
 
 std::vector<TraceEntry> trace_of(const RunReport& report) {
@@ -136,12 +139,15 @@ std::vector<RunReport> run_precisions(const Scenario& scenario,
                                       const std::optional<GoldenRequest>& golden,
                                       std::optional<std::size_t>& golden_run, std::ostream& out) {
   std::vector<RunReport> reports;
+  ProgressLine progress(!vm.count("quiet"));
   for (const Precision& precision : precisions) {
     RunOptions options = run;
     options.capture_tensors = golden && precision == golden->reference && !golden_run;
     if (options.capture_tensors) golden_run = reports.size();
+    options.on_boundary = progress.for_run(precision.name());
     const auto start = std::chrono::steady_clock::now();
     reports.push_back(evaluate(scenario, precision, options));
+    progress.clear();
     if (reports.size() == 1) check_expectation_names(scenario, trace_of(reports.front()));
     if (vm.count("resources")) {
       struct rusage usage {};
@@ -195,8 +201,11 @@ int run_command(const Args& args) {
     // at that precision (not judged: the verdict is the replay's).
     RunOptions options = run;
     options.capture_tensors = true;
+    ProgressLine progress(!vm.count("quiet"));
+    options.on_boundary = progress.for_run(golden->reference.name() + " (goldens)");
     const RunReport reference =
         golden_run ? reports[*golden_run] : evaluate(scenario, golden->reference, options);
+    progress.clear();
     const GoldenSet set = build_goldens(scenario, reference, golden->options);
     write_goldens(golden->dir, set, golden->options);
     out << "goldens: " << set.entries.size() << " tensors from the " << golden->reference.name()

@@ -72,7 +72,8 @@ class ScenarioRun {
         sink_(sink),
         world_(scenario.mesh.devices, effective_reduce_order(scenario, options),
                effective_schedule(scenario, options)),
-        env_{scenario, world_, {}, {}} {
+        env_{scenario, world_, {}, {}},
+        on_boundary_(options.on_boundary) {
     world_.set_hook([this](const BoundaryLabel& label, const DistTensor<T>& tensor) {
       return emit(label, tensor, nullptr);
     });
@@ -124,6 +125,7 @@ class ScenarioRun {
       if (oracle) check_oracle_finite(*oracle, entry);
     }
     const bool same = sink_.on_boundary(entry, oracle, tensor);
+    if (on_boundary_) on_boundary_(entry);
     if (same) {
       identical_.insert(label.tensor);
     } else {
@@ -322,6 +324,7 @@ class ScenarioRun {
   BoundarySink<T>& sink_;
   World<T> world_;
   StepEnv<T> env_;
+  std::function<void(const TraceEntry&)> on_boundary_;  // RunOptions::on_boundary
   std::vector<TraceEntry> trace_;
   std::set<std::string> identical_;  // tensors whose latest boundary matched the oracle bitwise
   int step_ = 1;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "shardsim/ops/linear.hpp"
+#include "shardsim/parallel.hpp"
 
 namespace shardsim {
 
@@ -13,7 +14,8 @@ struct WeightStrides {
   std::int64_t in = 0;
 
   static WeightStrides of(const Shape& weight, const LinearParams& params) {
-    return {AxisView::of(weight, params.out_axis).inner, AxisView::of(weight, params.in_axis).inner};
+    return {AxisView::of(weight, params.out_axis).inner,
+            AxisView::of(weight, params.in_axis).inner};
   }
 };
 
@@ -27,21 +29,22 @@ void linear_forward(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>
                       weight.shape().extent(params.in_axis) == x.shape().extent(params.in_axis),
                   "linear: weight (out, in) must match the input's in-axis");
   y = Tensor<T>(linear_output_shape(x.shape(), params.in_axis, params.out_axis, out_features));
-  const AxisView xv = AxisView::of(x.shape(), params.in_axis);    // (rows outer, in, rows inner)
-  const AxisView yv = AxisView::of(y.shape(), params.out_axis);   // (rows outer, out, rows inner)
+  const AxisView xv = AxisView::of(x.shape(), params.in_axis);   // (rows outer, in, rows inner)
+  const AxisView yv = AxisView::of(y.shape(), params.out_axis);  // (rows outer, out, rows inner)
   const detail::WeightStrides w = detail::WeightStrides::of(weight.shape(), params);
-  for (std::int64_t o = 0; o < xv.outer; ++o) {
-    for (std::int64_t j = 0; j < xv.inner; ++j) {
-      for (std::int64_t k = 0; k < out_features; ++k) {
-        T sum = T(0);
-        for (std::int64_t i = 0; i < xv.extent; ++i) {
-          sum += x[xv.flat(o, i, j)] * weight[k * w.out + i * w.in];
-        }
-        if (bias) sum = sum + (*bias)[k];
-        y[yv.flat(o, k, j)] = sum;
+  // Rows (o, j) concurrently (parallel.hpp): each writes only its own output row.
+  parallel_for(xv.outer * xv.inner, [&](std::int64_t row) {
+    const std::int64_t o = row / xv.inner;
+    const std::int64_t j = row % xv.inner;
+    for (std::int64_t k = 0; k < out_features; ++k) {
+      T sum = T(0);
+      for (std::int64_t i = 0; i < xv.extent; ++i) {
+        sum += x[xv.flat(o, i, j)] * weight[k * w.out + i * w.in];
       }
+      if (bias) sum = sum + (*bias)[k];
+      y[yv.flat(o, k, j)] = sum;
     }
-  }
+  });
 }
 
 template <typename T>
@@ -54,34 +57,43 @@ void linear_backward(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T>& w
                   "linear_backward: dy and x have different rows");
   const detail::WeightStrides w = detail::WeightStrides::of(weight.shape(), params);
   dx = Tensor<T>(x.shape());
-  for (std::int64_t o = 0; o < xv.outer; ++o) {
-    for (std::int64_t j = 0; j < xv.inner; ++j) {
-      // dx: the transposed contraction, over output features.
-      for (std::int64_t i = 0; i < xv.extent; ++i) {
-        T sum = T(0);
-        for (std::int64_t k = 0; k < yv.extent; ++k) {
-          sum += dy[yv.flat(o, k, j)] * weight[k * w.out + i * w.in];
-        }
-        dx[xv.flat(o, i, j)] = sum;
-      }
-      // dW and db: this row's outer product, accumulated row by row.
+  const std::int64_t rows = xv.outer * xv.inner;
+  // dx: the transposed contraction, over output features; rows concurrently, each writing its
+  // own row of dx.
+  parallel_for(rows, [&](std::int64_t row) {
+    const std::int64_t o = row / xv.inner;
+    const std::int64_t j = row % xv.inner;
+    for (std::int64_t i = 0; i < xv.extent; ++i) {
+      T sum = T(0);
       for (std::int64_t k = 0; k < yv.extent; ++k) {
-        const T g = dy[yv.flat(o, k, j)];
-        if (dbias) (*dbias)[k] += g;
-        if (!dweight) continue;
-        for (std::int64_t i = 0; i < xv.extent; ++i) {
-          (*dweight)[k * w.out + i * w.in] += g * x[xv.flat(o, i, j)];
-        }
+        sum += dy[yv.flat(o, k, j)] * weight[k * w.out + i * w.in];
+      }
+      dx[xv.flat(o, i, j)] = sum;
+    }
+  });
+  if (!dweight && !dbias) return;
+  // dW and db: every row's outer product, accumulated row by row in ascending row order. Output
+  // features run concurrently: feature k owns db[k] and row k of dW, and adds the rows' terms
+  // in the same order whatever the thread count.
+  parallel_for(yv.extent, [&](std::int64_t k) {
+    for (std::int64_t row = 0; row < rows; ++row) {
+      const std::int64_t o = row / xv.inner;
+      const std::int64_t j = row % xv.inner;
+      const T g = dy[yv.flat(o, k, j)];
+      if (dbias) (*dbias)[k] += g;
+      if (!dweight) continue;
+      for (std::int64_t i = 0; i < xv.extent; ++i) {
+        (*dweight)[k * w.out + i * w.in] += g * x[xv.flat(o, i, j)];
       }
     }
-  }
+  });
 }
 
 }  // namespace shardsim
 
 // Explicit instantiation list, used by linear.cpp (float, double) and linear_mp.cpp (Mp).
-#define SHARDSIM_INSTANTIATE_LINEAR(T)                                                         \
-  template void linear_forward(const Tensor<T>&, const Tensor<T>&, const Tensor<T>*,           \
-                               const LinearParams&, Tensor<T>&);                               \
-  template void linear_backward(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&,          \
+#define SHARDSIM_INSTANTIATE_LINEAR(T)                                                \
+  template void linear_forward(const Tensor<T>&, const Tensor<T>&, const Tensor<T>*,  \
+                               const LinearParams&, Tensor<T>&);                      \
+  template void linear_backward(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&, \
                                 const LinearParams&, Tensor<T>&, Tensor<T>*, Tensor<T>*);

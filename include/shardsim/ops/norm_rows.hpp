@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "shardsim/error.hpp"
+#include "shardsim/parallel.hpp"
 #include "shardsim/shape.hpp"
 
 namespace shardsim::detail {
@@ -76,6 +77,22 @@ void for_each_row(const AxisView& view, F&& f) {
     f(row_block<kNormRowBlock>(view, first));
   }
   for (; first < rows; ++first) f(row_block<1>(view, first));
+}
+
+// The same blocks as for_each_row, run concurrently (parallel.hpp). Only for passes whose blocks
+// are independent: a block reads its own rows and writes only its own rows' outputs. Anything
+// accumulated across rows (a parameter gradient) keeps for_each_row's order instead.
+template <typename F>
+void for_each_row_concurrently(const AxisView& view, F&& f) {
+  const std::int64_t rows = view.outer * view.inner;
+  const std::int64_t full = rows / kNormRowBlock;  // then rows % kNormRowBlock single rows
+  parallel_for(full + rows % kNormRowBlock, [&](std::int64_t index) {
+    if (index < full) {
+      f(row_block<kNormRowBlock>(view, index * kNormRowBlock));
+    } else {
+      f(row_block<1>(view, full * kNormRowBlock + (index - full)));
+    }
+  });
 }
 
 }  // namespace shardsim::detail

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -54,6 +55,9 @@ struct RunOptions {
   // Refuse to run when the memory estimate exceeds this many bytes (default: 3/4 of the
   // machine's physical memory).
   std::optional<std::uint64_t> max_memory_bytes;
+  // Called after each boundary is recorded, on the calling thread, with its trace entry: the
+  // CLI's progress line. Observes only; must not throw.
+  std::function<void(const TraceEntry&)> on_boundary;
 };
 
 // A lower bound on the bytes a run at `precision` holds: every tensor the program defines, once

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "shardsim/ops/attention/attention.hpp"
+#include "shardsim/parallel.hpp"
 
 namespace shardsim {
 
@@ -147,6 +148,16 @@ void check_attention_shapes(const Tensor<T>& q, const std::vector<std::int64_t>&
                   "attention: one position per query and per key");
 }
 
+// Runs f(b, h) for every (batch, head) pair, the pairs concurrently (parallel.hpp). A pair's
+// query rows, its saved row statistics and its slices of dq, dk and dv (all indexed by b and h)
+// belong to it alone, and f visits the pair's rows in ascending order as a serial loop would, so
+// every value and every accumulation order is the same for any thread count.
+template <typename F>
+void for_each_head(const HeadStrides& layout, F&& f) {
+  parallel_for(layout.batch * layout.heads,
+               [&](std::int64_t pair) { f(pair / layout.heads, pair % layout.heads); });
+}
+
 }  // namespace detail
 
 template <typename T>
@@ -167,49 +178,47 @@ void attention_forward(const Tensor<T>& q, const std::vector<std::int64_t>& q_po
   saved.lse = Tensor<T>(rows);
   const detail::RowStrides row_layout(rows);
   const T scale = T(1) / sqrt(T(q_layout.dim));
-  std::vector<std::int64_t> keys;  // the allowed keys of the current row
-  std::vector<T> weights;          // per allowed key: s_n, then e_n = exp(s_n - m)
-  std::vector<T> weighted_sum;     // (head_dim): sum_n e_n v_n
-  for (std::int64_t b = 0; b < q_layout.batch; ++b) {
-    for (std::int64_t h = 0; h < q_layout.heads; ++h) {
-      for (std::int64_t i = 0; i < q_layout.positions; ++i) {
-        detail::row_scores(q, q_layout, k, k_layout, b, h, i, q_pos[static_cast<std::size_t>(i)],
-                           k_pos, params, scale, keys, weights);
-        const std::int64_t row = row_layout.at(b, i, h);
-        if (keys.empty()) {
-          saved.max[row] = negative_infinity<T>();
-          saved.sum[row] = T(0);
-          saved.lse[row] = negative_infinity<T>();
-          continue;  // out stays 0
-        }
-        T row_max = negative_infinity<T>();  // m
-        for (const T& score : weights) {
-          if (score > row_max) row_max = score;
-        }
-        T row_sum = T(0);  // l
-        for (T& weight : weights) {
-          weight = exp(weight - row_max);
-          row_sum += weight;
-        }
-        // out_d = (sum_n e_n v_nd) / l: every d one accumulator over the keys ascending, all d
-        // together so v is read along its rows.
-        weighted_sum.assign(static_cast<std::size_t>(q_layout.dim), T(0));
-        for (std::size_t n = 0; n < keys.size(); ++n) {
-          const T weight = weights[n];
-          const T* value = v.data() + k_layout.at(b, keys[n], h, 0);
-          for (std::int64_t d = 0; d < q_layout.dim; ++d) {
-            weighted_sum[d] += weight * value[d * k_layout.dim_stride];
-          }
-        }
-        for (std::int64_t d = 0; d < q_layout.dim; ++d) {
-          out[q_layout.at(b, i, h, d)] = weighted_sum[d] / row_sum;
-        }
-        saved.max[row] = row_max;
-        saved.sum[row] = row_sum;
-        saved.lse[row] = row_max + log(row_sum);
+  detail::for_each_head(q_layout, [&](std::int64_t b, std::int64_t h) {
+    std::vector<std::int64_t> keys;  // the allowed keys of the current row
+    std::vector<T> weights;          // per allowed key: s_n, then e_n = exp(s_n - m)
+    std::vector<T> weighted_sum;     // (head_dim): sum_n e_n v_n
+    for (std::int64_t i = 0; i < q_layout.positions; ++i) {
+      detail::row_scores(q, q_layout, k, k_layout, b, h, i, q_pos[static_cast<std::size_t>(i)],
+                         k_pos, params, scale, keys, weights);
+      const std::int64_t row = row_layout.at(b, i, h);
+      if (keys.empty()) {
+        saved.max[row] = negative_infinity<T>();
+        saved.sum[row] = T(0);
+        saved.lse[row] = negative_infinity<T>();
+        continue;  // out stays 0
       }
+      T row_max = negative_infinity<T>();  // m
+      for (const T& score : weights) {
+        if (score > row_max) row_max = score;
+      }
+      T row_sum = T(0);  // l
+      for (T& weight : weights) {
+        weight = exp(weight - row_max);
+        row_sum += weight;
+      }
+      // out_d = (sum_n e_n v_nd) / l: every d one accumulator over the keys ascending, all d
+      // together so v is read along its rows.
+      weighted_sum.assign(static_cast<std::size_t>(q_layout.dim), T(0));
+      for (std::size_t n = 0; n < keys.size(); ++n) {
+        const T weight = weights[n];
+        const T* value = v.data() + k_layout.at(b, keys[n], h, 0);
+        for (std::int64_t d = 0; d < q_layout.dim; ++d) {
+          weighted_sum[d] += weight * value[d * k_layout.dim_stride];
+        }
+      }
+      for (std::int64_t d = 0; d < q_layout.dim; ++d) {
+        out[q_layout.at(b, i, h, d)] = weighted_sum[d] / row_sum;
+      }
+      saved.max[row] = row_max;
+      saved.sum[row] = row_sum;
+      saved.lse[row] = row_max + log(row_sum);
     }
-  }
+  });
 }
 
 template <typename T>
@@ -228,32 +237,30 @@ void attention_backward(const Tensor<T>& dout, const Tensor<T>& q,
   dk = Tensor<T>(k.shape());
   dv = Tensor<T>(v.shape());
   const T scale = T(1) / sqrt(T(q_layout.dim));
-  std::vector<std::int64_t> keys;  // the allowed keys of the current row
-  std::vector<T> probs;            // per allowed key: s_n, then p_n
-  std::vector<T> dscores;          // per allowed key: dp_n, then ds_n
-  for (std::int64_t b = 0; b < q_layout.batch; ++b) {
-    for (std::int64_t h = 0; h < q_layout.heads; ++h) {
-      for (std::int64_t i = 0; i < q_layout.positions; ++i) {
-        const std::int64_t row = row_layout.at(b, i, h);
-        const T row_sum = saved.sum[row];  // l
-        if (!(row_sum > T(0))) continue;   // no allowed key: no gradient
-        const T row_max = saved.max[row];  // m
-        detail::row_scores(q, q_layout, k, k_layout, b, h, i, q_pos[static_cast<std::size_t>(i)],
-                           k_pos, params, scale, keys, probs);
-        for (T& prob : probs) prob = exp(prob - row_max) / row_sum;
-        dscores.assign(keys.size(), T(0));
-        T total = T(0);  // D = sum_n p_n dp_n
-        for (std::size_t n = 0; n < keys.size(); ++n) {
-          const T dp = detail::row_value_gradient(dout, q_layout, v, k_layout, b, h, i, keys[n]);
-          dscores[n] = dp;
-          total += probs[n] * dp;
-        }
-        for (std::size_t n = 0; n < keys.size(); ++n) dscores[n] = probs[n] * (dscores[n] - total);
-        detail::row_gradients(dout, q, q_layout, k, k_layout, b, h, i, keys, probs, dscores, scale,
-                              false, dq, dk, dv);
+  detail::for_each_head(q_layout, [&](std::int64_t b, std::int64_t h) {
+    std::vector<std::int64_t> keys;  // the allowed keys of the current row
+    std::vector<T> probs;            // per allowed key: s_n, then p_n
+    std::vector<T> dscores;          // per allowed key: dp_n, then ds_n
+    for (std::int64_t i = 0; i < q_layout.positions; ++i) {
+      const std::int64_t row = row_layout.at(b, i, h);
+      const T row_sum = saved.sum[row];  // l
+      if (!(row_sum > T(0))) continue;   // no allowed key: no gradient
+      const T row_max = saved.max[row];  // m
+      detail::row_scores(q, q_layout, k, k_layout, b, h, i, q_pos[static_cast<std::size_t>(i)],
+                         k_pos, params, scale, keys, probs);
+      for (T& prob : probs) prob = exp(prob - row_max) / row_sum;
+      dscores.assign(keys.size(), T(0));
+      T total = T(0);  // D = sum_n p_n dp_n
+      for (std::size_t n = 0; n < keys.size(); ++n) {
+        const T dp = detail::row_value_gradient(dout, q_layout, v, k_layout, b, h, i, keys[n]);
+        dscores[n] = dp;
+        total += probs[n] * dp;
       }
+      for (std::size_t n = 0; n < keys.size(); ++n) dscores[n] = probs[n] * (dscores[n] - total);
+      detail::row_gradients(dout, q, q_layout, k, k_layout, b, h, i, keys, probs, dscores, scale,
+                            false, dq, dk, dv);
     }
-  }
+  });
 }
 
 template <typename T>
@@ -273,32 +280,30 @@ void attention_block_backward(const Tensor<T>& dout, const Tensor<T>& q,
   const detail::HeadStrides k_layout(k.shape(), "kv");
   const detail::RowStrides row_layout(lse.shape());
   const T scale = T(1) / sqrt(T(q_layout.dim));
-  std::vector<std::int64_t> keys;  // the allowed keys of the current row in this block
-  std::vector<T> probs;            // per allowed key: s_n, then p_n = exp(s_n - lse_i)
-  std::vector<T> dscores;          // per allowed key: ds_n
-  for (std::int64_t b = 0; b < q_layout.batch; ++b) {
-    for (std::int64_t h = 0; h < q_layout.heads; ++h) {
-      for (std::int64_t i = 0; i < q_layout.positions; ++i) {
-        const T row_lse = lse[row_layout.at(b, i, h)];
-        if (isinf(row_lse)) continue;  // -inf: no allowed key in any block
-        detail::row_scores(q, q_layout, k, k_layout, b, h, i, q_pos[static_cast<std::size_t>(i)],
-                           k_pos, params, scale, keys, probs);
-        if (keys.empty()) continue;
-        T total = T(0);  // D_i = dout_i . out_i
-        for (std::int64_t d = 0; d < q_layout.dim; ++d) {
-          total += dout[q_layout.at(b, i, h, d)] * out[q_layout.at(b, i, h, d)];
-        }
-        dscores.assign(keys.size(), T(0));
-        for (std::size_t n = 0; n < keys.size(); ++n) {
-          probs[n] = exp(probs[n] - row_lse);
-          const T dp = detail::row_value_gradient(dout, q_layout, v, k_layout, b, h, i, keys[n]);
-          dscores[n] = probs[n] * (dp - total);
-        }
-        detail::row_gradients(dout, q, q_layout, k, k_layout, b, h, i, keys, probs, dscores, scale,
-                              true, dq, dk, dv);
+  detail::for_each_head(q_layout, [&](std::int64_t b, std::int64_t h) {
+    std::vector<std::int64_t> keys;  // the allowed keys of the current row in this block
+    std::vector<T> probs;            // per allowed key: s_n, then p_n = exp(s_n - lse_i)
+    std::vector<T> dscores;          // per allowed key: ds_n
+    for (std::int64_t i = 0; i < q_layout.positions; ++i) {
+      const T row_lse = lse[row_layout.at(b, i, h)];
+      if (isinf(row_lse)) continue;  // -inf: no allowed key in any block
+      detail::row_scores(q, q_layout, k, k_layout, b, h, i, q_pos[static_cast<std::size_t>(i)],
+                         k_pos, params, scale, keys, probs);
+      if (keys.empty()) continue;
+      T total = T(0);  // D_i = dout_i . out_i
+      for (std::int64_t d = 0; d < q_layout.dim; ++d) {
+        total += dout[q_layout.at(b, i, h, d)] * out[q_layout.at(b, i, h, d)];
       }
+      dscores.assign(keys.size(), T(0));
+      for (std::size_t n = 0; n < keys.size(); ++n) {
+        probs[n] = exp(probs[n] - row_lse);
+        const T dp = detail::row_value_gradient(dout, q_layout, v, k_layout, b, h, i, keys[n]);
+        dscores[n] = probs[n] * (dp - total);
+      }
+      detail::row_gradients(dout, q, q_layout, k, k_layout, b, h, i, keys, probs, dscores, scale,
+                            true, dq, dk, dv);
     }
-  }
+  });
 }
 
 template <typename T>

@@ -1,0 +1,134 @@
+// Tests for parallel.hpp: every index runs exactly once whatever the thread count, nesting runs
+// serially instead of deadlocking, the smallest failing index's exception is the one rethrown,
+// worker threads compute mp values at the caller's precision, and bad thread counts are refused.
+// (That whole runs do not depend on the thread count is the digests ctest, run under
+// SHARDSIM_THREADS = 1, 2, 3 and 8: tests/CMakeLists.txt.)
+#include "shardsim/parallel.hpp"
+
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cli_test_support.hpp"
+#include "shardsim/error.hpp"
+#include "shardsim/mp.hpp"
+
+using shardsim::InputError;
+using shardsim::parallel_for;
+using shardsim::parse_thread_count;
+using shardsim::set_thread_count;
+using shardsim::thread_count;
+
+namespace {
+
+// Restores the thread count a test changed.
+struct ThreadCountGuard {
+  int saved = thread_count();
+  ~ThreadCountGuard() { set_thread_count(saved); }
+};
+
+}  // namespace
+
+TEST_CASE("parallel: parallel_for runs every index exactly once for any thread count",
+          "[parallel]") {
+  const ThreadCountGuard guard;
+  for (int threads : {1, 2, 3, 8}) {
+    set_thread_count(threads);
+    for (std::int64_t n : {0, 1, 2, 7, 1000}) {
+      std::vector<int> visits(static_cast<std::size_t>(n), 0);  // each index writes only its own
+      parallel_for(n, [&](std::int64_t i) { ++visits[static_cast<std::size_t>(i)]; });
+      for (std::int64_t i = 0; i < n; ++i) {
+        INFO("threads " << threads << ", n " << n << ", index " << i);
+        CHECK(visits[static_cast<std::size_t>(i)] == 1);
+      }
+    }
+  }
+}
+
+TEST_CASE("parallel: a parallel_for inside a parallel_for runs serially and covers everything",
+          "[parallel]") {
+  const ThreadCountGuard guard;
+  set_thread_count(4);
+  constexpr std::int64_t kOuter = 6, kInner = 50;
+  std::vector<std::int64_t> sums(kOuter, 0);
+  parallel_for(kOuter, [&](std::int64_t o) {
+    std::vector<std::int64_t> inner(kInner, 0);
+    parallel_for(kInner, [&](std::int64_t i) { inner[static_cast<std::size_t>(i)] = i + 1; });
+    for (std::int64_t v : inner) sums[static_cast<std::size_t>(o)] += v;
+  });
+  // 1 + 2 + ... + 50 = 50 * 51 / 2 = 1275 for every outer index.
+  for (std::int64_t s : sums) CHECK(s == 1275);
+}
+
+TEST_CASE("parallel: parallel_for rethrows the exception of the smallest failing index",
+          "[parallel]") {
+  const ThreadCountGuard guard;
+  for (int threads : {1, 3, 8}) {
+    set_thread_count(threads);
+    std::vector<int> ran(1000, 0);
+    try {
+      parallel_for(1000, [&](std::int64_t i) {
+        ran[static_cast<std::size_t>(i)] = 1;
+        if (i == 5 || i == 900) throw std::runtime_error("index " + std::to_string(i));
+      });
+      FAIL("no exception");
+    } catch (const std::runtime_error& e) {
+      INFO("threads " << threads);
+      CHECK(std::string(e.what()) == "index 5");
+    }
+    // With more than one thread every index still runs (so which error wins cannot depend on
+    // timing); a single thread stops at the first, as a plain loop does.
+    if (threads > 1) CHECK(ran[999] == 1);
+  }
+}
+
+TEST_CASE("parallel: worker threads make mp values at the caller's precision", "[parallel][mp]") {
+  const ThreadCountGuard guard;
+  set_thread_count(4);
+  const unsigned saved_bits = shardsim::mp_significand_bits();
+  // Two precisions one after the other: the pool's threads outlive the first job, and must follow
+  // the caller to the second (Boost keeps the default precision per thread).
+  for (unsigned bits : {300u, 128u}) {
+    shardsim::set_mp_precision(bits);
+    const long want = static_cast<long>(mpfr_get_prec(shardsim::Mp(1).backend().data()));
+    std::vector<long> got(64, 0);
+    parallel_for(64, [&](std::int64_t i) {
+      got[static_cast<std::size_t>(i)] =
+          static_cast<long>(mpfr_get_prec(shardsim::Mp(static_cast<int>(i)).backend().data()));
+    });
+    for (long g : got) CHECK(g == want);
+  }
+  shardsim::set_mp_precision(saved_bits);
+}
+
+TEST_CASE("parallel: thread counts are whole numbers from 1 to kMaxThreads", "[parallel]") {
+  CHECK(parse_thread_count("1", "--threads") == 1);
+  CHECK(parse_thread_count("8", "--threads") == 8);
+  CHECK(parse_thread_count("1024", "--threads") == shardsim::kMaxThreads);
+  for (const char* bad : {"", "0", "-1", "1025", "2.5", "8x", " 8", "abc"}) {
+    INFO("'" << bad << "'");
+    CHECK_THROWS_WITH(parse_thread_count(bad, "SHARDSIM_THREADS"),
+                      Catch::Contains("SHARDSIM_THREADS: invalid thread count"));
+  }
+}
+
+TEST_CASE("parallel: cli: a bad --threads or SHARDSIM_THREADS exits 2 naming it, writing nothing",
+          "[parallel][cli]") {
+  using namespace cli_test;
+  TempDir dir;
+  const std::string scenario = q(source_scenario("layernorm_sequence_sharded.toml"));
+  const fs::path report = dir.path() / "r.json";
+  const CliResult flag = run_cli("run --quiet " + scenario + " --threads 0 --report " + q(report));
+  CHECK(flag.exit_code == 2);
+  CHECK(flag.out.empty());
+  CHECK(flag.err.find("--threads: invalid thread count '0'") != std::string::npos);
+  const CliResult env = run_cli("precision --quiet " + scenario, "SHARDSIM_THREADS=many");
+  CHECK(env.exit_code == 2);
+  CHECK(env.err.find("SHARDSIM_THREADS: invalid thread count 'many'") != std::string::npos);
+  CHECK_FALSE(fs::exists(report));
+  // A good flag wins over a bad environment value.
+  const CliResult good = run_cli("run --quiet " + scenario + " --threads 3", "SHARDSIM_THREADS=x");
+  CHECK(good.exit_code == 0);
+}
