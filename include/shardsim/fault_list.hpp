@@ -38,7 +38,8 @@
   X(ring_merge_no_max)              \
   X(ring_merge_average)             \
   X(ring_backward_local_lse)        \
-  X(mask_local_query_positions)
+  X(mask_local_query_positions)     \
+  X(micro_batch_mean)
 
 namespace shardsim {
 

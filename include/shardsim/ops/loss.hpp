@@ -50,6 +50,11 @@ template <typename T>
 void masked_mse_partial(const Tensor<T>& y, const Tensor<T>& target, const MaskedMseParams& params,
                         const LocalFrame& frame, T& sum, std::int64_t& valid_tokens);
 
+// How many of the tokens of a local tensor of shape `local` (in `frame`) are valid; the count
+// masked_mse_partial returns, without the values.
+std::int64_t masked_valid_tokens(const Shape& local, const MaskedMseParams& params,
+                                 const LocalFrame& frame);
+
 // dy = 2 * (y - target) / V on valid tokens, 0 elsewhere (activation grad: written, not added).
 template <typename T>
 void masked_mse_backward(const Tensor<T>& y, const Tensor<T>& target,
