@@ -51,8 +51,9 @@ std::vector<RankExtent> rank_extents(const Shape& global, const Layout& layout, 
 
 std::string where_label(int step, int micro, int micro_count, int chunk) {
   return "step " + std::to_string(step) +
-         (micro_count > 0 && micro > 0 ? " micro " + std::to_string(micro) + "/" + std::to_string(micro_count)
-                          : "") +
+         (micro_count > 0 && micro > 0
+              ? " micro " + std::to_string(micro) + "/" + std::to_string(micro_count)
+              : "") +
          " chunk " + std::to_string(chunk);
 }
 

@@ -50,19 +50,19 @@ Json boundary_json(const BoundaryResult& b) {
   Json out{{"id", e.id}, {"step", e.step}, {"chunk", e.chunk}};
   if (e.micro_count > 0) out["micro"] = e.micro;  // only in micro-batched runs
   out.update(Json{{"kind", boundary_kind_name(e.kind)},
-              {"op", e.op},
-              {"tensor", e.tensor},
-              {"dense", e.dense},
-              {"exact_claimed", e.exact},
-              {"global_shape", shape_json(e.global)},
-              {"placement", e.layout.str()},
-              {"ranks", ranks},
-              {"max_abs", json_metric(b.max_abs)},
-              {"max_rel", json_metric(b.max_rel)},
-              {"max_ulp", json_metric(b.max_ulp)},
-              {"rtol", b.rtol},
-              {"status", status_name(b.status)},
-              {"notes", e.notes}});
+                  {"op", e.op},
+                  {"tensor", e.tensor},
+                  {"dense", e.dense},
+                  {"exact_claimed", e.exact},
+                  {"global_shape", shape_json(e.global)},
+                  {"placement", e.layout.str()},
+                  {"ranks", ranks},
+                  {"max_abs", json_metric(b.max_abs)},
+                  {"max_rel", json_metric(b.max_rel)},
+                  {"max_ulp", json_metric(b.max_ulp)},
+                  {"rtol", b.rtol},
+                  {"status", status_name(b.status)},
+                  {"notes", e.notes}});
   return out;
 }
 
@@ -90,9 +90,8 @@ std::string short_scientific(double value) {
 
 std::string format_divergence(const Divergence& d) {
   std::ostringstream out;
-  out << where_label(d.step, d.micro, d.micro_count, d.chunk) << " boundary #" << d.boundary
-      << " " << d.op
-      << " -> " << d.tensor << ", rank " << d.rank << ", index [";
+  out << where_label(d.step, d.micro, d.micro_count, d.chunk) << " boundary #" << d.boundary << " "
+      << d.op << " -> " << d.tensor << ", rank " << d.rank << ", index [";
   for (std::size_t i = 0; i < d.index.size(); ++i) {
     out << (i ? ", " : "") << d.index[i].first << "=" << d.index[i].second;
   }
@@ -196,8 +195,9 @@ std::string format_run_table(const RunReport& r) {
   auto step_cell = [&](const TraceEntry& e) {
     if (!micro) return std::to_string(e.step);
     char cell[64];
-    const std::string j = e.micro > 0 ? std::to_string(e.micro) + "/" + std::to_string(e.micro_count)
-                                      : "-";  // the scenario's tensors as loaded
+    const std::string j = e.micro > 0
+                              ? std::to_string(e.micro) + "/" + std::to_string(e.micro_count)
+                              : "-";  // the scenario's tensors as loaded
     std::snprintf(cell, sizeof cell, "%4d %7s", e.step, j.c_str());
     return std::string(cell);
   };
@@ -205,9 +205,8 @@ std::string format_run_table(const RunReport& r) {
       "max_abs", "max_rel", "max_ulp");
   for (const BoundaryResult& b : r.boundaries) {
     const TraceEntry& e = b.entry;
-    row(std::to_string(e.id).c_str(), step_cell(e),
-        std::to_string(e.chunk).c_str(), e.op, e.tensor, e.layout.str(),
-        std::string(status_name(b.status)), short_scientific(b.max_abs),
+    row(std::to_string(e.id).c_str(), step_cell(e), std::to_string(e.chunk).c_str(), e.op, e.tensor,
+        e.layout.str(), std::string(status_name(b.status)), short_scientific(b.max_abs),
         short_scientific(b.max_rel), short_scientific(b.max_ulp));
     for (const std::string& note : e.notes) out << "           note: " << note << "\n";
   }

@@ -88,9 +88,8 @@ void ScenarioRun<T>::run_whole_batch_oracle() {
   forward();
   for (const StepSpec& spec : scenario_.steps) {
     if (spec.kind != OpKind::mse_loss) continue;
-    for (const std::string& name :
-         {spec.output(), part_name(spec.output(), loss_parts::sum),
-          part_name(spec.output(), loss_parts::valid_tokens)}) {
+    for (const std::string& name : {spec.output(), part_name(spec.output(), loss_parts::sum),
+                                    part_name(spec.output(), loss_parts::valid_tokens)}) {
       whole_oracle_.insert_or_assign(name, env_.dense.at(name));
     }
   }
@@ -120,11 +119,14 @@ void ScenarioRun<T>::load_micro_batch() {
     lay_out_input(name, std::move(part));
     const std::string note = "micro-batch " + std::to_string(micro_) + "/" +
                              std::to_string(micro_rows_.size()) + ": " + axis + " rows [" +
-                             std::to_string(begin) + ":" + std::to_string(begin + rows) +
-                             ") of " + std::to_string(full.shape().extent(axis));
-    world_.compare_boundary(
-        {.op = "input", .tensor = name, .exact = true, .kind = BoundaryKind::input, .notes = {note}},
-        env_.sharded[name]);
+                             std::to_string(begin) + ":" + std::to_string(begin + rows) + ") of " +
+                             std::to_string(full.shape().extent(axis));
+    world_.compare_boundary({.op = "input",
+                             .tensor = name,
+                             .exact = true,
+                             .kind = BoundaryKind::input,
+                             .notes = {note}},
+                            env_.sharded[name]);
   }
   std::erase_if(env_.dense, [](const auto& entry) { return is_grad_name(entry.first); });
   std::erase_if(env_.sharded, [](const auto& entry) { return is_grad_name(entry.first); });
@@ -175,8 +177,8 @@ void ScenarioRun<T>::install_accumulated() {
     const std::string key = grad_name(spec.name);
     if (spec.role != TensorRole::parameter || !sharded_accumulated_.count(key)) continue;
     env_.dense.insert_or_assign(key, whole_oracle_.at(key));
-    DistTensor<T>& grad = env_.sharded.insert_or_assign(key, sharded_accumulated_.at(key))
-                              .first->second;
+    DistTensor<T>& grad =
+        env_.sharded.insert_or_assign(key, sharded_accumulated_.at(key)).first->second;
     grad.name = key;
     emit({.op = "accumulated", .tensor = key, .inputs = {part_name(key, "accumulated")}}, grad,
          nullptr);

@@ -360,14 +360,14 @@ class ScenarioRun {
   bool in_whole_oracle(const BoundaryLabel& label) const;
   static void add_to(Tensor<T>& sum, const Tensor<T>& addend);
 
-  int micro_ = 0;             // the running micro-batch (1-based); 0: none
-  bool whole_pass_ = false;   // the whole-batch oracle pass: boundaries are snapshot, not recorded
+  int micro_ = 0;            // the running micro-batch (1-based); 0: none
+  bool whole_pass_ = false;  // the whole-batch oracle pass: boundaries are snapshot, not recorded
   std::vector<std::int64_t> micro_rows_;  // each micro-batch's batch rows (torch.chunk)
   // The whole-batch oracle pass's dense tensor at each of its boundaries that has the batch
   // axis, keyed by (oracle name, occurrence within the pass); the micro-batches' boundaries are
   // compared with their rows (whole_rows).
   std::map<std::pair<std::string, int>, Tensor<T>> whole_snapshots_;
-  std::map<std::string, int> occurrences_;  // per oracle name, in the running pass
+  std::map<std::string, int> occurrences_;         // per oracle name, in the running pass
   std::map<std::string, Tensor<T>> whole_oracle_;  // step-level: losses and parameter gradients
   std::map<std::string, Tensor<T>> dense_accumulated_;
   std::map<std::string, DistTensor<T>> sharded_accumulated_;

@@ -267,10 +267,10 @@ Scenario parse_scenario(std::string text, const std::string& file) {
         "", "malformed TOML: " + std::string(e.description())));
   }
   Loader load(file);
-  load.check_keys(root, "",
-                  {"name", "description", "seed", "precisions", "mesh", "tensors", "steps",
-                   "faults", "tolerance", "train_steps", "learning_rate", "expect", "stream",
-                   "micro_batches"});
+  load.check_keys(
+      root, "",
+      {"name", "description", "seed", "precisions", "mesh", "tensors", "steps", "faults",
+       "tolerance", "train_steps", "learning_rate", "expect", "stream", "micro_batches"});
   Scenario s;
   s.file = file;
   s.text = std::move(text);

@@ -52,16 +52,16 @@ void Loader::micro_batches(const toml::table& root, Scenario& s) const {
     if (t.shape.extent(axis) != first->shape.extent(axis)) {
       fail(*v, key,
            "micro-batches cut the " + axis + " axis of every input and target, but '" +
-               first->name + "' " + first->shape.str() + " and '" + t.name + "' " +
-               t.shape.str() + " differ there");
+               first->name + "' " + first->shape.str() + " and '" + t.name + "' " + t.shape.str() +
+               " differ there");
     }
   }
   if (!first) {
     fail(*v, key, "no input or target has an axis " + quote(axis) + " to cut into micro-batches");
   }
   const std::int64_t rows = first->shape.extent(axis);
-  const std::string of = " the " + axis + " extent " + std::to_string(rows) + " of '" +
-                         first->name + "'";
+  const std::string of =
+      " the " + axis + " extent " + std::to_string(rows) + " of '" + first->name + "'";
   if (k > rows) {
     fail(*v, key,
          "micro_batches = " + std::to_string(k) + " exceeds" + of +

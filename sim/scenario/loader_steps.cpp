@@ -183,8 +183,9 @@ Fault Loader::fault(const toml::node& node, const std::string& path, const Scena
   const FaultInfo& info = fault_catalogue()[static_cast<std::size_t>(*fault)];
   if (*fault == Fault::micro_batch_mean && (s.micro_batches < 2 || s.train_steps == 0)) {
     fail(node, path,
-         "fault " + quote(name) + " changes how micro-batch losses are normalized; it needs "
-         "micro_batches >= 2 and train_steps");
+         "fault " + quote(name) +
+             " changes how micro-batch losses are normalized; it needs "
+             "micro_batches >= 2 and train_steps");
   }
   if (info.ops.empty()) {
     if (s.train_steps == 0) {
@@ -248,8 +249,7 @@ Expectation Loader::expect(const toml::table& t, const Scenario& s) const {
   if (const toml::node* v = t.get("tensor")) e.tensor = string(*v, "expect.tensor");
   if (const toml::node* v = t.get("op")) e.op = string(*v, "expect.op");
   if (e.pass && (e.step || e.chunk || e.micro || e.tensor || e.op)) {
-    fail(t, "expect",
-         "a first divergence (step/chunk/micro/tensor/op) needs verdict = \"fail\"");
+    fail(t, "expect", "a first divergence (step/chunk/micro/tensor/op) needs verdict = \"fail\"");
   }
   return e;
 }

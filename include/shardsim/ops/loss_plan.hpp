@@ -173,8 +173,7 @@ DistTensor<T> step_valid_sharded(const World<T>& world, const DistTensor<T>& y,
                                  const std::vector<std::string>& inputs) {
   DistTensor<T> step =
       world.make(part_name(output, loss_parts::step_valid_tokens), Shape(), partial);
-  world.for_each_rank(
-      [&](int r) { step.local(r)[0] = T(step_valid_tokens(y, params, micro, r)); });
+  world.for_each_rank([&](int r) { step.local(r)[0] = T(step_valid_tokens(y, params, micro, r)); });
   const std::string name = step.name;
   for (int d = 0; d < partial.ndim(); ++d) {
     if (!partial.on(d).is_partial()) continue;
