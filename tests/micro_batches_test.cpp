@@ -339,3 +339,20 @@ TEST_CASE("the CLI refuses a bad micro_batches with exit 2 and writes nothing", 
         std::string::npos);
   CHECK(cli_test::entries(dir.path()) == std::vector<std::string>{"s.toml"});
 }
+
+TEST_CASE("golden names put the micro-batch between step and chunk", "[micro][cli]") {
+  const cli_test::TempDir dir;
+  const fs::path scenario = dir.write("s.toml", kOne);
+  const cli_test::CliResult r = cli_test::run_cli("run " + cli_test::q(scenario) + " --golden " +
+                                                  cli_test::q(dir.path() / "g"));
+  REQUIRE(r.exit_code == 0);
+  const auto manifest = nlohmann::json::parse(cli_test::slurp(dir.path() / "g" / "manifest.json"));
+  std::map<std::string, int> micro_of;  // tensor name -> its boundary's "micro"
+  for (const auto& t : manifest["tensors"]) {
+    micro_of[t["name"].get<std::string>()] = t["boundary"].value("micro", -1);
+  }
+  CHECK(micro_of.at("f64/inputs/x") == 0);  // as loaded, before the micro-batches
+  CHECK(micro_of.at("f64/s1/m1/c1/y") == 1);
+  CHECK(micro_of.at("f64/s1/m2/c1/y") == 2);
+  CHECK(micro_of.at("f64/s1/m2/c1/grad(ln.bias)") == 2);  // the step's update, after micro 2
+}
