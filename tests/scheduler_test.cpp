@@ -70,7 +70,9 @@ TEST_CASE("reports are byte-identical under every schedule except for the schedu
                                        // zigzag ring on cp ships blocks and dK/dV by send/recv.
                                        "mesh_dp_tp_mlp_sequence_parallel.toml",
                                        "mesh_cp_tp_block.toml", "mesh_dp_cp_tp_training.toml",
-                                       "mesh_cp_tp_zigzag_training.toml");
+                                       "mesh_cp_tp_zigzag_training.toml",
+                                       // gradient accumulation over 2 micro-batches on dp x tp
+                                       "micro_batches_dp_tp_mlp.toml");
   INFO(scenario_name);
   const shardsim::Scenario scenario = shardsim::load_scenario(scenario_path(scenario_name));
   std::string reference;

@@ -39,7 +39,8 @@
   X(ring_merge_average)             \
   X(ring_backward_local_lse)        \
   X(mask_local_query_positions)     \
-  X(mask_zigzag_contiguous)
+  X(mask_zigzag_contiguous)         \
+  X(micro_batch_mean)
 
 namespace shardsim {
 

@@ -75,6 +75,11 @@ struct TraceEntry {
   int id = 0;
   int step = 1;
   int chunk = 1;
+  // Gradient accumulation (micro_batches = k >= 2): the micro-batch j in [1, k] that recorded
+  // it, and k. Both 0 in a run without micro-batches. The step's update (after the last
+  // micro-batch) carries micro = k; the scenario's tensors as first loaded carry micro = 0.
+  int micro = 0;
+  int micro_count = 0;
   BoundaryKind kind = BoundaryKind::op;
   std::string op;
   std::string tensor;
@@ -94,6 +99,9 @@ struct TraceEntry {
 
 // Builds the per-rank extents of a DistTensor from its metadata.
 std::vector<RankExtent> rank_extents(const Shape& global, const Layout& layout, const Mesh& mesh);
+
+// "step 1 chunk 1", or "step 1 micro 2/3 chunk 1" in a micro-batched run (micro > 0).
+std::string where_label(int step, int micro, int micro_count, int chunk);
 
 // One line per boundary plus one indented line per rank.
 std::string format_entry(const TraceEntry& entry);

@@ -149,6 +149,8 @@ class Comparator final : public BoundarySink<T> {
       div.boundary = result.entry.id;
       div.step = result.entry.step;
       div.chunk = result.entry.chunk;
+      div.micro = result.entry.micro;
+      div.micro_count = result.entry.micro_count;
       div.op = result.entry.op;
       div.tensor = result.entry.tensor;
     }

@@ -63,6 +63,11 @@ Outcome judge(const Scenario& scenario, const std::vector<RunReport>& reports) {
     return mismatch("expected the first divergence at chunk " + std::to_string(*expect.chunk) +
                     ", got chunk " + std::to_string(d.chunk));
   }
+  if (expect.micro && *expect.micro != d.micro) {
+    return mismatch("expected the first divergence in micro-batch " +
+                    std::to_string(*expect.micro) + ", got " +
+                    (d.micro ? "micro-batch " + std::to_string(d.micro) : "the step's update"));
+  }
   if (expect.tensor && *expect.tensor != d.tensor) {
     return mismatch("expected the first divergence at tensor '" + *expect.tensor + "', got '" +
                     d.tensor + "'");

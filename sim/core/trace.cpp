@@ -49,9 +49,18 @@ std::vector<RankExtent> rank_extents(const Shape& global, const Layout& layout, 
   return out;
 }
 
+std::string where_label(int step, int micro, int micro_count, int chunk) {
+  return "step " + std::to_string(step) +
+         (micro_count > 0 && micro > 0
+              ? " micro " + std::to_string(micro) + "/" + std::to_string(micro_count)
+              : "") +
+         " chunk " + std::to_string(chunk);
+}
+
 std::string format_entry(const TraceEntry& entry) {
   std::ostringstream out;
-  out << "#" << entry.id << " step " << entry.step << " chunk " << entry.chunk << "  " << entry.op
+  out << "#" << entry.id << " "
+      << where_label(entry.step, entry.micro, entry.micro_count, entry.chunk) << "  " << entry.op
       << " -> " << entry.tensor << " " << entry.global.str() << " " << entry.layout.str();
   if (entry.exact) out << "  (exact)";
   out << "\n";

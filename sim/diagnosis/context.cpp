@@ -273,6 +273,9 @@ Finding loss_signature(Context& ctx, int id) {
       }
     }
   }
+  // A micro-batched loss is not weighed: its tokens' batch index is the micro-batch's, which the
+  // weightings would read valid_lengths with, and none of them models the step's count.
+  if (ctx.entry(id).micro_count > 0) step = nullptr;
   LossCase c;
   if (step && step->kind == OpKind::mse_loss) {
     const auto& args = step->as<MseLossArgs>();

@@ -121,7 +121,7 @@ Diagnosis analyse(const Scenario& scenario, RunReport captured, int id,
   d.boundary = id;
   diag::Context ctx(scenario, std::move(captured));
   const TraceEntry& e = ctx.entry(id);
-  d.where = "step " + std::to_string(e.step) + " chunk " + std::to_string(e.chunk) + " boundary #" +
+  d.where = where_label(e.step, e.micro, e.micro_count, e.chunk) + " boundary #" +
             std::to_string(e.id) + " " + e.op + " -> " + e.tensor;
   d.findings = measure(ctx, id, points);
   d.causes = rank_causes(d.findings);

@@ -52,15 +52,15 @@ Json boundaries_json(const Scenario& scenario, const RunReport& reference,
     const StepSpec* step = e.scenario_step >= 0
                                ? &scenario.steps.at(static_cast<std::size_t>(e.scenario_step))
                                : nullptr;
-    out.push_back(Json{{"id", e.id},
-                       {"step", e.step},
-                       {"chunk", e.chunk},
-                       {"kind", boundary_kind_name(e.kind)},
-                       {"op", e.op},
-                       {"tensor", e.tensor},
-                       {"scenario_step", step ? Json(step->index) : Json(nullptr)},
-                       {"scenario_op", step ? Json(std::string(step->op())) : Json(nullptr)},
-                       {"params", params_json(scenario, e)}});
+    Json item{{"id", e.id}, {"step", e.step}, {"chunk", e.chunk}};
+    if (e.micro_count > 0) item["micro"] = e.micro;  // only in micro-batched runs
+    item.update(Json{{"kind", boundary_kind_name(e.kind)},
+                     {"op", e.op},
+                     {"tensor", e.tensor},
+                     {"scenario_step", step ? Json(step->index) : Json(nullptr)},
+                     {"scenario_op", step ? Json(std::string(step->op())) : Json(nullptr)},
+                     {"params", params_json(scenario, e)}});
+    out.push_back(std::move(item));
   }
   return out;
 }
@@ -101,9 +101,14 @@ Json tensor_json(const GoldenEntry& entry, const TraceEntry& e) {
     Json runs = runs_json(e.global, e.layout, mesh, entry.rank);
     if (!runs.empty()) item["runs"] = std::move(runs);
   }
-  item["boundary"] = Json{
-      {"id", e.id}, {"step", e.step},     {"chunk", e.chunk}, {"kind", boundary_kind_name(e.kind)},
-      {"op", e.op}, {"tensor", e.tensor}, {"dense", e.dense}, {"exact_claimed", e.exact}};
+  Json boundary{{"id", e.id}, {"step", e.step}, {"chunk", e.chunk}};
+  if (e.micro_count > 0) boundary["micro"] = e.micro;  // only in micro-batched runs
+  boundary.update(Json{{"kind", boundary_kind_name(e.kind)},
+                       {"op", e.op},
+                       {"tensor", e.tensor},
+                       {"dense", e.dense},
+                       {"exact_claimed", e.exact}});
+  item["boundary"] = std::move(boundary);
   item["global_shape"] = shape_json(e.global);
   item["placement"] = e.layout.str();
   item["ranks"] = ranks_json(e.global, e.layout, mesh);

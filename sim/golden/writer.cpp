@@ -38,8 +38,9 @@ bool is_mask(const TraceEntry& entry, const CapturedBoundary& captured) {
 }
 
 // The base name of every golden boundary. "inputs/T" is a scenario tensor's global value: its
-// first input boundary, recorded before any chunk is loaded. Every other boundary is "sS/cC/T",
-// the chunk slices of a streamed input included. "#K" goes on all but the last of several
+// first input boundary, recorded before any chunk is loaded. Every other boundary is "sS/cC/T"
+// ("sS/mM/cC/T" in a micro-batched run), the chunk slices of a streamed input and the
+// micro-batches' rows of an input included. "#K" goes on all but the last of several
 // boundaries that share a name.
 std::vector<std::string> base_names(const RunReport& report, const std::vector<std::size_t>& kept) {
   std::vector<std::string> names;
@@ -49,9 +50,11 @@ std::vector<std::string> base_names(const RunReport& report, const std::vector<s
     const TraceEntry& e = report.boundaries[i].entry;
     const bool global_input =
         e.kind == BoundaryKind::input && e.op == "input" && loaded.insert(e.tensor).second;
+    // A micro-batched run puts the micro-batch between step and chunk: "sS/mM/cC/T".
+    const std::string micro = e.micro_count > 0 ? "/m" + std::to_string(e.micro) : "";
     names.push_back(global_input ? "inputs/" + e.tensor
-                                 : "s" + std::to_string(e.step) + "/c" + std::to_string(e.chunk) +
-                                       "/" + e.tensor);
+                                 : "s" + std::to_string(e.step) + micro + "/c" +
+                                       std::to_string(e.chunk) + "/" + e.tensor);
     ++total[names.back()];
   }
   std::map<std::string, int> seen;

@@ -24,16 +24,16 @@ Json shape_json(const Shape& shape) {
 Json divergence_json(const Divergence& d) {
   Json index = Json::object();
   for (const auto& [axis, i] : d.index) index[axis] = i;
-  return Json{{"boundary", d.boundary},
-              {"step", d.step},
-              {"chunk", d.chunk},
-              {"op", d.op},
-              {"tensor", d.tensor},
-              {"rank", d.rank},
-              {"index", index},
-              {"dense", json_metric(d.dense)},
-              {"sharded", json_metric(d.sharded)},
-              {"reason", d.reason}};
+  Json out{{"boundary", d.boundary}, {"step", d.step}, {"chunk", d.chunk}};
+  if (d.micro_count > 0) out["micro"] = d.micro;  // only in micro-batched runs
+  out.update(Json{{"op", d.op},
+                  {"tensor", d.tensor},
+                  {"rank", d.rank},
+                  {"index", index},
+                  {"dense", json_metric(d.dense)},
+                  {"sharded", json_metric(d.sharded)},
+                  {"reason", d.reason}});
+  return out;
 }
 
 Json boundary_json(const BoundaryResult& b) {
@@ -47,23 +47,23 @@ Json boundary_json(const BoundaryResult& b) {
                          {"offset", offset},
                          {"slice", r.slice}});
   }
-  return Json{{"id", e.id},
-              {"step", e.step},
-              {"chunk", e.chunk},
-              {"kind", boundary_kind_name(e.kind)},
-              {"op", e.op},
-              {"tensor", e.tensor},
-              {"dense", e.dense},
-              {"exact_claimed", e.exact},
-              {"global_shape", shape_json(e.global)},
-              {"placement", e.layout.str()},
-              {"ranks", ranks},
-              {"max_abs", json_metric(b.max_abs)},
-              {"max_rel", json_metric(b.max_rel)},
-              {"max_ulp", json_metric(b.max_ulp)},
-              {"rtol", b.rtol},
-              {"status", status_name(b.status)},
-              {"notes", e.notes}};
+  Json out{{"id", e.id}, {"step", e.step}, {"chunk", e.chunk}};
+  if (e.micro_count > 0) out["micro"] = e.micro;  // only in micro-batched runs
+  out.update(Json{{"kind", boundary_kind_name(e.kind)},
+                  {"op", e.op},
+                  {"tensor", e.tensor},
+                  {"dense", e.dense},
+                  {"exact_claimed", e.exact},
+                  {"global_shape", shape_json(e.global)},
+                  {"placement", e.layout.str()},
+                  {"ranks", ranks},
+                  {"max_abs", json_metric(b.max_abs)},
+                  {"max_rel", json_metric(b.max_rel)},
+                  {"max_ulp", json_metric(b.max_ulp)},
+                  {"rtol", b.rtol},
+                  {"status", status_name(b.status)},
+                  {"notes", e.notes}});
+  return out;
 }
 
 // [{cause, confidence, evidence}], most likely first; confidence to two decimals.
@@ -90,8 +90,8 @@ std::string short_scientific(double value) {
 
 std::string format_divergence(const Divergence& d) {
   std::ostringstream out;
-  out << "step " << d.step << " chunk " << d.chunk << " boundary #" << d.boundary << " " << d.op
-      << " -> " << d.tensor << ", rank " << d.rank << ", index [";
+  out << where_label(d.step, d.micro, d.micro_count, d.chunk) << " boundary #" << d.boundary << " "
+      << d.op << " -> " << d.tensor << ", rank " << d.rank << ", index [";
   for (std::size_t i = 0; i < d.index.size(); ++i) {
     out << (i ? ", " : "") << d.index[i].first << "=" << d.index[i].second;
   }
@@ -118,6 +118,7 @@ std::string report_json(const Scenario& scenario, const std::vector<RunReport>& 
   Json expected{{"verdict", scenario.expect.pass ? "pass" : "fail"}};
   if (scenario.expect.step) expected["step"] = *scenario.expect.step;
   if (scenario.expect.chunk) expected["chunk"] = *scenario.expect.chunk;
+  if (scenario.expect.micro) expected["micro"] = *scenario.expect.micro;
   if (scenario.expect.tensor) expected["tensor"] = *scenario.expect.tensor;
   if (scenario.expect.op) expected["op"] = *scenario.expect.op;
   Json first = nullptr;
@@ -172,29 +173,40 @@ std::string format_run_table(const RunReport& r) {
       << reduce_order_name(r.reduce_order) << ", schedule " << r.schedule.str() << ": "
       << (r.pass ? "pass" : "FAIL") << "\n";
   // Columns as wide as their longest entry (at least 20), so a long op name never shifts a row.
+  // A micro-batched run has a "micro" column (j/k) after the step.
   int op_width = 20, tensor_width = 20;
+  bool micro = false;
   for (const BoundaryResult& b : r.boundaries) {
     op_width = std::max(op_width, static_cast<int>(b.entry.op.size()));
     tensor_width = std::max(tensor_width, static_cast<int>(b.entry.tensor.size()));
+    micro = micro || b.entry.micro_count > 0;
   }
-  auto row = [&](const char* id, const char* step, const char* chunk, const std::string& op,
+  auto row = [&](const char* id, const std::string& step, const char* chunk, const std::string& op,
                  const std::string& tensor, const std::string& placement, const std::string& status,
                  const std::string& abs, const std::string& rel, const std::string& ulp) {
     char line[160];
-    std::snprintf(line, sizeof line, "%4s %4s %5s  ", id, step, chunk);
+    std::snprintf(line, sizeof line, "%4s %4s %5s  ", id, step.c_str(), chunk);
     out << line << std::left << std::setw(op_width) << op << " " << std::setw(tensor_width)
         << tensor << " " << std::setw(20) << placement << " ";
     std::snprintf(line, sizeof line, "%-7s %9s %9s %9s\n", status.c_str(), abs.c_str(), rel.c_str(),
                   ulp.c_str());
     out << line;
   };
-  row("id", "step", "chunk", "op", "tensor", "placement", "status", "max_abs", "max_rel",
-      "max_ulp");
+  auto step_cell = [&](const TraceEntry& e) {
+    if (!micro) return std::to_string(e.step);
+    char cell[64];
+    const std::string j = e.micro > 0
+                              ? std::to_string(e.micro) + "/" + std::to_string(e.micro_count)
+                              : "-";  // the scenario's tensors as loaded
+    std::snprintf(cell, sizeof cell, "%4d %7s", e.step, j.c_str());
+    return std::string(cell);
+  };
+  row("id", micro ? "step   micro" : "step", "chunk", "op", "tensor", "placement", "status",
+      "max_abs", "max_rel", "max_ulp");
   for (const BoundaryResult& b : r.boundaries) {
     const TraceEntry& e = b.entry;
-    row(std::to_string(e.id).c_str(), std::to_string(e.step).c_str(),
-        std::to_string(e.chunk).c_str(), e.op, e.tensor, e.layout.str(),
-        std::string(status_name(b.status)), short_scientific(b.max_abs),
+    row(std::to_string(e.id).c_str(), step_cell(e), std::to_string(e.chunk).c_str(), e.op, e.tensor,
+        e.layout.str(), std::string(status_name(b.status)), short_scientific(b.max_abs),
         short_scientific(b.max_rel), short_scientific(b.max_ulp));
     for (const std::string& note : e.notes) out << "           note: " << note << "\n";
   }

@@ -9,6 +9,9 @@
 //      comparison with the oracle.
 // With [stream], each training step runs 1-3 once per chunk, in order (the update is per chunk),
 // after resetting the steps' carried state (StepOp::begin_stream).
+// With micro_batches = k >= 2, each training step runs the whole batch once for the oracle
+// (nothing recorded), then 1-2 once per micro-batch with the parameter gradients accumulated,
+// then 3 once (micro_step-inl.hpp).
 #pragma once
 
 #include <cmath>
@@ -72,7 +75,7 @@ class ScenarioRun {
         sink_(sink),
         world_(scenario.mesh.devices, effective_reduce_order(scenario, options),
                effective_schedule(scenario, options)),
-        env_{scenario, world_, {}, {}},
+        env_{scenario, world_, {}, {}, {}},
         on_boundary_(options.on_boundary) {
     world_.set_hook([this](const BoundaryLabel& label, const DistTensor<T>& tensor) {
       return emit(label, tensor, nullptr);
@@ -84,6 +87,10 @@ class ScenarioRun {
     make_steps();
     const int iterations = std::max(1, scenario_.train_steps);
     for (step_ = 1; step_ <= iterations; ++step_) {
+      if (scenario_.micro_batches > 1) {
+        run_micro_batched_step();
+        continue;
+      }
       for (auto& op : ops_) op->begin_stream();  // a KV cache starts empty every training step
       for (chunk_ = 1; chunk_ <= static_cast<int>(chunk_lengths_.size()); ++chunk_) {
         load_chunk();
@@ -101,10 +108,16 @@ class ScenarioRun {
   // Records one boundary and hands it to the sink with its oracle tensor, enforcing the
   // boundary contract (trace.hpp). `oracle` overrides the dense counterpart (replica checks).
   bool emit(const BoundaryLabel& label, const DistTensor<T>& tensor, const Tensor<T>* oracle) {
+    if (whole_pass_) {
+      snapshot_whole_oracle(label);
+      return true;
+    }
     TraceEntry entry;
     entry.id = static_cast<int>(trace_.size());
     entry.step = step_;
     entry.chunk = chunk_;
+    entry.micro = micro_;
+    entry.micro_count = scenario_.micro_batches > 1 ? scenario_.micro_batches : 0;
     entry.kind = label.kind;
     entry.op = label.op;
     entry.tensor = label.tensor;
@@ -120,8 +133,10 @@ class ScenarioRun {
     entry.notes = label.notes;
     entry.inputs = label.inputs;
     entry.scenario_step = scenario_step_;
+    Tensor<T> rows;  // a micro-batch's rows of the whole-batch oracle (micro_step-inl.hpp)
     if (!oracle) {
-      oracle = find_oracle(label, entry, env_.dense);
+      if (micro_ > 0 && whole_rows(label, rows)) oracle = &rows;
+      if (!oracle) oracle = find_oracle(label, entry, env_.dense);
       if (oracle) check_oracle_finite(*oracle, entry);
     }
     const bool same = sink_.on_boundary(entry, oracle, tensor);
@@ -179,10 +194,11 @@ class ScenarioRun {
                               env_.sharded[spec.name]);
       apply_ones_init_assumed(scenario_, spec, world_, env_.sharded[spec.name]);
     }
-    if (!scenario_.stream) return;
-    chunk_lengths_ = scenario_.stream->chunks;
+    if (!scenario_.stream && scenario_.micro_batches < 2) return;
+    if (scenario_.stream) chunk_lengths_ = scenario_.stream->chunks;
+    const std::string axis(scenario_.stream ? scenario_.stream->axis : kMicroBatchAxis);
     for (const TensorSpec& spec : scenario_.tensors) {
-      if (spec.role == TensorRole::parameter || !spec.shape.has(scenario_.stream->axis)) continue;
+      if (spec.role == TensorRole::parameter || !spec.shape.has(axis)) continue;
       whole_.emplace(spec.name, env_.dense.at(spec.name));
     }
   }
@@ -332,11 +348,41 @@ class ScenarioRun {
   int scenario_step_ = -1;  // the step whose forward or backward is running (TraceEntry)
   std::vector<std::unique_ptr<StepOp<T>>> ops_;
   std::set<std::string> pinned_;            // never released: declared tensors, parameter gradients
-  std::map<std::string, Tensor<T>> whole_;  // streamed inputs, whole
+  std::map<std::string, Tensor<T>> whole_;  // streamed or micro-batched inputs, whole
   std::vector<std::int64_t> chunk_lengths_{0};
+
+  // Gradient accumulation (micro_step-inl.hpp).
+  void run_micro_batched_step();
+  void run_whole_batch_oracle();
+  void load_micro_batch();
+  void accumulate(const std::string& name);
+  void install_accumulated();
+  void snapshot_whole_oracle(const BoundaryLabel& label);
+  bool whole_rows(const BoundaryLabel& label, Tensor<T>& rows);
+  void lay_out_input(const std::string& name, Tensor<T> global);
+  bool in_whole_oracle(const BoundaryLabel& label) const;
+  static void add_to(Tensor<T>& sum, const Tensor<T>& addend);
+
+  int micro_ = 0;            // the running micro-batch (1-based); 0: none
+  bool whole_pass_ = false;  // the whole-batch oracle pass: boundaries are snapshot, not recorded
+  std::vector<std::int64_t> micro_rows_;  // each micro-batch's batch rows (torch.chunk)
+  // The whole-batch oracle pass's dense tensor at each of its boundaries that has the batch
+  // axis, keyed by (oracle name, occurrence within the pass); the micro-batches' boundaries are
+  // compared with their rows (whole_rows).
+  std::map<std::pair<std::string, int>, Tensor<T>> whole_snapshots_;
+  std::map<std::string, int> occurrences_;         // per oracle name, in the running pass
+  std::map<std::string, Tensor<T>> whole_oracle_;  // step-level: losses and parameter gradients
+  std::map<std::string, Tensor<T>> dense_accumulated_;
+  std::map<std::string, DistTensor<T>> sharded_accumulated_;
 };
 
 }  // namespace detail
+
+}  // namespace shardsim
+
+#include "sim/runner/micro_step-inl.hpp"
+
+namespace shardsim {
 
 template <typename T>
 std::vector<TraceEntry> run_scenario(const Scenario& scenario, const RunOptions& options,

@@ -11,6 +11,7 @@ namespace {
 
 bool matches(const Expectation& e, const TraceEntry& b, bool with_tensor, bool with_op) {
   return (!e.step || *e.step == b.step) && (!e.chunk || *e.chunk == b.chunk) &&
+         (!e.micro || *e.micro == b.micro) &&
          (!with_tensor || !e.tensor || *e.tensor == b.tensor) &&
          (!with_op || !e.op || *e.op == b.op);
 }
@@ -42,7 +43,8 @@ void check_expectation_names(const Scenario& s, const std::vector<TraceEntry>& t
     return;
   }
   const std::string where = std::string(e.step ? " at step " + std::to_string(*e.step) : "") +
-                            (e.chunk ? " in chunk " + std::to_string(*e.chunk) : "");
+                            (e.chunk ? " in chunk " + std::to_string(*e.chunk) : "") +
+                            (e.micro ? " in micro-batch " + std::to_string(*e.micro) : "");
   // Blame the tensor, then the op, then their combination.
   for (const bool tensors : {true, false}) {
     const std::optional<std::string>& wanted = tensors ? e.tensor : e.op;

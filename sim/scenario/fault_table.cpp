@@ -146,6 +146,12 @@ const std::vector<FaultInfo>& fault_catalogue() {
          "masks its second zigzag piece as if it followed the first (first piece's offset + "
          "local index)",
          {OpKind::sliding_window_attention}},
+        {Fault::micro_batch_mean,
+         "",
+         "mse_loss (micro_batches >= 2): each micro-batch's loss is the mean over its own valid "
+         "tokens, divided by the number of micro-batches, instead of its sum over the whole "
+         "step's valid-token count (wrong when micro-batches hold different valid counts)",
+         {OpKind::mse_loss}},
     };
     SHARDSIM_ASSERT(rows.size() == kFaultCount, "one catalogue row per fault");
     for (std::size_t k = 0; k < rows.size(); ++k) {

@@ -20,6 +20,10 @@ class Loader : public TomlReader {
   void steps(const toml::table& root, Scenario& s,
              std::map<std::string, TensorState>& defined) const;
   void training(const toml::table& root, Scenario& s) const;
+  // micro_batches (loader_micro.cpp): k >= 1; with k >= 2 every input and target with the
+  // batch axis has one extent that torch.chunk cuts into k non-empty pieces; refused with
+  // [stream], dropout, a step that reduces over the batch axis or a loss on another batch axis.
+  void micro_batches(const toml::table& root, Scenario& s) const;
 
   MeshSpec mesh(const toml::table& t) const;
   Mesh mesh_dims(const toml::node& node) const;

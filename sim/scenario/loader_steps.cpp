@@ -181,6 +181,12 @@ Fault Loader::fault(const toml::node& node, const std::string& path, const Scena
   }
   if (s.has_fault(*fault)) fail(node, path, "fault " + quote(name) + " is listed twice");
   const FaultInfo& info = fault_catalogue()[static_cast<std::size_t>(*fault)];
+  if (*fault == Fault::micro_batch_mean && (s.micro_batches < 2 || s.train_steps == 0)) {
+    fail(node, path,
+         "fault " + quote(name) +
+             " changes how micro-batch losses are normalized; it needs "
+             "micro_batches >= 2 and train_steps");
+  }
   if (info.ops.empty()) {
     if (s.train_steps == 0) {
       fail(node, path, "fault " + quote(name) + " changes the training loop; it needs train_steps");
@@ -202,7 +208,7 @@ Fault Loader::fault(const toml::node& node, const std::string& path, const Scena
 }
 
 Expectation Loader::expect(const toml::table& t, const Scenario& s) const {
-  check_keys(t, "expect", {"verdict", "step", "chunk", "tensor", "op"});
+  check_keys(t, "expect", {"verdict", "step", "chunk", "micro", "tensor", "op"});
   Expectation e;
   e.loc = loc_of(t);
   for (auto&& [key, value] : t) e.keys[std::string(key.str())] = loc_of(value);
@@ -229,10 +235,21 @@ Expectation Loader::expect(const toml::table& t, const Scenario& s) const {
       (std::string(key) == "step" ? e.step : e.chunk) = static_cast<int>(n);
     }
   }
+  if (const toml::node* v = t.get("micro")) {
+    const std::int64_t n = integer(*v, "expect.micro");
+    if (s.micro_batches < 2) fail(*v, "expect.micro", "needs micro_batches >= 2");
+    if (n < 1 || n > s.micro_batches) {
+      fail(*v, "expect.micro",
+           "must be in [1, " + std::to_string(s.micro_batches) + "]: the scenario runs " +
+               std::to_string(s.micro_batches) + " micro-batches per step, got " +
+               std::to_string(n));
+    }
+    e.micro = static_cast<int>(n);
+  }
   if (const toml::node* v = t.get("tensor")) e.tensor = string(*v, "expect.tensor");
   if (const toml::node* v = t.get("op")) e.op = string(*v, "expect.op");
-  if (e.pass && (e.step || e.chunk || e.tensor || e.op)) {
-    fail(t, "expect", "a first divergence (step/chunk/tensor/op) needs verdict = \"fail\"");
+  if (e.pass && (e.step || e.chunk || e.micro || e.tensor || e.op)) {
+    fail(t, "expect", "a first divergence (step/chunk/micro/tensor/op) needs verdict = \"fail\"");
   }
   return e;
 }

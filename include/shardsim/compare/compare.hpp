@@ -34,6 +34,8 @@ struct Divergence {
   int boundary = 0;
   int step = 1;
   int chunk = 1;
+  int micro = 0;        // TraceEntry::micro
+  int micro_count = 0;  // TraceEntry::micro_count
   std::string op;
   std::string tensor;
   int rank = 0;

@@ -24,6 +24,7 @@ void for_each_token(const Shape& shape, const MaskedMseParams& params, const Loc
       std::int64_t s = local[seq_pos];
       bool valid = !(frame.batch && is_pad(*frame.batch, b)) && !(frame.seq && is_pad(*frame.seq, s));
       if (frame.batch) b = to_global(*frame.batch, b);
+      b += frame.batch_begin;
       if (frame.seq) s = to_global(*frame.seq, s);
       if (valid && !params.token_valid.empty()) {
         valid = params.token_valid[static_cast<std::size_t>(b)][static_cast<std::size_t>(s)] != 0;

@@ -36,9 +36,13 @@ struct MaskedMseParams {
 // Where a rank's local (batch, seq, ...) tensor sits in the global one: its share of batch and of
 // seq (placement.hpp: local position i is global to_global(share, i), padding when i >= valid;
 // a zigzag share has two runs). No share means the axis is whole (local = global).
+// With micro-batches the tensor holds one micro-batch, whose first row is global batch row
+// `batch_begin` of the step: a token's global batch index is batch_begin + its index within the
+// micro-batch.
 struct LocalFrame {
   std::optional<Slice> batch;
   std::optional<Slice> seq;
+  std::int64_t batch_begin = 0;
 };
 
 // This rank's share: the sum over its valid tokens, and how many valid tokens it holds.
@@ -46,6 +50,11 @@ struct LocalFrame {
 template <typename T>
 void masked_mse_partial(const Tensor<T>& y, const Tensor<T>& target, const MaskedMseParams& params,
                         const LocalFrame& frame, T& sum, std::int64_t& valid_tokens);
+
+// How many of the tokens of a local tensor of shape `local` (in `frame`) are valid; the count
+// masked_mse_partial returns, without the values.
+std::int64_t masked_valid_tokens(const Shape& local, const MaskedMseParams& params,
+                                 const LocalFrame& frame);
 
 // dy = 2 * (y - target) / V on valid tokens, 0 elsewhere (activation grad: written, not added).
 template <typename T>

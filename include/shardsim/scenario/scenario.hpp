@@ -85,6 +85,7 @@ struct Expectation {
   bool pass = true;
   std::optional<int> step;
   std::optional<int> chunk;
+  std::optional<int> micro;  // the micro-batch (1-based), with micro_batches >= 2
   std::optional<std::string> tensor;
   std::optional<std::string> op;
   SourceLoc loc;                          // the [expect] table
@@ -109,6 +110,14 @@ struct StreamSpec {
   SourceLoc loc;
 };
 
+// The axis micro-batches cut (Scenario::micro_batches).
+inline constexpr std::string_view kMicroBatchAxis = "batch";
+
+// The row count of each of k micro-batches of `rows` rows: torch.chunk, c = ceil(rows/k), the
+// last may be short. REQUIRES: 1 <= k, and the split gives k non-empty pieces (the loader's
+// micro_batches check).
+std::vector<std::int64_t> micro_batch_rows(std::int64_t rows, int k);
+
 struct Scenario {
   std::string file;  // as given on the command line
   std::string text;  // the full file text (goldens record it)
@@ -125,6 +134,11 @@ struct Scenario {
   // every parameter K times; the last step must then be a loss.
   int train_steps = 0;
   double learning_rate = 0.1;
+  // Gradient accumulation (README "Micro-batches and gradient accumulation"): 1 runs the whole
+  // batch at once. k >= 2 cuts every input and target on kMicroBatchAxis into k consecutive
+  // micro-batches (torch.chunk sizes), run one after another, their parameter gradients summed,
+  // one SGD update per training step; the dense oracle still runs the whole batch at once.
+  int micro_batches = 1;
   Expectation expect;
   std::optional<StreamSpec> stream;  // none: one chunk holding the whole of every input
   // The global shape and starting placement of every tensor the program defines (inputs and

@@ -1,5 +1,7 @@
 // Binds an mse_loss scenario step: masked MSE over valid tokens, divided once by the global
-// valid-token count.
+// valid-token count. With micro-batches (env.micro.index > 0) the oracle side computes the
+// micro-batch's sum over its rows (global token identity: rows offset by env.micro.begin) and
+// divides it by the whole step's count, which the whole-batch oracle pass counted.
 #pragma once
 
 #include "shardsim/ops/loss.hpp"
@@ -20,6 +22,7 @@ class MseLossStep final : public StepOp<T> {
     faults_.padding_in_loss = scenario.has_fault(Fault::padding_in_loss);
     faults_.average_of_rank_means = scenario.has_fault(Fault::average_of_rank_means);
     faults_.wrong_axis = scenario.has_fault(Fault::wrong_axis);
+    faults_.micro_batch_mean = scenario.has_fault(Fault::micro_batch_mean);
   }
 
   void forward(StepEnv<T>& env) override {
@@ -28,21 +31,29 @@ class MseLossStep final : public StepOp<T> {
     const Tensor<T>& target = env.dense_at(args_.target);
     T sum;
     std::int64_t count = 0;
-    masked_mse_partial(y, target, params_, LocalFrame{}, sum, count);
-    dense_count_ = T(count);
+    frame_ = LocalFrame{.batch_begin = env.micro.begin};
+    masked_mse_partial(y, target, params_, frame_, sum, count);
     env.dense[part_name(output, loss_parts::sum)] = Tensor<T>(Shape(), {sum});
-    env.dense[part_name(output, loss_parts::valid_tokens)] = Tensor<T>(Shape(), {dense_count_});
+    env.dense[part_name(output, loss_parts::valid_tokens)] = Tensor<T>(Shape(), {T(count)});
+    dense_count_ = T(count);
+    MicroTokens micro;
+    if (env.micro.index > 0) {
+      micro = {env.micro.index, env.micro.begin, env.micro.rows};
+      dense_count_ = env.micro.whole_oracle->at(part_name(output, loss_parts::valid_tokens))[0];
+      env.dense[part_name(output, loss_parts::step_valid_tokens)] =
+          Tensor<T>(Shape(), {dense_count_});
+    }
     env.dense[output] = Tensor<T>(Shape(), {T(sum / dense_count_)});
 
     env.sharded[output] =
         masked_mse_sharded(env.world, env.sharded_at(args_.input), env.sharded_at(args_.target),
-                           params_, faults_, output, saved_);
+                           params_, faults_, output, saved_, micro);
   }
 
   void backward(StepEnv<T>& env) override {
     const std::string& input = args_.input;
     Tensor<T> dy;
-    masked_mse_backward(env.dense_at(input), env.dense_at(args_.target), params_, LocalFrame{},
+    masked_mse_backward(env.dense_at(input), env.dense_at(args_.target), params_, frame_,
                         dense_count_, dy);
     DistTensor<T> sdy =
         masked_mse_backward_sharded(env.world, env.sharded_at(input), env.sharded_at(args_.target),
@@ -55,7 +66,8 @@ class MseLossStep final : public StepOp<T> {
   const MseLossArgs& args_;
   MaskedMseParams params_;
   LossFaults faults_;
-  T dense_count_ = T(0);
+  T dense_count_ = T(0);  // what the oracle divides by: V of the whole step
+  LocalFrame frame_;      // the oracle's frame: batch rows offset by the micro-batch's first
   LossShardedSaved<T> saved_;
 };
 

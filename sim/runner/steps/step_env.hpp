@@ -17,12 +17,26 @@
 
 namespace shardsim {
 
+// The micro-batch the steps are running (gradient accumulation, Scenario::micro_batches).
+// index 0: the whole batch, in a run without micro-batches and in the whole-batch oracle pass of
+// a run with them (sim/runner/micro_step-inl.hpp).
+template <typename T>
+struct MicroBatch {
+  int index = 0;                   // 1-based; 0: the whole batch
+  std::int64_t begin = 0;          // the global batch row of this micro-batch's row 0
+  std::vector<std::int64_t> rows;  // every micro-batch's row count, in order (empty: none)
+  // The whole-batch oracle's step-level values (each loss's OUT, OUT.sum, OUT.valid_tokens),
+  // from the pass that ran the whole batch at once. Null when index is 0.
+  const std::map<std::string, Tensor<T>>* whole_oracle = nullptr;
+};
+
 template <typename T>
 struct StepEnv {
   const Scenario& scenario;
   World<T> world;  // bound to the running step's mesh dim (ScenarioRun::bind_world)
   std::map<std::string, Tensor<T>> dense;        // the oracle's global tensors
   std::map<std::string, DistTensor<T>> sharded;  // the ranks' tensors
+  MicroBatch<T> micro;
 
   Tensor<T>& dense_at(const std::string& name) { return dense.at(name); }
   DistTensor<T>& sharded_at(const std::string& name) { return sharded.at(name); }
