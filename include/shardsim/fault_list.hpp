@@ -38,7 +38,12 @@
   X(ring_merge_no_max)              \
   X(ring_merge_average)             \
   X(ring_backward_local_lse)        \
-  X(mask_local_query_positions)
+  X(mask_local_query_positions)     \
+  X(fsdp_grad_averaged)             \
+  X(fsdp_grad_local_mean)           \
+  X(fsdp_full_param_step)           \
+  X(fsdp_clip_padding)              \
+  X(fsdp_stale_shard)
 
 namespace shardsim {
 

@@ -181,6 +181,7 @@ Fault Loader::fault(const toml::node& node, const std::string& path, const Scena
   }
   if (s.has_fault(*fault)) fail(node, path, "fault " + quote(name) + " is listed twice");
   const FaultInfo& info = fault_catalogue()[static_cast<std::size_t>(*fault)];
+  check_fsdp_fault(node, path, *fault, s);
   if (info.ops.empty()) {
     if (s.train_steps == 0) {
       fail(node, path, "fault " + quote(name) + " changes the training loop; it needs train_steps");

@@ -25,6 +25,9 @@ struct LossFaults {
   bool padding_in_loss = false;        // ignores valid_lengths
   bool average_of_rank_means = false;  // mean over ranks of each rank's own mean
   bool wrong_axis = false;             // mask built in [seq, batch] order (see seq_major_mask)
+  // fsdp_grad_local_mean: backward from each rank's own mean, S_r / V_r (the loss value stays
+  // the global mean, as a program that all-reduces its loss for logging prints it).
+  bool local_mean_backward = false;
 };
 
 // The wrong_axis bug: a [seq, batch] vs [batch, seq] convention mismatch in the loss mask. The
@@ -180,6 +183,14 @@ DistTensor<T> masked_mse_backward_sharded(const World<T>& world, const DistTenso
   DistTensor<T> dy = world.make(output, y.global, y.layout);
   world.for_each_rank([&](int r) {
     T divisor = saved.divisor[static_cast<std::size_t>(r)];
+    if (faults.local_mean_backward) {
+      // d/dy of S_r / V_r is 2 (y - t) / V_r: V_r = this rank's own valid tokens.
+      std::int64_t local_count = 0;
+      T unused;
+      masked_mse_partial(y.local(r), target.local(r), params, frame_of(y, params, r), unused,
+                         local_count);
+      divisor = T(local_count);
+    }
     if (faults.average_of_rank_means) {
       // d/dy of mean_r(S_r / V_r) is 2 (y - t) / (V_r * k).
       std::int64_t local_count = 0;

@@ -20,6 +20,7 @@ class MseLossStep final : public StepOp<T> {
     faults_.padding_in_loss = scenario.has_fault(Fault::padding_in_loss);
     faults_.average_of_rank_means = scenario.has_fault(Fault::average_of_rank_means);
     faults_.wrong_axis = scenario.has_fault(Fault::wrong_axis);
+    faults_.local_mean_backward = scenario.has_fault(Fault::fsdp_grad_local_mean);
   }
 
   void forward(StepEnv<T>& env) override {
