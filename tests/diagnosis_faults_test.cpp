@@ -48,6 +48,10 @@ TEST_CASE("every seeded fault's top-ranked cause is the right one", "[diagnosis]
       {"attention_window_off_by_one", Cause::position_offset},
       {"dropout_rank_offset", Cause::rank_seed_offset},
       {"dropout_same_seed", Cause::seed_repetition},
+      {"fsdp_full_param_step", Cause::unreduced_gradients},
+      {"fsdp_grad_averaged", Cause::wrong_divisor},
+      {"fsdp_grad_local_mean", Cause::wrong_divisor},
+      {"fsdp_stale_shard", Cause::wrong_stage},
       {"norm_average_of_rank_means", Cause::wrong_divisor},
       {"norm_combine_token_means", Cause::normalization_convention},
       {"norm_dtype_mismatch", Cause::hidden_cast},
@@ -67,7 +71,8 @@ TEST_CASE("every seeded fault's top-ranked cause is the right one", "[diagnosis]
       {"mesh_grad_reduce_mean", "N-D mesh"},
       {"mesh_grad_reduce_wrong_dim", "N-D mesh"},
       {"mesh_row_bias_every_rank", "N-D mesh"},
-      {"mesh_gather_wrong_axis", "no signature for buffers concatenated along the wrong axis"}};
+      {"mesh_gather_wrong_axis", "no signature for buffers concatenated along the wrong axis"},
+      {"fsdp_clip_padding", "no signature for padding summed into a norm"}};
   for (const auto& [name, reason] : undiagnosed) {
     INFO(name << ": " << reason);
     const Replay r = replay(kScenarios / "faults" / (name + ".toml"));
