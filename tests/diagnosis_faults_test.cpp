@@ -118,8 +118,8 @@ TEST_CASE("no clean twin produces a diagnosis", "[diagnosis][scenario]") {
       CHECK_FALSE(json.contains("diagnosis"));
     }
   }
-  // 12 normalization and 5 mesh twins in scenarios/, 8 attention twins in faults/.
-  CHECK(twins == 25);
+  // 12 normalization, 5 mesh and 5 fsdp twins in scenarios/, 8 attention twins in faults/.
+  CHECK(twins == 30);
 }
 
 TEST_CASE("the documented cancellation is diagnosed as rounding, with a condition estimate",

@@ -68,7 +68,9 @@ TEST_CASE("reports are byte-identical under every schedule except for the schedu
                                        "layernorm_redistribute.toml",
                                        // N-D meshes: dp x tp, cp x tp, dp x cp x tp.
                                        "mesh_dp_tp_mlp_sequence_parallel.toml",
-                                       "mesh_cp_tp_block.toml", "mesh_dp_cp_tp_training.toml");
+                                       "mesh_cp_tp_block.toml", "mesh_dp_cp_tp_training.toml",
+                                       // FSDP: flat units, and per_param under tp x dp.
+                                       "fsdp_flat_mlp.toml", "mesh_tp_dp_fsdp_mlp.toml");
   INFO(scenario_name);
   const shardsim::Scenario scenario = shardsim::load_scenario(scenario_path(scenario_name));
   std::string reference;
