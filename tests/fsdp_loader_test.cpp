@@ -29,7 +29,9 @@ std::string scenario(const std::string& top, const std::string& mesh = "dims = {
          w_placement +
          "\n[[tensors]]\nname = \"b\"\nrole = \"parameter\"\naxes = [\"hidden\"]\nshape = [4]\n"
          "[[steps]]\nop = \"linear\"\n" +
-         dim + "input = \"x\"\nweight = \"w\"\nbias = \"b\"\noutput = \"y\"\n[[steps]]\nop = \"mse_loss\"\n" +
+         dim +
+         "input = \"x\"\nweight = \"w\"\nbias = \"b\"\noutput = \"y\"\n[[steps]]\nop = "
+         "\"mse_loss\"\n" +
          dim + "input = \"y\"\ntarget = \"t\"\noutput = \"loss\"\n";
 }
 
@@ -86,8 +88,9 @@ TEST_CASE("fsdp with tensor parallelism: the mesh order and the style", "[fsdp]"
           "'dp' after 'tp' in mesh.dims (e.g. dims = { tp = 2, dp = 2 })");
   std::string flat = text;
   flat.replace(flat.find("style = \"per_param\""), 19, "style = \"flat\"");
-  refused(flat, "tensors[4].placement: fsdp style \"flat\" flattens whole parameters: "
-                "'fc1.weight' is sharded on mesh dim 'tp'; use style = \"per_param\"");
+  refused(flat,
+          "tensors[4].placement: fsdp style \"flat\" flattens whole parameters: "
+          "'fc1.weight' is sharded on mesh dim 'tp'; use style = \"per_param\"");
 }
 
 // A column-parallel layer on the dp dim: W Shard(hidden) there is a valid step, but not under
@@ -112,8 +115,9 @@ TEST_CASE("fsdp: a parameter named by two steps, and [stream], are refused", "[f
   twice.replace(twice.find("[[steps]]\nop = \"mse_loss\""), 0,
                 "[[steps]]\nop = \"layer_norm\"\ninput = \"y\"\nweight = \"b\"\noutput = \"z\"\n");
   twice.replace(twice.find("input = \"y\"\ntarget"), 11, "input = \"z\"");
-  refused(twice, "steps[1].weight: under fsdp a parameter belongs to one step's unit; 'b' is "
-                 "already named by steps[0]");
+  refused(twice,
+          "steps[1].weight: under fsdp a parameter belongs to one step's unit; 'b' is "
+          "already named by steps[0]");
   refused(scenario("fsdp = { style = \"flat\" }") + "[stream]\naxis = \"seq\"\nchunks = [1, 1]\n",
           "stream: fsdp with [stream] is not supported");
   const std::string no_training = scenario("clip_grad_norm = 1.0");

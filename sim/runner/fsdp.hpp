@@ -81,15 +81,15 @@ class Fsdp {
     for (const FsdpSpec::Unit& unit : spec_->units) {
       if (flat()) {
         refresh_dense(unit.flat_name, env);
-        const DistTensor<T> whole = flatten(env.sharded, unit.params, unit.flat_name,
-                                            Placement::replicate(), spec_->dim);
+        const DistTensor<T> whole =
+            flatten(env.sharded, unit.params, unit.flat_name, Placement::replicate(), spec_->dim);
         storage_[unit.flat_name] =
             group.redistribute(whole, flat_shard(), shard_label(unit.flat_name));
       } else {
         for (const std::string& p : unit.params) {
           const DistTensor<T>& param = env.sharded.at(p);
-          storage_[p] = group.redistribute(param, Placement::shard(param.global[0].name),
-                                           shard_label(p));
+          storage_[p] =
+              group.redistribute(param, Placement::shard(param.global[0].name), shard_label(p));
         }
       }
       for (const std::string& p : unit.params) env.sharded.erase(p);
@@ -103,8 +103,7 @@ class Fsdp {
     const World<T> group = world_.on(spec_->dim);
     if (!flat()) {
       for (const std::string& p : unit->params) {
-        env.sharded[p] =
-            group.all_gather(source(p), {.tensor = p, .exact = true, .inputs = {p}});
+        env.sharded[p] = group.all_gather(source(p), {.tensor = p, .exact = true, .inputs = {p}});
       }
       return;
     }
@@ -169,8 +168,8 @@ class Fsdp {
   // as usual. Records the gather, the replica check of the full copies and the shards' update.
   void step_full_param(const std::string& name, StepEnv<T>& env, double learning_rate) {
     DistTensor<T>& shard = storage_.at(name);
-    DistTensor<T> full = world_.on(spec_->dim).all_gather(
-        shard, {.tensor = name, .exact = true, .inputs = {name}});
+    DistTensor<T> full =
+        world_.on(spec_->dim).all_gather(shard, {.tensor = name, .exact = true, .inputs = {name}});
     const DistTensor<T>& own = unreduced_.at(grad_name(name));
     for (const std::string& m : members(name)) {
       sgd_update(env.dense.at(m), env.dense.at(grad_name(m)), learning_rate);
@@ -236,9 +235,9 @@ class Fsdp {
   const FsdpSpec* spec_;
   World<T> world_;
   Check check_;
-  std::map<std::string, DistTensor<T>> storage_;     // the shards, by storage name
-  std::map<std::string, DistTensor<T>> stale_;       // fsdp_stale_shard: before the last update
-  std::map<std::string, DistTensor<T>> unreduced_;   // fsdp_full_param_step: each rank's own grad
+  std::map<std::string, DistTensor<T>> storage_;    // the shards, by storage name
+  std::map<std::string, DistTensor<T>> stale_;      // fsdp_stale_shard: before the last update
+  std::map<std::string, DistTensor<T>> unreduced_;  // fsdp_full_param_step: each rank's own grad
 };
 
 }  // namespace shardsim

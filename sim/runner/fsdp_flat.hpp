@@ -45,7 +45,8 @@ DistTensor<T> flatten(const std::map<std::string, DistTensor<T>>& sharded,
   const DistTensor<T>& first = sharded.at(names.front());
   std::int64_t total = 0;
   for (const std::string& n : names) total += sharded.at(n).global.numel();
-  const Layout layout = Layout::uniform(first.layout.ndim(), Placement::replicate()).with(dim, held);
+  const Layout layout =
+      Layout::uniform(first.layout.ndim(), Placement::replicate()).with(dim, held);
   DistTensor<T> flat =
       make_dist<T>(name, Shape({{std::string(kFlatAxis), total}}), layout, first.mesh);
   for (int r = 0; r < flat.ranks(); ++r) {

@@ -256,7 +256,8 @@ class ScenarioRun {
       const StepSpec& spec = scenario_.steps[i];
       memory.steps.push_back({spec.index, std::string(spec.op()), spec.output(), std::move(bytes)});
     }
-    if (fsdp_.on()) memory.parameters = fsdp_parameter_memory(scenario_, activation_scalar_bytes<T>());
+    if (fsdp_.on())
+      memory.parameters = fsdp_parameter_memory(scenario_, activation_scalar_bytes<T>());
     sink_.on_activation_memory(memory);
   }
 
@@ -359,8 +360,7 @@ class ScenarioRun {
            *param, &reference);
     }
     world_.compare_boundary(
-        {.op = "sgd", .tensor = name, .kind = BoundaryKind::update, .inputs = {name, key}},
-        *param);
+        {.op = "sgd", .tensor = name, .kind = BoundaryKind::update, .inputs = {name, key}}, *param);
   }
 
   const Scenario& scenario_;

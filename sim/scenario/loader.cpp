@@ -267,10 +267,10 @@ Scenario parse_scenario(std::string text, const std::string& file) {
         "", "malformed TOML: " + std::string(e.description())));
   }
   Loader load(file);
-  load.check_keys(root, "",
-                  {"name", "description", "seed", "precisions", "mesh", "tensors", "steps",
-                   "faults", "tolerance", "train_steps", "learning_rate", "expect", "stream",
-                   "clip_grad_norm", "fsdp"});
+  load.check_keys(
+      root, "",
+      {"name", "description", "seed", "precisions", "mesh", "tensors", "steps", "faults",
+       "tolerance", "train_steps", "learning_rate", "expect", "stream", "clip_grad_norm", "fsdp"});
   Scenario s;
   s.file = file;
   s.text = std::move(text);

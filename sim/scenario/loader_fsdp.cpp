@@ -137,8 +137,7 @@ void Loader::fsdp_check_param(const Scenario& s, const TensorSpec& tensor,
                               const FsdpSpec& spec) const {
   const Mesh& mesh = s.mesh.devices;
   const std::string dim_name = mesh.dim(spec.dim).name;
-  const std::string where =
-      "tensors[" + std::to_string(&tensor - s.tensors.data()) + "].placement";
+  const std::string where = "tensors[" + std::to_string(&tensor - s.tensors.data()) + "].placement";
   if (!tensor.layout.on(spec.dim).is_replicate()) {
     fail_at(tensor.loc, where,
             "under fsdp a parameter is Replicate on " + quote(dim_name) +
@@ -157,8 +156,8 @@ void Loader::fsdp_check_param(const Scenario& s, const TensorSpec& tensor,
     const std::string& first = tensor.shape[0].name;
     if (d > spec.dim && p.axis == first) {
       fail_at(tensor.loc, where,
-              "fsdp per_param shards the first axis " + quote(first) + " of " +
-                  quote(tensor.name) + " inside its " + quote(mesh.dim(d).name) +
+              "fsdp per_param shards the first axis " + quote(first) + " of " + quote(tensor.name) +
+                  " inside its " + quote(mesh.dim(d).name) +
                   " shard (FSDP2's _StridedShard), and shardsim nests shards in mesh order: "
                   "write " +
                   quote(dim_name) + " after " + quote(mesh.dim(d).name) +
