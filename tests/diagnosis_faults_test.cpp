@@ -48,6 +48,10 @@ TEST_CASE("every seeded fault's top-ranked cause is the right one", "[diagnosis]
       {"attention_window_off_by_one", Cause::position_offset},
       {"dropout_rank_offset", Cause::rank_seed_offset},
       {"dropout_same_seed", Cause::seed_repetition},
+      {"fsdp_full_param_step", Cause::unreduced_gradients},
+      {"fsdp_grad_averaged", Cause::wrong_divisor},
+      {"fsdp_grad_local_mean", Cause::wrong_divisor},
+      {"fsdp_stale_shard", Cause::wrong_stage},
       {"norm_average_of_rank_means", Cause::wrong_divisor},
       {"norm_combine_token_means", Cause::normalization_convention},
       {"norm_dtype_mismatch", Cause::hidden_cast},
@@ -72,7 +76,8 @@ TEST_CASE("every seeded fault's top-ranked cause is the right one", "[diagnosis]
        "zigzag: the position signatures read one offset per shard, a zigzag share has two"},
       {"micro_batch_mean",
        "no loss weighting models micro-batches: none divides a micro-batch's sum by the step's "
-       "valid-token count, so the loss signature stands aside on micro-batched runs"}};
+       "valid-token count, so the loss signature stands aside on micro-batched runs"},
+      {"fsdp_clip_padding", "no signature for padding summed into a norm"}};
   for (const auto& [name, reason] : undiagnosed) {
     INFO(name << ": " << reason);
     const Replay r = replay(kScenarios / "faults" / (name + ".toml"));
@@ -118,8 +123,9 @@ TEST_CASE("no clean twin produces a diagnosis", "[diagnosis][scenario]") {
       CHECK_FALSE(json.contains("diagnosis"));
     }
   }
-  // 12 normalization, 5 mesh and 1 micro-batch twins in scenarios/, 9 attention twins in faults/.
-  CHECK(twins == 27);
+  // 12 normalization, 5 mesh, 1 micro-batch and 5 fsdp twins in scenarios/, 9 attention twins
+  // in faults/.
+  CHECK(twins == 32);
 }
 
 TEST_CASE("the documented cancellation is diagnosed as rounding, with a condition estimate",

@@ -72,7 +72,9 @@ TEST_CASE("reports are byte-identical under every schedule except for the schedu
                                        "mesh_cp_tp_block.toml", "mesh_dp_cp_tp_training.toml",
                                        "mesh_cp_tp_zigzag_training.toml",
                                        // gradient accumulation over 2 micro-batches on dp x tp
-                                       "micro_batches_dp_tp_mlp.toml");
+                                       "micro_batches_dp_tp_mlp.toml",
+                                       // FSDP: flat units, and per_param under tp x dp.
+                                       "fsdp_flat_mlp.toml", "mesh_tp_dp_fsdp_mlp.toml");
   INFO(scenario_name);
   const shardsim::Scenario scenario = shardsim::load_scenario(scenario_path(scenario_name));
   std::string reference;

@@ -40,7 +40,12 @@
   X(ring_backward_local_lse)        \
   X(mask_local_query_positions)     \
   X(mask_zigzag_contiguous)         \
-  X(micro_batch_mean)
+  X(micro_batch_mean)               \
+  X(fsdp_grad_averaged)             \
+  X(fsdp_grad_local_mean)           \
+  X(fsdp_full_param_step)           \
+  X(fsdp_clip_padding)              \
+  X(fsdp_stale_shard)
 
 namespace shardsim {
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "sim/report/fsdp_report.hpp"
 #include "sim/report/json_metric.hpp"
 
 namespace shardsim {
@@ -148,6 +149,15 @@ std::string report_json(const Scenario& scenario, const std::vector<RunReport>& 
     }
     runs.back()["activation_bytes"] = r.activation.per_rank;
     runs.back()["activation_steps"] = steps;
+    if (const auto& m = r.activation.parameters) {
+      runs.back()["parameter_memory"] = Json{{"style", m->style},
+                                             {"dim", m->dim},
+                                             {"sharded_params", m->sharded_params},
+                                             {"sharded_grads", m->sharded_grads},
+                                             {"optimizer_state", m->optimizer_state},
+                                             {"gathered_peak", m->gathered_peak},
+                                             {"unsharded_grads_peak", m->unsharded_grads_peak}};
+    }
     if (r.resources) {
       runs.back()["resources"] = Json{{"peak_rss_bytes", r.resources->peak_rss_bytes},
                                       {"wall_seconds", r.resources->wall_seconds}};
@@ -162,6 +172,8 @@ std::string report_json(const Scenario& scenario, const std::vector<RunReport>& 
             {"first_divergence", first},
             {"expected", expected},
             {"matches_expectation", outcome.matches_expectation}};
+  if (scenario.fsdp) root["fsdp"] = fsdp_json(scenario);
+  if (scenario.clip_grad_norm) root["clip_grad_norm"] = *scenario.clip_grad_norm;
   if (!outcome.pass) root["diagnosis"] = diagnosis_json(diagnosis);
   root["runs"] = runs;
   return root.dump(2) + "\n";
@@ -218,6 +230,9 @@ std::string format_run_table(const RunReport& r) {
       total += bytes;
     }
     out << " (total " << total << ")\n";
+  }
+  if (r.activation.parameters && !r.activation.forward_only) {
+    out << format_parameter_memory(*r.activation.parameters);
   }
   if (r.first_divergence)
     out << "first divergence: " << format_divergence(*r.first_divergence) << "\n";

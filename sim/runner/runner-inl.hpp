@@ -1,12 +1,15 @@
 // Template body of run_scenario. Included by runner.cpp (float, double) and runner_mp.cpp (Mp).
 //
 // One training step (train_steps = K runs K of them; without it, one forward pass):
-//   1. forward: every scenario step, oracle first, then the sharded plan;
-//   2. backward (training only): steps in reverse, from the loss;
+//   1. forward: every scenario step, oracle first, then the sharded plan (under fsdp between
+//      the all-gather of the step's unit and its release, sim/runner/fsdp.hpp);
+//   2. backward (training only): steps in reverse, from the loss (under fsdp each unit gathered
+//      again, then its gradients reduce-scattered and the gathered copy released);
 //   3. parameter update: a Partial (per-rank) gradient of a Replicate parameter is all-reduced
-//      over the group (its own boundary), then SGD on the oracle's parameters and on every
-//      rank's replica, a replica-consistency check (all ranks bitwise identical) and a
-//      comparison with the oracle.
+//      over the group (its own boundary), optionally all gradients clipped by their global norm
+//      (clip.hpp), then SGD on the oracle's parameters and on every rank's replica (under fsdp
+//      its shard), a replica-consistency check (all ranks bitwise identical) and a comparison
+//      with the oracle.
 // With [stream], each training step runs 1-3 once per chunk, in order (the update is per chunk),
 // after resetting the steps' carried state (StepOp::begin_stream).
 // With micro_batches = k >= 2, each training step runs the whole batch once for the oracle
@@ -25,7 +28,11 @@
 #include "shardsim/ops/sgd.hpp"
 #include "shardsim/runner/runner.hpp"
 #include "sim/runner/boundary_contract.hpp"
+#include "sim/runner/clip.hpp"
+#include "sim/runner/fsdp.hpp"
+#include "sim/runner/fsdp_memory.hpp"
 #include "sim/runner/release.hpp"
+#include "sim/runner/replicas.hpp"
 #include "sim/runner/runner_faults.hpp"
 #include "sim/runner/steps/registry.hpp"
 
@@ -76,7 +83,11 @@ class ScenarioRun {
         world_(scenario.mesh.devices, effective_reduce_order(scenario, options),
                effective_schedule(scenario, options)),
         env_{scenario, world_, {}, {}, {}},
-        on_boundary_(options.on_boundary) {
+        on_boundary_(options.on_boundary),
+        fsdp_(scenario, world_,
+              [this](const BoundaryLabel& label, const DistTensor<T>& x, const Tensor<T>& ref) {
+                emit(label, x, &ref);
+              }) {
     world_.set_hook([this](const BoundaryLabel& label, const DistTensor<T>& tensor) {
       return emit(label, tensor, nullptr);
     });
@@ -209,6 +220,8 @@ class ScenarioRun {
       pinned_.insert(spec.name);
       if (spec.role == TensorRole::parameter) pinned_.insert(grad_name(spec.name));
     }
+    for (const std::string& name : fsdp_.pinned()) pinned_.insert(name);
+    fsdp_.shard(env_);
   }
 
   // Data loading for the current chunk: the slice of each streamed input along the stream axis,
@@ -238,7 +251,9 @@ class ScenarioRun {
     for (std::size_t i = 0; i < ops_.size(); ++i) {
       scenario_step_ = static_cast<int>(i);
       bind_world(i);
+      fsdp_.gather(static_cast<int>(i), env_);
       ops_[i]->forward(env_);
+      fsdp_.release(static_cast<int>(i), env_);
     }
     scenario_step_ = -1;
   }
@@ -259,6 +274,8 @@ class ScenarioRun {
       const StepSpec& spec = scenario_.steps[i];
       memory.steps.push_back({spec.index, std::string(spec.op()), spec.output(), std::move(bytes)});
     }
+    if (fsdp_.on())
+      memory.parameters = fsdp_parameter_memory(scenario_, activation_scalar_bytes<T>());
     sink_.on_activation_memory(memory);
   }
 
@@ -270,7 +287,10 @@ class ScenarioRun {
     for (std::size_t i = ops_.size(); i-- > 0;) {
       scenario_step_ = static_cast<int>(i);
       bind_world(i);
+      fsdp_.gather(static_cast<int>(i), env_);
       ops_[i]->backward(env_);
+      fsdp_.reduce_grads(static_cast<int>(i), env_);
+      fsdp_.release(static_cast<int>(i), env_);
       scenario_step_ = -1;
       std::vector<bool> reads_output;
       for (std::size_t j = 0; j < i; ++j) reads_output.push_back(ops_[j]->backward_reads_output());
@@ -281,59 +301,84 @@ class ScenarioRun {
   }
 
   // Per parameter: its gradient moved to the parameter's layout (a Partial dim all-reduced or
-  // reduce-scattered, in mesh-dim order), SGD on the oracle and on every rank's local, a
-  // replica check where a dim replicates it, and the comparison with the oracle.
+  // reduce-scattered, in mesh-dim order; under fsdp this happened after its unit's backward),
+  // then SGD on the oracle and on every rank's local, a replica check where a dim replicates it,
+  // and the comparison with the oracle. With clip_grad_norm every gradient is reduced first,
+  // then all are clipped by their global norm (clip.hpp), then the updates run.
   void update_parameters() {
+    std::vector<const TensorSpec*> trained;
     for (const TensorSpec& spec : scenario_.tensors) {
-      if (spec.role != TensorRole::parameter || !env_.has_grad(spec.name)) continue;
-      const std::string key = grad_name(spec.name);
-      DistTensor<T> grad = env_.sharded.at(key);
-      DistTensor<T>& param = env_.sharded.at(spec.name);
-      if (skips_gradient_reduce(scenario_, grad, param)) {
-        grad.layout = param.layout;
-      } else if (!(grad.layout == param.layout)) {
-        grad = reduce_param_grad(scenario_, world_, std::move(grad), param, key);
+      if (spec.role == TensorRole::parameter && env_.has_grad(spec.name)) trained.push_back(&spec);
+    }
+    if (!scenario_.clip_grad_norm) {
+      for (const TensorSpec* spec : trained) {
+        reduce_gradient(*spec);
+        step_parameter(*spec);
       }
-      sgd_update(env_.dense.at(spec.name), env_.dense.at(key), scenario_.learning_rate);
-      world_.for_each_rank(
-          [&](int r) { sgd_update(param.local(r), grad.local(r), scenario_.learning_rate); });
-      if (has_replicate_dim(param.layout)) {
-        const Tensor<T> reference = first_replicas(param);
-        emit({.op = "replica_check",
-              .tensor = moved_name(spec.name, "replicas"),
-              .exact = true,
-              .kind = BoundaryKind::check},
-             param, &reference);
-      }
-      world_.compare_boundary({.op = "sgd",
-                               .tensor = spec.name,
-                               .kind = BoundaryKind::update,
-                               .inputs = {spec.name, key}},
-                              param);
+      return;
+    }
+    std::vector<std::string> dense_grads;
+    std::vector<std::string> sharded_grads;
+    for (const TensorSpec* spec : trained) {
+      reduce_gradient(*spec);
+      dense_grads.push_back(grad_name(spec->name));
+      const bool owned = fsdp_.owns(spec->name);
+      if (owned && !fsdp_.first_member(spec->name)) continue;
+      sharded_grads.push_back(grad_name(owned ? fsdp_.storage_name(spec->name) : spec->name));
+    }
+    clip_gradients(world_, env_, *scenario_.clip_grad_norm, dense_grads, sharded_grads,
+                   scenario_.has_fault(Fault::fsdp_clip_padding));
+    for (const TensorSpec* spec : trained) step_parameter(*spec);
+  }
+
+  void reduce_gradient(const TensorSpec& spec) {
+    if (fsdp_.owns(spec.name)) return;
+    const std::string key = grad_name(spec.name);
+    DistTensor<T>& grad = env_.sharded.at(key);
+    const DistTensor<T>& param = env_.sharded.at(spec.name);
+    if (skips_gradient_reduce(scenario_, grad, param)) {
+      grad.layout = param.layout;
+    } else if (!(grad.layout == param.layout)) {
+      grad = reduce_param_grad(scenario_, world_, std::move(grad), param, key);
     }
   }
 
-  static bool has_replicate_dim(const Layout& layout) {
-    for (const Placement& p : layout.dims) {
-      if (p.is_replicate()) return true;
-    }
-    return false;
-  }
-
-  // The global tensor as the ranks at coordinate 0 of every Replicate dim hold it: the
-  // reference every replica must equal bitwise.
-  static Tensor<T> first_replicas(const DistTensor<T>& x) {
-    Tensor<T> global(x.global);
-    std::vector<Slice> whole;
-    for (const Axis& axis : x.global.axes()) whole.push_back({0, axis.extent, axis.extent});
-    for (int r = 0; r < x.ranks(); ++r) {
-      bool first = true;
-      for (int d = 0; d < x.layout.ndim(); ++d) {
-        if (x.layout.on(d).is_replicate() && x.mesh->coord(r, d) != 0) first = false;
+  // SGD of one parameter; under fsdp of its storage (a flat unit once, at its first member).
+  void step_parameter(const TensorSpec& spec) {
+    std::string name = spec.name;
+    std::vector<std::string> members{name};
+    DistTensor<T>* param = nullptr;
+    if (fsdp_.owns(name)) {
+      if (!fsdp_.first_member(name)) return;
+      name = fsdp_.storage_name(name);
+      members = fsdp_.members(name);
+      if (scenario_.has_fault(Fault::fsdp_full_param_step)) {
+        fsdp_.step_full_param(name, env_, scenario_.learning_rate);
+        return;
       }
-      if (first) copy_overlap(x.local(r), local_box(x, r), global, whole);
+      fsdp_.remember_stale(name);
+      param = &fsdp_.storage(name);
+    } else {
+      param = &env_.sharded.at(name);
     }
-    return global;
+    const std::string key = grad_name(name);
+    const DistTensor<T>& grad = env_.sharded.at(key);
+    for (const std::string& m : members) {
+      sgd_update(env_.dense.at(m), env_.dense.at(grad_name(m)), scenario_.learning_rate);
+    }
+    fsdp_.refresh_dense(name, env_);
+    world_.for_each_rank(
+        [&](int r) { sgd_update(param->local(r), grad.local(r), scenario_.learning_rate); });
+    if (has_replicate_dim(param->layout)) {
+      const Tensor<T> reference = first_replicas(*param);
+      emit({.op = "replica_check",
+            .tensor = moved_name(name, "replicas"),
+            .exact = true,
+            .kind = BoundaryKind::check},
+           *param, &reference);
+    }
+    world_.compare_boundary(
+        {.op = "sgd", .tensor = name, .kind = BoundaryKind::update, .inputs = {name, key}}, *param);
   }
 
   const Scenario& scenario_;
@@ -346,6 +391,7 @@ class ScenarioRun {
   int step_ = 1;
   int chunk_ = 1;
   int scenario_step_ = -1;  // the step whose forward or backward is running (TraceEntry)
+  Fsdp<T> fsdp_;
   std::vector<std::unique_ptr<StepOp<T>>> ops_;
   std::set<std::string> pinned_;            // never released: declared tensors, parameter gradients
   std::map<std::string, Tensor<T>> whole_;  // streamed or micro-batched inputs, whole

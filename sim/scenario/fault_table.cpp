@@ -152,6 +152,34 @@ const std::vector<FaultInfo>& fault_catalogue() {
          "tokens, divided by the number of micro-batches, instead of its sum over the whole "
          "step's valid-token count (wrong when micro-batches hold different valid counts)",
          {OpKind::mse_loss}},
+        {Fault::fsdp_grad_averaged,
+         "",
+         "fsdp: the gradient reduce-scatter averages over the fsdp group (FSDP's default "
+         "divide-by-world-size) although the loss already divides by the global valid-token "
+         "count: the 1/dp scaling applied twice",
+         {}},
+        {Fault::fsdp_grad_local_mean,
+         "",
+         "fsdp (mse_loss): each rank's backward starts from the mean over its own tokens "
+         "(PyTorch's default reduction) while the reduce-scatter sums: the 1/dp scaling is "
+         "missing, gradients N/N_r (dp with equal shards) times too large",
+         {OpKind::mse_loss}},
+        {Fault::fsdp_full_param_step,
+         "",
+         "fsdp: the optimizer steps the full gathered parameter on every rank with that rank's "
+         "own unreduced gradient instead of the reduced local shard; the copies drift apart",
+         {}},
+        {Fault::fsdp_clip_padding,
+         "",
+         "fsdp flat + clip_grad_norm: the flat gradient buffer is allocated uninitialized, its "
+         "padding left holding garbage (modelled as 1 per rank), and the clipping norm is taken "
+         "over the padded buffer",
+         {}},
+        {Fault::fsdp_stale_shard,
+         "",
+         "fsdp: the update is not written back before the next all-gather, which reads each "
+         "shard as it was before the previous step's update",
+         {}},
     };
     SHARDSIM_ASSERT(rows.size() == kFaultCount, "one catalogue row per fault");
     for (std::size_t k = 0; k < rows.size(); ++k) {

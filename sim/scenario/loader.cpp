@@ -270,7 +270,8 @@ Scenario parse_scenario(std::string text, const std::string& file) {
   load.check_keys(
       root, "",
       {"name", "description", "seed", "precisions", "mesh", "tensors", "steps", "faults",
-       "tolerance", "train_steps", "learning_rate", "expect", "stream", "micro_batches"});
+       "tolerance", "train_steps", "learning_rate", "expect", "stream", "clip_grad_norm", "fsdp",
+       "micro_batches"});
   Scenario s;
   s.file = file;
   s.text = std::move(text);
@@ -283,6 +284,7 @@ Scenario parse_scenario(std::string text, const std::string& file) {
   load.steps(root, s, defined);
   load.training(root, s);
   load.micro_batches(root, s);
+  load.fsdp(root, s);
   if (const toml::node* v = root.get("faults")) {
     const toml::array& list = load.array(*v, "faults");
     for (std::size_t i = 0; i < list.size(); ++i) {

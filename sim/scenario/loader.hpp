@@ -24,6 +24,10 @@ class Loader : public TomlReader {
   // batch axis has one extent that torch.chunk cuts into k non-empty pieces; refused with
   // [stream], dropout, a step that reduces over the batch axis or a loss on another batch axis.
   void micro_batches(const toml::table& root, Scenario& s) const;
+  // clip_grad_norm and fsdp = { style, dim } (loader_fsdp.cpp); after the steps and training.
+  void fsdp(const toml::table& root, Scenario& s) const;
+  void fsdp_units(const Scenario& s, FsdpSpec& spec) const;
+  void fsdp_check_param(const Scenario& s, const TensorSpec& tensor, const FsdpSpec& spec) const;
 
   MeshSpec mesh(const toml::table& t) const;
   Mesh mesh_dims(const toml::node& node) const;
@@ -70,6 +74,10 @@ class Loader : public TomlReader {
   // A fault name that exists and changes something this scenario runs: one of its ops, or the
   // training loop.
   Fault fault(const toml::node& node, const std::string& path, const Scenario& s) const;
+  // The fsdp_* faults need fsdp (fsdp_clip_padding: style flat and clip_grad_norm), and the
+  // gradient all-reduce faults of replicated parameters are refused under fsdp.
+  void check_fsdp_fault(const toml::node& node, const std::string& path, Fault fault,
+                        const Scenario& s) const;
 
   // [expect]; step and chunk within the scenario's training steps and streamed chunks (so the
   // stream is read first).

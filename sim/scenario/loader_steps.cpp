@@ -187,6 +187,7 @@ Fault Loader::fault(const toml::node& node, const std::string& path, const Scena
              " changes how micro-batch losses are normalized; it needs "
              "micro_batches >= 2 and train_steps");
   }
+  check_fsdp_fault(node, path, *fault, s);
   if (info.ops.empty()) {
     if (s.train_steps == 0) {
       fail(node, path, "fault " + quote(name) + " changes the training loop; it needs train_steps");

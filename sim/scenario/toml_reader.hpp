@@ -39,6 +39,10 @@ class TomlReader {
                          const std::string& message) const {
     throw LocatedError(located(file_, loc_of(node), path, message));
   }
+  [[noreturn]] void fail_at(SourceLoc loc, const std::string& path,
+                            const std::string& message) const {
+    throw LocatedError(located(file_, loc, path, message));
+  }
 
   // Rejects keys outside `allowed`, suggesting the nearest one.
   void check_keys(const toml::table& table, const std::string& path,

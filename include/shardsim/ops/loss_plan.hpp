@@ -43,6 +43,9 @@ struct LossFaults {
   // (loss = criterion(micro) / k). Equal to the correct S_j / V only when every micro-batch
   // holds V / k valid tokens.
   bool micro_batch_mean = false;
+  // fsdp_grad_local_mean: backward from each rank's own mean, S_r / V_r (the loss value stays
+  // the global mean, as a program that all-reduces its loss for logging prints it).
+  bool local_mean_backward = false;
 };
 
 // The wrong_axis bug: a [seq, batch] vs [batch, seq] convention mismatch in the loss mask. The
@@ -295,6 +298,13 @@ DistTensor<T> masked_mse_backward_sharded(const World<T>& world, const DistTenso
   world.for_each_rank([&](int r) {
     T divisor = saved.divisor[static_cast<std::size_t>(r)];
     const LocalFrame frame = frame_of(y, params, r, saved.batch_begin);
+    if (faults.local_mean_backward) {
+      // d/dy of S_r / V_r is 2 (y - t) / V_r: V_r = this rank's own valid tokens.
+      std::int64_t local_count = 0;
+      T unused;
+      masked_mse_partial(y.local(r), target.local(r), params, frame, unused, local_count);
+      divisor = T(local_count);
+    }
     if (faults.average_of_rank_means) {
       // d/dy of mean_r(S_r / V_r) is 2 (y - t) / (V_r * k).
       std::int64_t local_count = 0;

@@ -16,6 +16,23 @@
 
 namespace shardsim {
 
+// Parameter memory under fsdp, per rank, with elements counted at the width activations use (4
+// bytes at f32, 8 at f64 and mp). FSDP allocates padded shards, so the figures include padding:
+// flat: every rank holds c = ceil(N/k) elements of a unit of N and gathers k c; per_param (FSDP2
+// pads each dim-0 chunk): ceil(n0/k) rows of the rank's compute-local n0 rows times the other
+// extents, gathered k times that. One unit is gathered at a time (after its step it is released),
+// so the peak is the largest unit's.
+struct ParameterMemory {
+  std::string style;                          // "flat" | "per_param"
+  std::string dim;                            // the mesh dim the parameters are sharded over
+  std::vector<std::int64_t> sharded_params;   // every unit's shard
+  std::vector<std::int64_t> sharded_grads;    // the reduce-scattered gradient shards (training)
+  std::vector<std::int64_t> optimizer_state;  // plain SGD keeps none: zeros
+  std::vector<std::int64_t> gathered_peak;    // the largest unit's gathered parameters
+  // Its unsharded gradients, held from the unit's backward to its reduce-scatter (training).
+  std::vector<std::int64_t> unsharded_grads_peak;
+};
+
 // Activation memory: the bytes each rank keeps from the forward pass for backward, per step and
 // summed (training step 1; shapes do not change between training steps). An activation element
 // counts 4 bytes at f32 and 8 at f64 and mp, a dropout mask one byte per element. Steps that keep
@@ -32,6 +49,7 @@ struct ActivationMemory {
   // A forward-only run (no train_steps) keeps nothing for a backward that never runs: the figures
   // are what one training step would keep, and the run table does not print them.
   bool forward_only = false;
+  std::optional<ParameterMemory> parameters;  // under fsdp only
 };
 
 template <typename T>

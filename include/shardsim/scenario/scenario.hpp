@@ -118,6 +118,38 @@ inline constexpr std::string_view kMicroBatchAxis = "batch";
 // micro_batches check).
 std::vector<std::int64_t> micro_batch_rows(std::int64_t rows, int k);
 
+// Fully sharded data parallelism (`fsdp = { style, dim }`, README "Fully sharded data
+// parallelism"). Every parameter a step names is sharded over the mesh dim `dim` and belongs to
+// that step's unit; before the step's forward and again before its backward the unit is
+// all-gathered into the layout the step computes with (the parameter's declared placement, which
+// is Replicate on `dim`), and released after; after the unit's backward its gradients are
+// reduce-scattered back to the shards (a sum: the loss already divides by the global valid-token
+// count), and SGD steps the shards only.
+//   flat       FSDP1's FlatParameter: the unit's parameters flattened in declaration order into
+//              one tensor [flat = N] (N = their total numel, no alignment padding: FSDP1 with
+//              use_orig_params=False), padded to k * ceil(N/k) and split evenly: every rank holds
+//              ceil(N/k) elements, Shard(flat, padded). REQUIRES: Replicate on every other dim.
+//   per_param  FSDP2: each parameter sharded on its first axis, torch.chunk semantics (uneven and
+//              empty shards), nested inside any earlier dim that shards that axis.
+struct FsdpSpec {
+  enum class Style { flat, per_param };
+  Style style = Style::flat;
+  int dim = 0;  // the mesh dim the parameters are sharded over
+  struct Unit {
+    int step = 0;                     // index in [[steps]]
+    std::string flat_name;            // flat style: "flat_param.OUTPUT", the unit's flat tensor
+    std::vector<std::string> params;  // in [[tensors]] declaration order
+  };
+  std::vector<Unit> units;
+  SourceLoc loc;
+
+  // The unit of step `step`, or null when the step names no parameter.
+  const Unit* unit_of_step(int step) const;
+  // The unit that holds parameter `name`, or null.
+  const Unit* unit_of_param(std::string_view name) const;
+};
+std::string_view fsdp_style_name(FsdpSpec::Style style);
+
 struct Scenario {
   std::string file;  // as given on the command line
   std::string text;  // the full file text (goldens record it)
@@ -139,6 +171,10 @@ struct Scenario {
   // micro-batches (torch.chunk sizes), run one after another, their parameter gradients summed,
   // one SGD update per training step; the dense oracle still runs the whole batch at once.
   int micro_batches = 1;
+  // Gradient-norm clipping before the update (torch.nn.utils.clip_grad_norm_, norm 2): none, or
+  // the max norm (> 0).
+  std::optional<double> clip_grad_norm;
+  std::optional<FsdpSpec> fsdp;  // none: parameters are held as their placements say
   Expectation expect;
   std::optional<StreamSpec> stream;  // none: one chunk holding the whole of every input
   // The global shape and starting placement of every tensor the program defines (inputs and

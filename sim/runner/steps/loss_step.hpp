@@ -23,6 +23,7 @@ class MseLossStep final : public StepOp<T> {
     faults_.average_of_rank_means = scenario.has_fault(Fault::average_of_rank_means);
     faults_.wrong_axis = scenario.has_fault(Fault::wrong_axis);
     faults_.micro_batch_mean = scenario.has_fault(Fault::micro_batch_mean);
+    faults_.local_mean_backward = scenario.has_fault(Fault::fsdp_grad_local_mean);
   }
 
   void forward(StepEnv<T>& env) override {

@@ -1,0 +1,243 @@
+// Private to the runner: fully sharded data parallelism (FsdpSpec in scenario.hpp, README "Fully
+// sharded data parallelism"). The ranks keep each parameter only as its shard (`storage`); the
+// runner calls, per training step:
+//   shard             once, after the inputs are loaded: each rank keeps its shard (a local
+//                     slice, recorded as `fsdp_shard -> NAME`);
+//   gather / release  around each step's forward and again around its backward: the unit's
+//                     all-gather on the fsdp dim into the layout the step computes with (flat:
+//                     the flat tensor, then each parameter's view, `unflatten -> NAME`); release
+//                     drops the gathered copy;
+//   reduce_grads      after the unit's backward: every other dim's Partial gradient reduced first
+//                     (as DTensor does inside autograd), then the reduce-scatter on the fsdp dim,
+//                     a plain sum (the loss divides by the global valid-token count, so the
+//                     ranks' gradients are addends of the gradient: no 1/dp);
+//   the update        SGD on the shards (the runner, through storage() and members()).
+// The faults of this layer (fault_list.hpp): fsdp_grad_averaged (the reduce-scatter's addends
+// pre-divided by the group size), fsdp_full_param_step (step_full_param), fsdp_clip_padding (the
+// flat gradient's padding holds garbage: 1 per rank, summed by the reduce-scatter) and
+// fsdp_stale_shard (gathers read the shards from before the previous update).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "shardsim/ops/sgd.hpp"
+#include "sim/runner/fsdp_flat.hpp"
+#include "sim/runner/replicas.hpp"
+#include "sim/runner/steps/step_env.hpp"
+
+namespace shardsim {
+
+template <typename T>
+class Fsdp {
+ public:
+  // Records a replica check: the label, the checked tensor and its reference.
+  using Check = std::function<void(const BoundaryLabel&, const DistTensor<T>&, const Tensor<T>&)>;
+
+  Fsdp(const Scenario& scenario, const World<T>& world, Check check)
+      : scenario_(scenario),
+        spec_(scenario.fsdp ? &*scenario.fsdp : nullptr),
+        world_(world),
+        check_(std::move(check)) {}
+
+  bool on() const { return spec_ != nullptr; }
+  bool flat() const { return on() && spec_->style == FsdpSpec::Style::flat; }
+  bool owns(const std::string& param) const { return on() && spec_->unit_of_param(param); }
+  // The runner's pinned names: the flat tensors and their gradients.
+  std::vector<std::string> pinned() const {
+    std::vector<std::string> names;
+    if (!flat()) return names;
+    for (const FsdpSpec::Unit& unit : spec_->units) {
+      names.push_back(unit.flat_name);
+      names.push_back(grad_name(unit.flat_name));
+    }
+    return names;
+  }
+
+  // The name a parameter is stored (and updated, and gathered) under: itself, or its unit's flat
+  // tensor. REQUIRES: owns(param).
+  std::string storage_name(const std::string& param) const {
+    return flat() ? spec_->unit_of_param(param)->flat_name : param;
+  }
+  DistTensor<T>& storage(const std::string& name) { return storage_.at(name); }
+  // The parameters stored under `name`, in declaration order.
+  std::vector<std::string> members(const std::string& name) const {
+    if (!flat()) return {name};
+    for (const FsdpSpec::Unit& unit : spec_->units) {
+      if (unit.flat_name == name) return unit.params;
+    }
+    return {};
+  }
+  // Whether `param` is the first of its storage's members (the update runs once per storage).
+  bool first_member(const std::string& param) const {
+    return members(storage_name(param)).front() == param;
+  }
+
+  void shard(StepEnv<T>& env) {
+    if (!on()) return;
+    const World<T> group = world_.on(spec_->dim);
+    for (const FsdpSpec::Unit& unit : spec_->units) {
+      if (flat()) {
+        refresh_dense(unit.flat_name, env);
+        const DistTensor<T> whole =
+            flatten(env.sharded, unit.params, unit.flat_name, Placement::replicate(), spec_->dim);
+        storage_[unit.flat_name] =
+            group.redistribute(whole, flat_shard(), shard_label(unit.flat_name));
+      } else {
+        for (const std::string& p : unit.params) {
+          const DistTensor<T>& param = env.sharded.at(p);
+          storage_[p] =
+              group.redistribute(param, Placement::shard(param.global[0].name), shard_label(p));
+        }
+      }
+      for (const std::string& p : unit.params) env.sharded.erase(p);
+    }
+  }
+
+  // Gathers the unit of `step` (if any) into env.sharded, in the layout the step computes with.
+  void gather(int step, StepEnv<T>& env) {
+    const FsdpSpec::Unit* unit = on() ? spec_->unit_of_step(step) : nullptr;
+    if (!unit) return;
+    const World<T> group = world_.on(spec_->dim);
+    if (!flat()) {
+      for (const std::string& p : unit->params) {
+        env.sharded[p] = group.all_gather(source(p), {.tensor = p, .exact = true, .inputs = {p}});
+      }
+      return;
+    }
+    const std::string& name = unit->flat_name;
+    refresh_dense(name, env);
+    const DistTensor<T> full =
+        group.all_gather(source(name), {.tensor = name, .exact = true, .inputs = {name}});
+    std::int64_t offset = 0;
+    for (const std::string& p : unit->params) {
+      const Shape& shape = env.dense.at(p).shape();
+      env.sharded[p] = unflatten(full, p, shape, offset);
+      offset += shape.numel();
+      world_.compare_boundary({.op = "unflatten", .tensor = p, .exact = true, .inputs = {name}},
+                              env.sharded[p]);
+    }
+  }
+
+  void release(int step, StepEnv<T>& env) const {
+    const FsdpSpec::Unit* unit = on() ? spec_->unit_of_step(step) : nullptr;
+    if (!unit) return;
+    for (const std::string& p : unit->params) env.sharded.erase(p);
+  }
+
+  // After the backward of `step`: its unit's gradients reduced to the storage layout.
+  void reduce_grads(int step, StepEnv<T>& env) {
+    const FsdpSpec::Unit* unit = on() ? spec_->unit_of_step(step) : nullptr;
+    if (!unit || !env.has_grad(unit->params.front())) return;
+    for (const std::string& p : unit->params) {
+      const std::string key = grad_name(p);
+      DistTensor<T>& grad = env.sharded.at(key);
+      for (int d = 0; d < grad.layout.ndim(); ++d) {
+        const Placement& target = scenario_.find_tensor(p)->layout.on(d);
+        if (d == spec_->dim || grad.layout.on(d) == target) continue;
+        grad = world_.on(d).redistribute(grad, target, {.tensor = key, .inputs = {key}});
+      }
+      if (!flat()) grad = reduce_scatter(grad, Placement::shard(grad.global[0].name), key, {key});
+    }
+    if (!flat()) return;
+    const std::string key = grad_name(unit->flat_name);
+    std::vector<std::string> inputs;
+    for (const std::string& p : unit->params) inputs.push_back(grad_name(p));
+    env.dense[key] = flatten_dense(env.dense, inputs, key);
+    const Placement held = env.sharded.at(inputs.front()).layout.on(spec_->dim);
+    DistTensor<T> grad = flatten(env.sharded, inputs, key, held, spec_->dim);
+    for (const std::string& g : inputs) env.sharded.erase(g);
+    env.sharded[key] = reduce_scatter(std::move(grad), flat_shard(), key, inputs);
+    if (scenario_.has_fault(Fault::fsdp_clip_padding)) fill_padding(env.sharded[key]);
+  }
+
+  // fsdp_stale_shard: keeps the shard as it is before this update, for the next step's gathers.
+  void remember_stale(const std::string& name) {
+    if (scenario_.has_fault(Fault::fsdp_stale_shard)) stale_.insert_or_assign(name, storage_[name]);
+  }
+
+  // The oracle's flat tensor of `name` rebuilt from its members' current values (flat only).
+  void refresh_dense(const std::string& name, StepEnv<T>& env) const {
+    if (flat()) env.dense[name] = flatten_dense(env.dense, members(name), name);
+  }
+
+  // fsdp_full_param_step: every rank keeps the unsharded parameter (gathered again here), steps
+  // it with its own unreduced gradient, and takes its shard from that copy. The dense side steps
+  // as usual. Records the gather, the replica check of the full copies and the shards' update.
+  void step_full_param(const std::string& name, StepEnv<T>& env, double learning_rate) {
+    DistTensor<T>& shard = storage_.at(name);
+    DistTensor<T> full =
+        world_.on(spec_->dim).all_gather(shard, {.tensor = name, .exact = true, .inputs = {name}});
+    const DistTensor<T>& own = unreduced_.at(grad_name(name));
+    for (const std::string& m : members(name)) {
+      sgd_update(env.dense.at(m), env.dense.at(grad_name(m)), learning_rate);
+    }
+    refresh_dense(name, env);
+    world_.for_each_rank([&](int r) { sgd_update(full.local(r), own.local(r), learning_rate); });
+    check_({.op = "replica_check",
+            .tensor = moved_name(name, "replicas"),
+            .exact = true,
+            .kind = BoundaryKind::check},
+           full, first_replicas(full));
+    world_.for_each_rank([&](int r) {
+      copy_overlap(full.local(r), local_box(full, r), shard.local(r), local_box(shard, r));
+    });
+    world_.compare_boundary(
+        {.op = "sgd", .tensor = name, .kind = BoundaryKind::update, .inputs = {name}}, shard);
+  }
+
+ private:
+  Placement flat_shard() const {
+    return Placement::shard(std::string(kFlatAxis), SplitPolicy::padded);
+  }
+  static BoundaryLabel shard_label(const std::string& name) {
+    return {.op = "fsdp_shard",
+            .tensor = name,
+            .exact = true,
+            .kind = BoundaryKind::input,
+            .inputs = {name}};
+  }
+  // What a gather reads: the shard, or under fsdp_stale_shard the one from before the update.
+  const DistTensor<T>& source(const std::string& name) const {
+    auto stale = stale_.find(name);
+    return stale != stale_.end() ? stale->second : storage_.at(name);
+  }
+
+  // The reduce-scatter on the fsdp dim (a local slice where the gradient is Replicate there),
+  // with the faults that change its addends.
+  DistTensor<T> reduce_scatter(DistTensor<T> grad, const Placement& target, const std::string& key,
+                               std::vector<std::string> inputs) {
+    const World<T> group = world_.on(spec_->dim);
+    if (scenario_.has_fault(Fault::fsdp_full_param_step)) unreduced_.insert_or_assign(key, grad);
+    if (scenario_.has_fault(Fault::fsdp_grad_averaged)) {
+      // The bug: FSDP's divide-by-world-size on top of the loss's global mean.
+      const T size = T(group.group_size());
+      world_.for_each_rank([&](int r) {
+        for (T& v : grad.local(r).values()) v = v / size;
+      });
+    }
+    return group.redistribute(grad, target, {.tensor = key, .inputs = std::move(inputs)});
+  }
+
+  // fsdp_clip_padding: every rank's unwritten padding held 1, so the reduce-scatter leaves the
+  // group size in each padding position.
+  void fill_padding(DistTensor<T>& grad) const {
+    const T garbage = T(world_.on(spec_->dim).group_size());
+    for (int r = 0; r < grad.ranks(); ++r) {
+      const Slice slice = grad.slice(r, kFlatAxis);
+      for (std::int64_t i = slice.valid(); i < slice.local_extent; ++i) grad.local(r)[i] = garbage;
+    }
+  }
+
+  const Scenario& scenario_;
+  const FsdpSpec* spec_;
+  World<T> world_;
+  Check check_;
+  std::map<std::string, DistTensor<T>> storage_;    // the shards, by storage name
+  std::map<std::string, DistTensor<T>> stale_;      // fsdp_stale_shard: before the last update
+  std::map<std::string, DistTensor<T>> unreduced_;  // fsdp_full_param_step: each rank's own grad
+};
+
+}  // namespace shardsim
