@@ -39,6 +39,7 @@ TEST_CASE("every seeded fault's top-ranked cause is the right one", "[diagnosis]
   // The cause each fault's mechanism is (README "Fault catalogue" and each scenario's comment).
   const std::vector<std::pair<std::string, Cause>> expected{
       {"attention_cache_raw_k", Cause::cache_convention},
+      {"attention_cache_raw_k_sharded", Cause::cache_convention},
       {"attention_mask_local_query_positions", Cause::position_offset},
       {"attention_ring_backward_local_lse", Cause::softmax_merge},
       {"attention_ring_merge_average", Cause::softmax_merge},
