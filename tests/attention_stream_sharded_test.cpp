@@ -11,6 +11,7 @@
 
 #include "shardsim/compare/compare.hpp"
 #include "shardsim/error.hpp"
+#include "shardsim/io.hpp"
 #include "shardsim/ops/attention/sharded_plan.hpp"
 #include "shardsim/ops/attention/stream.hpp"
 #include "shardsim/scenario/scenario.hpp"
@@ -27,7 +28,7 @@ struct Setup {
   std::string mode = "allgather";
   std::string split = "chunk";
   int ranks = 2;
-  std::string faults;  // "" or a TOML list body, e.g. "\"cache_raw_k\""
+  std::string faults;   // "" or a TOML list body, e.g. "\"cache_raw_k\""
   int train_steps = 2;  // 0: forward only
 };
 
@@ -97,8 +98,8 @@ TEST_CASE("streamed sharded queries: allgather and ulysses equal the oracle bitw
           INFO(mode << ", " << split << ", " << ranks << " ranks, " << precision);
           const RunReport forward = run({mode, split, ranks, "", 0}, precision);
           CHECK(forward.pass);
-          std::vector<std::string> exact{"y.q_rot", "y.k_shard", "y.v_shard", "y.cache_k",
-                                         "y.cache_v", "y.lse",   "y.attn",    "y"};
+          std::vector<std::string> exact{"y.q_rot",   "y.k_shard", "y.v_shard", "y.cache_k",
+                                         "y.cache_v", "y.lse",     "y.attn",    "y"};
           if (mode == "allgather") exact.insert(exact.end(), {"y.k_new", "y.k_all", "y.v_all"});
           if (mode == "ulysses") exact.insert(exact.end(), {"y.k_heads", "y.v_heads"});
           for (const std::string& tensor : exact) {
@@ -190,12 +191,12 @@ TEST_CASE("the streamed cache stays on the tokens' owners, rotated at their posi
     shardsim::StreamAttentionActivations<T> acts;
     shardsim::stream_attention_forward(xc, wq, wk, wv, wo, config.params, dense_cache, acts);
     shardsim::CpShardedSaved<T> saved;
-    shardsim::cp_sharded_attention_forward(
-        world, shardsim::distribute<T>("x", xc, zigzag, 2),
-        shardsim::distribute<T>("wq", wq, replicate, 2),
-        shardsim::distribute<T>("wk", wk, replicate, 2),
-        shardsim::distribute<T>("wv", wv, replicate, 2),
-        shardsim::distribute<T>("wo", wo, replicate, 2), config, cache, saved);
+    shardsim::cp_sharded_attention_forward(world, shardsim::distribute<T>("x", xc, zigzag, 2),
+                                           shardsim::distribute<T>("wq", wq, replicate, 2),
+                                           shardsim::distribute<T>("wk", wk, replicate, 2),
+                                           shardsim::distribute<T>("wv", wv, replicate, 2),
+                                           shardsim::distribute<T>("wo", wo, replicate, 2), config,
+                                           cache, saved);
     INFO("chunk " << chunk + 1);
     CHECK(cache.next_position == dense_cache.next_position);
     CHECK(cache.length == dense_cache.length());
@@ -242,4 +243,34 @@ TEST_CASE("cache_raw_k with sharded ulysses queries is a located error",
   CHECK_THROWS_WITH(shardsim::parse_scenario(text, "t.toml"),
                     Contains("t.toml:") && Contains("steps[0].cp_mode") &&
                         Contains("needs cp_mode = \"allgather\" or \"ring\""));
+}
+
+TEST_CASE("streamed sharded queries on a dp x cp x tp mesh, every mode",
+          "[attention_stream_sharded]") {
+  // mesh_cp_tp_zigzag_training.toml (attention on cp with zigzag queries, then an MLP on tp)
+  // with a dp dim that shards the batch and the sequence streamed in chunks 5, 3, 4: the cache
+  // lives per (dp, tp) group, on its cp members; 2 SGD steps pass against the oracle.
+  std::string text = shardsim::read_file(std::string(SHARDSIM_SOURCE_DIR) +
+                                         "/scenarios/mesh_cp_tp_zigzag_training.toml");
+  auto replace_all = [&](const std::string& from, const std::string& to) {
+    for (std::size_t at = text.find(from); at != std::string::npos; at = text.find(from, at)) {
+      text.replace(at, from.size(), to);
+      at += to.size();
+    }
+  };
+  replace_all("dims = { cp = 2, tp = 2 }",
+              "dims = { dp = 2, cp = 2, tp = 2 }\n\n[stream]\naxis = \"seq\"\nchunks = [5, 3, 4]");
+  replace_all("placement = { cp = \"Shard(seq, zigzag)\" }",
+              "placement = { dp = \"Shard(batch)\", cp = \"Shard(seq, zigzag)\" }");
+  for (const std::string mode : {"ring", "allgather", "ulysses"}) {
+    INFO(mode);
+    std::string variant = text;
+    const std::string ring = "cp_mode = \"ring\"";
+    variant.replace(variant.find(ring), ring.size(), "cp_mode = \"" + mode + "\"");
+    const RunReport report = shardsim::evaluate(shardsim::parse_scenario(variant, "mesh.toml"),
+                                                shardsim::parse_precision("f64"));
+    CHECK(report.pass);
+    // read by chunks 2 and 3 of both steps (ring never assembles it)
+    CHECK(all(report, "attn.cache_k").size() == (mode == "ring" ? 0u : 4u));
+  }
 }
