@@ -13,10 +13,10 @@ using shardsim::AttentionPart;
 TEST_CASE("attention parts spell the documented boundary names", "[attention]") {
   // The names listed under "Boundaries" in README.md, in enum order, for output "y".
   const char* const expected[] = {
-      "y.q",          "y.k",       "y.v",          "y.q_rot",   "y.cache_k",    "y.cache_v",
-      "y.k_cat",      "y.v_shard", "y.k_shard",    "y.k_all",   "y.v_all",      "y.q_shard",
-      "y.attn_shard", "y.q_heads", "y.k_heads",    "y.v_heads", "y.attn_heads", "y.attn_seq",
-      "y.lse",        "y.attn",    "y.k_cat_shard"};
+      "y.q",          "y.k",       "y.v",           "y.q_rot",   "y.cache_k",    "y.cache_v",
+      "y.k_cat",      "y.v_shard", "y.k_shard",     "y.k_all",   "y.v_all",      "y.q_shard",
+      "y.attn_shard", "y.q_heads", "y.k_heads",     "y.v_heads", "y.attn_heads", "y.attn_seq",
+      "y.lse",        "y.attn",    "y.k_cat_shard", "y.k_new",   "y.v_new"};
   REQUIRE(std::size(expected) == static_cast<std::size_t>(AttentionPart::count));
   shardsim::CpAttentionConfig config;
   config.name = "y";

@@ -37,6 +37,7 @@ class SlidingWindowAttentionStep final : public StepOp<T> {
   void begin_stream() override {
     dense_cache_.reset();
     sharded_cache_.reset();
+    sharded_queries_cache_.reset();
   }
 
   void forward(StepEnv<T>& env) override {
@@ -58,6 +59,11 @@ class SlidingWindowAttentionStep final : public StepOp<T> {
     store(AttentionPart::k_cat, acts_.k_cat);
     store(AttentionPart::k_all, acts_.k_all);
     store(AttentionPart::v_all, acts_.v_all);
+    if (acts_.cache_length > 0) {
+      const std::int64_t length = acts_.q.shape().extent("seq");
+      store(AttentionPart::k_new, slice_along(acts_.k_all, "kv", acts_.cache_length, length));
+      store(AttentionPart::v_new, slice_along(acts_.v_all, "kv", acts_.cache_length, length));
+    }
     store(AttentionPart::lse, acts_.core.lse);
     store(AttentionPart::attn, acts_.attn);
     env.dense[output] = acts_.y;
@@ -68,7 +74,8 @@ class SlidingWindowAttentionStep final : public StepOp<T> {
     if (sharded_queries_) {
       env.sharded[output] = cp_sharded_attention_forward(
           env.world, x, env.sharded_at(args_.wq), env.sharded_at(args_.wk),
-          env.sharded_at(args_.wv), env.sharded_at(args_.wo), config_, sharded_saved_);
+          env.sharded_at(args_.wv), env.sharded_at(args_.wo), config_, sharded_queries_cache_,
+          sharded_saved_);
       return;
     }
     env.sharded[output] = cp_attention_forward(
@@ -97,6 +104,11 @@ class SlidingWindowAttentionStep final : public StepOp<T> {
     store(AttentionPart::q_rot, g.q_rot);
     store(AttentionPart::k_all, g.k_all);
     store(AttentionPart::v_all, g.v_all);
+    if (acts_.cache_length > 0) {
+      const std::int64_t length = acts_.q.shape().extent("seq");
+      store(AttentionPart::k_new, slice_along(g.k_all, "kv", acts_.cache_length, length));
+      store(AttentionPart::v_new, slice_along(g.v_all, "kv", acts_.cache_length, length));
+    }
     store(AttentionPart::q, g.q);
     store(AttentionPart::k_cat, g.k_cat);
     store(AttentionPart::k, g.k);
@@ -157,13 +169,16 @@ class SlidingWindowAttentionStep final : public StepOp<T> {
         case CpMode::allgather:
           for (const DistTensor<T>* t : {&s.k_all, &s.v_all}) add(*t);
           break;
-        case CpMode::ring:
-          for (const DistTensor<T>* t : {&s.k_shard, &s.v_shard}) add(*t);
+        case CpMode::ring:  // the KV blocks: its cache ++ its own keys and values
+          for (std::size_t r = 0; r < s.k_blocks.size() && r < bytes.size(); ++r) {
+            bytes[r] += width * (s.k_blocks[r].numel() + s.v_blocks[r].numel());
+          }
           break;
-        case CpMode::ulysses:
-          for (const DistTensor<T>* t : {&s.q_heads, &s.k_heads, &s.v_heads}) add(*t);
+        case CpMode::ulysses:  // the queries and the head group's KV axis
+          add(s.q_heads);
           for (std::size_t r = 0; r < s.core.size() && r < bytes.size(); ++r) {
-            bytes[r] += width * (s.core[r].max.numel() + s.core[r].sum.numel());
+            bytes[r] += width * (s.k_group[r].numel() + s.v_group[r].numel() +
+                                 s.core[r].max.numel() + s.core[r].sum.numel());
           }
           break;
       }
@@ -199,6 +214,7 @@ class SlidingWindowAttentionStep final : public StepOp<T> {
   CpKvCache<T> sharded_cache_;
   CpAttentionSaved<T> saved_;
   bool sharded_queries_ = false;  // the input is Shard(seq) on the cp dim (sharded_plan.hpp)
+  CpShardedCache<T> sharded_queries_cache_;
   CpShardedSaved<T> sharded_saved_;
 };
 

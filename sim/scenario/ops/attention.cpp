@@ -9,8 +9,8 @@ namespace shardsim {
 namespace {
 
 // x [batch, seq, hidden] Replicate on the cp dim, or Shard(seq) (chunk, balanced or zigzag) in
-// any cp_mode (sequence-sharded queries, ops/attention/sharded_plan.hpp); wq, wk, wv
-// [hidden, head, head_dim] and wo [head, head_dim, hidden], Replicate; output like x.
+// any cp_mode, streamed or not (sequence-sharded queries, ops/attention/sharded_plan.hpp); wq, wk,
+// wv [hidden, head, head_dim] and wo [head, head_dim, hidden], Replicate; output like x.
 void attention_rules(const SlidingWindowAttentionArgs& args, const StepSpec& step,
                      StepContext& ctx) {
   const TensorState& input = ctx.tensor(step, "input");
@@ -111,7 +111,7 @@ void attention_plan_check(const SlidingWindowAttentionArgs& args, const StepSpec
     }
   }
   for (Fault replicated_only :
-       {Fault::rope_local_positions, Fault::rope_after_gather_wrong_offset, Fault::cache_raw_k}) {
+       {Fault::rope_local_positions, Fault::rope_after_gather_wrong_offset}) {
     if (scenario.has_fault(replicated_only) && x_on.is_shard()) {
       throw LocatedError(located(scenario.file, loc_of("input"), path + ".input",
                                  "fault '" + std::string(fault_name(replicated_only)) +
@@ -120,11 +120,12 @@ void attention_plan_check(const SlidingWindowAttentionArgs& args, const StepSpec
                                      x_on.str()));
     }
   }
-  if (x_on.is_shard() && scenario.stream) {
-    throw LocatedError(located(scenario.file, loc_of("input"), path + ".input",
-                               "sequence-sharded queries (" + x_on.str() +
-                                   ") read no KV cache, so they cannot be streamed ([stream]); "
-                                   "Replicate the input on the cp dim to stream"));
+  if (scenario.has_fault(Fault::cache_raw_k) && x_on.is_shard() && args.cp_mode == "ulysses") {
+    throw LocatedError(located(scenario.file, loc_of("cp_mode"), path + ".cp_mode",
+                               "fault 'cache_raw_k' caches each owner's keys before RoPE; with "
+                               "sequence-sharded queries ulysses caches the head groups' keys "
+                               "after the all-to-all, so it needs cp_mode = \"allgather\" or "
+                               "\"ring\""));
   }
   // About one key of a query's window per shard, or fewer.
   const std::int64_t cp_size = scenario.mesh.devices.dim(step.mesh_dim).size;

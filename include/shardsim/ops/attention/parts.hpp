@@ -40,7 +40,10 @@ enum class AttentionPart {
   lse,          // (batch, seq=t, head) log-sum-exp of the scores
   attn,         // (batch, seq=t, head, head_dim) softmax(scores) v_all
   k_cat_shard,  // backward only: Shard(kv) of grad(k_cat)
-  count         // not a part: the number of parts
+  // sequence-sharded queries, from the second streamed chunk on (attention/sharded_plan.hpp):
+  k_new,  // (batch, kv=t, head, head_dim) the chunk's keys after RoPE: the last t keys of k_all
+  v_new,  // (batch, kv=t, head, head_dim) the chunk's values: the last t values of v_all
+  count   // not a part: the number of parts
 };
 
 struct AttentionPartRow {
@@ -71,6 +74,8 @@ inline constexpr AttentionPartRow kAttentionParts[] = {
     {AttentionPart::lse, "lse"},
     {AttentionPart::attn, "attn"},
     {AttentionPart::k_cat_shard, "k_cat_shard"},
+    {AttentionPart::k_new, "k_new"},
+    {AttentionPart::v_new, "v_new"},
 };
 
 namespace detail {

@@ -21,11 +21,13 @@
 
 namespace shardsim {
 
-// Fills saved.q_heads, k_heads, v_heads, core, lse (Shard(head)) and attn (Shard(seq) laid out as
-// `rows`, x's layout) from saved.q_rot, saved.k_shard and saved.v_shard.
+// Fills saved.q_heads, k_heads, v_heads, k_group, v_group, core, lse (Shard(head)) and attn
+// (Shard(seq) laid out as `rows`, x's layout) from saved.q_rot, saved.k_shard, saved.v_shard and
+// the head group's cache (cache.k_heads, cache.v_heads: the keys before the chunk's).
 template <typename T>
 void sharded_ulysses_attention_forward(const World<T>& world, const CpAttentionConfig& config,
-                                       const Layout& rows, CpShardedSaved<T>& saved) {
+                                       const Layout& rows, const CpShardedCache<T>& cache,
+                                       CpShardedSaved<T>& saved) {
   const auto count = static_cast<std::size_t>(world.size());
   const Placement heads = Placement::shard("head");
   auto to_heads = [&](const DistTensor<T>& in, AttentionPart part, AttentionPart dense) {
@@ -38,24 +40,32 @@ void sharded_ulysses_attention_forward(const World<T>& world, const CpAttentionC
     return out;
   };
   saved.q_heads = to_heads(saved.q_rot, AttentionPart::q_heads, AttentionPart::q_rot);
-  saved.k_heads = to_heads(saved.k_shard, AttentionPart::k_heads, AttentionPart::k_all);
-  saved.v_heads = to_heads(saved.v_shard, AttentionPart::v_heads, AttentionPart::v_all);
+  saved.k_heads = to_heads(saved.k_shard, AttentionPart::k_heads, saved.chunk_keys_part());
+  saved.v_heads = to_heads(saved.v_shard, AttentionPart::v_heads, saved.chunk_values_part());
 
   const Shape& chunk = saved.q_rot.global;  // (batch, seq=n, head, head_dim)
-  const std::vector<std::int64_t> all = position_range(0, chunk.extent("seq"));
-  // Per rank, over its head group g: out (batch, seq=n, head=g, head_dim), lse (batch, seq=n,
-  // head=g).
+  const std::vector<std::int64_t> q_pos = saved.query_positions();
+  const std::vector<std::int64_t> k_pos = saved.kv_positions();
+  // Per rank, over its head group g: the whole KV axis (batch, kv=L+n, head=g, head_dim), the
+  // cache ++ the chunk's; out (batch, seq=n, head=g, head_dim), lse (batch, seq=n, head=g).
   std::vector<Tensor<T>> out(count), lse(count);
+  saved.k_group.assign(count, {});
+  saved.v_group.assign(count, {});
   saved.core.assign(count, {});
   world.for_each_rank([&](int r) {
     const auto at = static_cast<std::size_t>(r);
-    attention_forward(saved.q_heads.local(r), all, saved.k_heads.local(r), saved.v_heads.local(r),
-                      all, config.attention(), out[at], saved.core[at]);
+    saved.k_group[at] = concat_along(cache.k_heads.local(r), saved.k_heads.local(r), "kv");
+    saved.v_group[at] = concat_along(cache.v_heads.local(r), saved.v_heads.local(r), "kv");
+    attention_forward(saved.q_heads.local(r), q_pos, saved.k_group[at], saved.v_group[at], k_pos,
+                      config.attention(), out[at], saved.core[at]);
     lse[at] = saved.core[at].lse;
   });
   const int cp = world.dim();
-  const std::vector<std::string> inputs{saved.q_heads.name, saved.k_heads.name,
-                                        saved.v_heads.name};
+  std::vector<std::string> inputs{saved.q_heads.name, saved.k_heads.name, saved.v_heads.name};
+  if (saved.cached > 0) {
+    inputs.push_back(config.part(AttentionPart::cache_k));
+    inputs.push_back(config.part(AttentionPart::cache_v));
+  }
   saved.lse = dist_from_locals(world, config.part(AttentionPart::lse), chunk.without("head_dim"),
                                rows.with(cp, heads), std::move(lse));
   world.compare_boundary(
@@ -88,15 +98,21 @@ ShardedCoreGrads<T> sharded_ulysses_attention_backward(const World<T>& world,
       {.tensor = dattn_heads_name, .dense = dattn.name, .exact = true, .inputs = {dattn.name}});
   dattn_heads.name = dattn_heads_name;
 
-  const std::vector<std::int64_t> all = position_range(0, saved.q_rot.global.extent("seq"));
+  const std::vector<std::int64_t> q_pos = saved.query_positions();
+  const std::vector<std::int64_t> k_pos = saved.kv_positions();
+  const std::int64_t length = saved.k_heads.global.extent("kv");
   // Per rank, over its head group g: dq (batch, seq=n, head=g, head_dim), dk and dv
-  // (batch, kv=n, head=g, head_dim).
+  // (batch, kv=n, head=g, head_dim): the chunk's keys only (the cache is detached).
   std::vector<Tensor<T>> dq(count), dk(count), dv(count);
   world.for_each_rank([&](int r) {
     const auto at = static_cast<std::size_t>(r);
-    attention_backward(dattn_heads.local(r), saved.q_heads.local(r), all, saved.k_heads.local(r),
-                       saved.v_heads.local(r), all, saved.core[at], config.attention(), dq[at],
-                       dk[at], dv[at]);
+    attention_backward(dattn_heads.local(r), saved.q_heads.local(r), q_pos, saved.k_group[at],
+                       saved.v_group[at], k_pos, saved.core[at], config.attention(), dq[at], dk[at],
+                       dv[at]);
+    if (saved.cached > 0) {
+      dk[at] = slice_along(dk[at], "kv", saved.cached, length);
+      dv[at] = slice_along(dv[at], "kv", saved.cached, length);
+    }
   });
   const std::vector<std::string> inputs{dattn_heads_name, saved.q_heads.name, saved.k_heads.name,
                                         saved.v_heads.name};
@@ -123,9 +139,9 @@ ShardedCoreGrads<T> sharded_ulysses_attention_backward(const World<T>& world,
   ShardedCoreGrads<T> out;
   out.q_rot = move_back(saved.q_heads, std::move(dq), AttentionPart::q_rot, saved.q_rot,
                         grad_name(saved.q_rot.name));
-  out.k = move_back(saved.k_heads, std::move(dk), AttentionPart::k_all, saved.k_shard,
+  out.k = move_back(saved.k_heads, std::move(dk), saved.chunk_keys_part(), saved.k_shard,
                     config.part_grad(AttentionPart::k_shard));
-  out.v = move_back(saved.v_heads, std::move(dv), AttentionPart::v_all, saved.v_shard,
+  out.v = move_back(saved.v_heads, std::move(dv), saved.chunk_values_part(), saved.v_shard,
                     config.part_grad(AttentionPart::v_shard));
   return out;
 }
