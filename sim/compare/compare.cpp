@@ -28,6 +28,12 @@ RunReport evaluate(const Scenario& scenario, const Precision& precision,
     case ScalarKind::f32: return detail::evaluate_f32(scenario, options);
     case ScalarKind::f64: return detail::evaluate_f64(scenario, options);
     case ScalarKind::mp: return detail::evaluate_mp(scenario, precision.bits, options);
+    case ScalarKind::bf16:
+    case ScalarKind::f16:
+      if (options.accumulate.value_or(scenario.accumulate) == Accumulate::storage) {
+        return detail::evaluate_narrow_storage(scenario, precision, options);
+      }
+      return evaluate_at<float>(scenario, precision, precision.bits, options);
   }
   SHARDSIM_ASSERT(false, "unknown precision kind");
   return {};

@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "shardsim/error.hpp"
+#include "shardsim/narrow_float.hpp"
 #include "shardsim/ops/sgd.hpp"
 #include "shardsim/runner/runner.hpp"
 #include "sim/runner/boundary_contract.hpp"
@@ -30,36 +31,45 @@ namespace shardsim {
 
 namespace detail {
 
-// An f32 run of F64 file values rounds each once, to nearest (float(double)); the note on the
-// input boundary says how many moved and how far. f64 and mp runs hold them exactly: no note.
+// An f32 run of F64 file values rounds each once, to nearest (float(double)); a narrow run rounds
+// every input value once to its format (a file's double directly, never through float). The note
+// on the input boundary says how many moved and how far. f64 and mp runs hold file values
+// exactly: no note.
 template <typename T>
-std::vector<std::string> input_rounding_notes(const TensorSpec& spec) {
-  if constexpr (!std::is_same_v<T, float>) {
-    return {};
-  } else {
-    if (spec.init.dist != InitDist::file) return {};
-    std::int64_t rounded = 0;
-    std::int64_t overflowed = 0;
-    double max_rel = 0;
-    for (double v : *spec.init.values) {
-      const double r = static_cast<double>(static_cast<float>(v));
-      if (r == v) continue;
-      ++rounded;
-      if (std::isinf(r)) {
-        ++overflowed;
-      } else {
-        max_rel = std::max(max_rel, std::fabs(r - v) / std::fabs(v));
-      }
-    }
-    if (rounded == 0) return {};
-    char rel[32];
-    std::snprintf(rel, sizeof rel, "%.2g", max_rel);
-    const std::string count =
-        std::to_string(rounded) + " of " + std::to_string(spec.init.values->size());
-    return {"f32 run: " + count + " " + spec.init.file_dtype + " values from '" + spec.init.file +
-            "' rounded once to nearest f32 (max relative change " + rel + ")" +
-            (overflowed ? ", " + std::to_string(overflowed) + " overflowed to inf" : "")};
+std::vector<std::string> input_rounding_notes(const TensorSpec& spec, const Tensor<T>& stored,
+                                              std::optional<NarrowFormat> storage) {
+  if constexpr (std::is_same_v<T, double> || !std::is_arithmetic_v<T>) {
+    if (!storage) return {};
   }
+  const bool from_file = spec.init.dist == InitDist::file;
+  if (!storage && !from_file) return {};
+  std::int64_t rounded = 0;
+  std::int64_t overflowed = 0;
+  double max_rel = 0;
+  for (std::int64_t i = 0; i < stored.numel(); ++i) {
+    const auto index = static_cast<std::uint64_t>(i);
+    const double v = from_file ? (*spec.init.values)[index]
+                               : init_value(spec.init, spec.init_seed, index);
+    const double r = ScalarTraits<T>::to_double(stored[i]);
+    if (r == v || (std::isnan(r) && std::isnan(v))) continue;
+    ++rounded;
+    if (std::isinf(r)) {
+      ++overflowed;
+    } else {
+      max_rel = std::max(max_rel, std::fabs(r - v) / std::fabs(v));
+    }
+  }
+  if (rounded == 0) return {};
+  char rel[32];
+  std::snprintf(rel, sizeof rel, "%.2g", max_rel);
+  const std::string count = std::to_string(rounded) + " of " + std::to_string(stored.numel());
+  const std::string format = storage ? narrow_name(*storage) : "f32";
+  const std::string source = from_file ? " " + spec.init.file_dtype + " values from '" +
+                                             spec.init.file + "'"
+                                       : " drawn (f32) values";
+  return {format + " run: " + count + source + " rounded once to nearest " + format +
+          " (max relative change " + rel + ")" +
+          (overflowed ? ", " + std::to_string(overflowed) + " overflowed to inf" : "")};
 }
 
 // One run of a scenario at one precision: the world, the oracle's and the ranks' tensors, the
@@ -67,13 +77,16 @@ std::vector<std::string> input_rounding_notes(const TensorSpec& spec) {
 template <typename T>
 class ScenarioRun {
  public:
-  ScenarioRun(const Scenario& scenario, const RunOptions& options, BoundarySink<T>& sink)
+  ScenarioRun(const Scenario& scenario, const RunOptions& options, BoundarySink<T>& sink,
+              std::optional<NarrowFormat> storage)
       : scenario_(scenario),
         sink_(sink),
         world_(scenario.mesh.devices, effective_reduce_order(scenario, options),
                effective_schedule(scenario, options)),
-        env_{scenario, world_, {}, {}} {
-    world_.set_hook([this](const BoundaryLabel& label, const DistTensor<T>& tensor) {
+        env_{scenario, world_, {}, {}, storage} {
+    constexpr bool narrow_capable = std::is_same_v<T, float> || std::is_same_v<T, NarrowFloat>;
+    SHARDSIM_ASSERT(!storage || narrow_capable, "narrow storage runs compute in float or NarrowFloat");
+    world_.set_hook([this](const BoundaryLabel& label, DistTensor<T>& tensor) {
       return emit(label, tensor, nullptr);
     });
   }
@@ -99,8 +112,18 @@ class ScenarioRun {
  private:
   // Records one boundary and hands it to the sink with its oracle tensor, enforcing the
   // boundary contract (trace.hpp). `oracle` overrides the dense counterpart (replica checks).
-  bool emit(const BoundaryLabel& label, const DistTensor<T>& tensor, const Tensor<T>* oracle) {
+  // A narrow run first rounds a stored value to its format, the ranks' and the oracle's alike.
+  bool emit(const BoundaryLabel& label, DistTensor<T>& tensor, const Tensor<T>* oracle) {
+    const bool narrow = stores_narrow(label);
+    if (narrow) {
+      for (Tensor<T>& local : tensor.locals) env_.round_to_storage(local);
+      auto dense = env_.dense.find(label.dense_name());
+      if (!oracle && label.has_oracle && dense != env_.dense.end()) {
+        env_.round_to_storage(dense->second);
+      }
+    }
     TraceEntry entry;
+    entry.narrow = narrow;
     entry.id = static_cast<int>(trace_.size());
     entry.step = step_;
     entry.chunk = chunk_;
@@ -154,26 +177,28 @@ class ScenarioRun {
     }
   }
 
-  // Inputs and parameters: drawn ones are f32-representable, identical at every precision;
+  // Inputs and parameters: drawn ones are f32-representable, identical at f32 and wider;
   // file values (InitDist::file) are exact at f64 and mp, and an f32 run rounds F64 values once
-  // to nearest (a note on the input boundary counts them). Streamed inputs and targets are also
-  // kept whole, to be sliced per chunk (load_chunk).
+  // to nearest. A narrow run rounds every value once to its format (a file's double directly).
+  // A note on the input boundary counts the values that moved. Streamed inputs and targets are
+  // also kept whole, to be sliced per chunk (load_chunk).
   void load_inputs() {
     for (const TensorSpec& spec : scenario_.tensors) {
       Tensor<T> global(spec.shape);
       const bool from_file = spec.init.dist == InitDist::file;
       for (std::int64_t i = 0; i < global.numel(); ++i) {
         const auto index = static_cast<std::uint64_t>(i);
-        global[i] = from_file ? T((*spec.init.values)[index])
-                              : T(init_value(spec.init, spec.init_seed, index));
+        global[i] = stored_input(from_file ? (*spec.init.values)[index]
+                                           : init_value(spec.init, spec.init_seed, index));
       }
+      std::vector<std::string> notes = input_rounding_notes<T>(spec, global, env_.storage);
       env_.sharded[spec.name] = distribute(spec.name, global, spec.layout, world_.mesh_ptr());
       env_.dense[spec.name] = std::move(global);
       world_.compare_boundary({.op = "input",
                                .tensor = spec.name,
                                .exact = true,
                                .kind = BoundaryKind::input,
-                               .notes = input_rounding_notes<T>(spec)},
+                               .notes = std::move(notes)},
                               env_.sharded[spec.name]);
       apply_ones_init_assumed(scenario_, spec, world_, env_.sharded[spec.name]);
     }
@@ -185,12 +210,29 @@ class ScenarioRun {
     }
   }
 
+  // An input value as the run stores it: T(v), except that a narrow float run rounds the
+  // double once to its format (float(v) first could round twice).
+  T stored_input(double value) const {
+    if constexpr (std::is_same_v<T, float>) {
+      if (env_.storage) return narrow_to_float(*env_.storage, narrow_from_double(*env_.storage, value));
+    }
+    return T(value);
+  }
+
   void make_steps() {
     for (const StepSpec& spec : scenario_.steps) ops_.push_back(make_step_op<T>(spec, scenario_));
     for (const TensorSpec& spec : scenario_.tensors) {
       pinned_.insert(spec.name);
       if (spec.role == TensorRole::parameter) pinned_.insert(grad_name(spec.name));
     }
+    if (env_.storage) stored_names_ = stored_tensor_names(scenario_);
+  }
+
+  // Whether a narrow run stores this boundary's values in its format (storage.hpp): the
+  // boundary's oracle tensor is a stored tensor (stored_tensor_names) and it is not a check.
+  bool stores_narrow(const BoundaryLabel& label) const {
+    return env_.storage && label.kind != BoundaryKind::check &&
+           stored_names_.count(label.dense_name()) != 0;
   }
 
   // Data loading for the current chunk: the slice of each streamed input along the stream axis,
@@ -277,8 +319,11 @@ class ScenarioRun {
         grad = reduce_param_grad(scenario_, world_, std::move(grad), param, key);
       }
       sgd_update(env_.dense.at(spec.name), env_.dense.at(key), scenario_.learning_rate);
-      world_.for_each_rank(
-          [&](int r) { sgd_update(param.local(r), grad.local(r), scenario_.learning_rate); });
+      env_.round_to_storage(env_.dense.at(spec.name));  // the updated parameter is stored
+      world_.for_each_rank([&](int r) {
+        sgd_update(param.local(r), grad.local(r), scenario_.learning_rate);
+        env_.round_to_storage(param.local(r));
+      });
       if (has_replicate_dim(param.layout)) {
         const Tensor<T> reference = first_replicas(param);
         emit({.op = "replica_check",
@@ -329,6 +374,7 @@ class ScenarioRun {
   int scenario_step_ = -1;  // the step whose forward or backward is running (TraceEntry)
   std::vector<std::unique_ptr<StepOp<T>>> ops_;
   std::set<std::string> pinned_;            // never released: declared tensors, parameter gradients
+  std::set<std::string> stored_names_;      // narrow runs: what stores_narrow rounds
   std::map<std::string, Tensor<T>> whole_;  // streamed inputs, whole
   std::vector<std::int64_t> chunk_lengths_{0};
 };
@@ -337,8 +383,8 @@ class ScenarioRun {
 
 template <typename T>
 std::vector<TraceEntry> run_scenario(const Scenario& scenario, const RunOptions& options,
-                                     BoundarySink<T>& sink) {
-  return detail::ScenarioRun<T>(scenario, options, sink).run();
+                                     BoundarySink<T>& sink, std::optional<NarrowFormat> storage) {
+  return detail::ScenarioRun<T>(scenario, options, sink, storage).run();
 }
 
 }  // namespace shardsim

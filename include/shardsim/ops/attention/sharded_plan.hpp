@@ -195,7 +195,7 @@ CpAttentionGrads<T> cp_sharded_attention_backward(const World<T>& world, const D
     dwo[at] = Tensor<T>(wo.global);
     project_out_backward(dy.local(r), saved.attn.local(r), wo.local(r), dattn[at], dwo[at]);
   });
-  const DistTensor<T> dattn_rows =
+  DistTensor<T> dattn_rows =
       dist_from_locals(world, grad_name(saved.attn.name), chunk, rows, std::move(dattn));
   world.compare_boundary({.op = backward_label(OpKind::sliding_window_attention),
                           .tensor = dattn_rows.name,
@@ -219,7 +219,7 @@ CpAttentionGrads<T> cp_sharded_attention_backward(const World<T>& world, const D
   });
   const std::vector<std::string> inputs{dattn_rows.name, saved.q_rot.name, saved.k_all.name,
                                         saved.v_all.name, saved.lse.name};
-  const DistTensor<T> dq_rot =
+  DistTensor<T> dq_rot =
       dist_from_locals(world, grad_name(saved.q_rot.name), chunk, rows, std::move(dq));
   world.compare_boundary({.op = "attention_backward", .tensor = dq_rot.name, .inputs = inputs},
                          dq_rot);
