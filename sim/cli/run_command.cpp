@@ -366,8 +366,9 @@ int list_command(const Args& args) {
   std::cout << "placements: Replicate, Partial(sum), Shard(AXIS[, chunk|balanced|padded])\n"
                "reduce orders: rank, ring, tree\n"
                "schedules: rank, reverse, shuffle:SEED\n"
-               "precisions: f32, f64, mp<bits> ("
-            << kMinMpBits << " <= bits <= " << kMaxMpBits << ")\n";
+               "precisions: bf16, f16, f32, f64, mp<bits> ("
+            << kMinMpBits << " <= bits <= " << kMaxMpBits
+            << "); bf16/f16 accumulate: f32, storage\n";
   return 0;
 }
 
