@@ -114,8 +114,9 @@ TEST_CASE("storage: default tolerances are 16 ulps of the format, 65536 ulps of 
   CHECK(default_rtol(parse_precision("f64")) == 0x1p-37);
 }
 
-TEST_CASE("storage: NarrowFloat rounds every operation, so a bf16 running sum of ones stalls at 256",
-          "[storage]") {
+TEST_CASE(
+    "storage: NarrowFloat rounds every operation, so a bf16 running sum of ones stalls at 256",
+    "[storage]") {
   set_narrow_float_format(NarrowFormat::bf16);
   // bf16 keeps 8 significant bits: the integers are exact up to 256 = 2^8, then spaced by 2.
   // 256 + 1 = 257 is the midpoint of 256 (even significand 0x4380) and 258 (0x4381): ties to
