@@ -14,7 +14,8 @@ numpy only (Debian's /usr/bin/python3 with python3-numpy); no safetensors or tor
 Names (README.md, "Golden tensors"): DTYPE/inputs/TENSOR for a scenario tensor's global
 initial value, DTYPE/sSTEP/cCHUNK/TENSOR[#K] for every boundary's global value (a streamed
 chunk's slice of an input included), NAME@rankR[SLICE] for rank R's local tensor; DTYPE is f64,
-f32, or u8 for dropout masks. Each tensor's boundary carries its op's parameters
+f32, bf16, f16 (with run --golden --dtype), or u8 for dropout masks. A bf16 golden loads as a
+float32 array holding the bf16 values exactly. Each tensor's boundary carries its op's parameters
 (GoldenTensor.params: eps, p, seed, window, rope_theta, learning_rate, ...).
 """
 
@@ -32,8 +33,10 @@ FORMAT_VERSION = 2
 DIGEST_KEY = "manifest_sha256"
 MAX_HEADER_BYTES = 100_000_000
 
-# safetensors dtype -> numpy dtype (little-endian). BF16 has no numpy dtype and is rejected.
+# safetensors dtype -> numpy dtype (little-endian). BF16 has no numpy dtype: its bit patterns
+# are read as <u2 (as shardsim writes bf16 npy files) and a golden's are widened to float32.
 DTYPES = {
+    "BF16": np.dtype("<u2"),
     "BOOL": np.dtype("|b1"), "U8": np.dtype("|u1"), "I8": np.dtype("|i1"),
     "U16": np.dtype("<u2"), "I16": np.dtype("<i2"), "U32": np.dtype("<u4"),
     "I32": np.dtype("<i4"), "U64": np.dtype("<u8"), "I64": np.dtype("<i8"),
@@ -193,6 +196,8 @@ class Goldens:
             if list(array.shape) != info["shape"]:
                 raise GoldenFormatError(f"{directory}: tensor {info['name']!r}: shape mismatch")
             params = self.boundaries[info["boundary"]["id"]]["params"]
+            if info["dtype"] == "BF16":  # bit patterns -> float32 holding the bf16 values exactly
+                array = (array.astype(np.uint32) << 16).view(np.float32)
             self.tensors[info["name"]] = GoldenTensor(info, array, params)
 
     @property

@@ -11,6 +11,7 @@
 #include <boost/multiprecision/mpfr.hpp>
 #include <cstdint>
 
+#include "shardsim/narrow.hpp"
 #include "shardsim/scalar.hpp"
 
 namespace shardsim {
@@ -27,6 +28,11 @@ unsigned mp_significand_bits();
 // double rounding can occur. Round-to-nearest-even.
 float round_to_f32(const Mp& value);
 double round_to_f64(const Mp& value);
+// mp -> bf16/f16 bits, rounded once and correctly (RNE): through a double rounded to odd (toward
+// zero, then the last bit set when inexact), which has 53 >= p + 2 bits, so rounding it to the
+// narrow format gives the correctly rounded result (S. Boldo, G. Melquiond, "Emulation of FMA
+// and correctly rounded sums: proved algorithms using rounding to odd", IEEE TC 2008).
+std::uint16_t round_to_narrow(const Mp& value, NarrowFormat format);
 
 // Distance in units of the last place of `b` at the current mp precision: |a - b| / ulp(b).
 // NaN on either side gives +inf. Used for the report's max_ulp at mp levels.

@@ -1,8 +1,8 @@
 // Precision levels, rounding and ULP distance.
 //
-// A run happens at exactly one Precision: f32 (float), f64 (double) or mp<bits> (Boost
-// Multiprecision over MPFR, see mp.hpp). This header includes nothing of ours and nothing of MPFR,
-// so every layer may use it.
+// A run happens at exactly one Precision: bf16 or f16 (narrow storage, storage.hpp), f32
+// (float), f64 (double) or mp<bits> (Boost Multiprecision over MPFR, see mp.hpp). This header
+// includes nothing of ours and nothing of MPFR, so every layer may use it.
 #pragma once
 
 #include <cstdint>
@@ -11,26 +11,38 @@
 
 namespace shardsim {
 
-enum class ScalarKind { f32, f64, mp };
+// bf16 and f16 runs compute with float and store every boundary value in the narrow format
+// (storage.hpp has the rounding points).
+enum class ScalarKind { f32, f64, mp, bf16, f16 };
 
 struct Precision {
   ScalarKind kind = ScalarKind::f64;
-  // Requested significand bits including the implicit bit: 24 for f32, 53 for f64, N for mpN.
+  // Requested significand bits including the implicit bit: 8 for bf16, 11 for f16, 24 for f32,
+  // 53 for f64, N for mpN.
   unsigned bits = 53;
 
-  std::string name() const;  // "f32", "f64", "mp256"
+  std::string name() const;  // "bf16", "f16", "f32", "f64", "mp256"
+  bool is_narrow() const { return kind == ScalarKind::bf16 || kind == ScalarKind::f16; }
   friend bool operator==(const Precision&, const Precision&) = default;
 };
 
 inline constexpr unsigned kMinMpBits = 64;
 inline constexpr unsigned kMaxMpBits = 65536;
 
-// Parses "f32", "f64" or "mp<bits>" with kMinMpBits <= bits <= kMaxMpBits.
+// Parses "bf16", "f16", "f32", "f64" or "mp<bits>" with kMinMpBits <= bits <= kMaxMpBits.
 // Throws InputError naming the text and the accepted forms otherwise.
 Precision parse_precision(std::string_view text);
 
-// Default per-precision tolerance: 2^(16 - bits) relative to the tensor's largest magnitude, i.e.
-// 65536 units in the last place. invariant 5 (README "Invariants") asks mp runs to agree to ~2^-(bits-16).
+// Default per-precision tolerance, relative to the tensor's largest magnitude (normwise):
+//   f32, f64, mp  2^(16 - bits), i.e. 65536 units in the last place. invariant 5 (README
+//                 "Invariants") asks mp runs to agree to ~2^-(bits-16).
+//   bf16, f16     2^(5 - bits): 2^-3 for bf16, 2^-6 for f16, i.e. 16 ulps of the largest value.
+//                 Two correct programs that differ only in f32 accumulation order round their
+//                 nearly equal f32 results to neighbouring narrow values: up to 1 ulp
+//                 (2^(1 - bits) relative) per rounded boundary, carried through the later ops.
+//                 The rule allows 16 such ulps (a chain of ~8 boundaries with a gain of 2), where
+//                 2^(16 - bits) would be 2^8 = 256 at bf16 and accept anything. README "Narrow
+//                 precisions" gives the derivation and the gaps the bundled scenarios show.
 double default_rtol(const Precision& precision);
 
 // ULP distance by the ordered-integer mapping: the bit patterns are mapped to integers that are

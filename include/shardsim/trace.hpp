@@ -91,6 +91,9 @@ struct TraceEntry {
   std::vector<RankExtent> ranks;
   std::vector<std::string> notes;   // BoundaryLabel::notes
   std::vector<std::string> inputs;  // BoundaryLabel::inputs
+  // A narrow run stored this boundary's values in its format (storage.hpp); false for an op's
+  // f32 parts and in every wider run.
+  bool narrow = false;
   // The [[steps]] entry (0-based) whose forward or backward recorded it; -1 for the runner's own
   // boundaries (inputs, chunk loads, parameter updates). Golden manifests use it to give each
   // boundary its op's parameters.

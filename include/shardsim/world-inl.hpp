@@ -44,7 +44,7 @@ void World<T>::for_each_rank(const std::function<void(int rank)>& body) const {
 
 template <typename T>
 void World<T>::report(BoundaryLabel label, std::string_view default_op, const DistTensor<T>& in,
-                      const DistTensor<T>& out) const {
+                      DistTensor<T>& out) const {
   if (label.op.empty()) label.op = std::string(default_op);
   if (label.tensor.empty()) label.tensor = out.name;
   if (label.inputs.empty()) label.inputs = {in.name};
@@ -55,7 +55,7 @@ void World<T>::report(BoundaryLabel label, std::string_view default_op, const Di
 }
 
 template <typename T>
-bool World<T>::compare_boundary(const BoundaryLabel& label, const DistTensor<T>& tensor) const {
+bool World<T>::compare_boundary(const BoundaryLabel& label, DistTensor<T>& tensor) const {
   return shared_->hook ? shared_->hook(label, tensor) : false;
 }
 

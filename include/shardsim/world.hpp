@@ -44,8 +44,10 @@ template <typename T>
 class World {
  public:
   // Called for every boundary (compare_boundary and every collective); records it and returns
-  // whether it matched the oracle bitwise.
-  using Hook = std::function<bool(const BoundaryLabel&, const DistTensor<T>&)>;
+  // whether it matched the oracle bitwise. In a narrow run it first rounds the tensor in place
+  // to the storage format when the boundary holds a stored value (storage.hpp), so the caller
+  // goes on with the rounded values.
+  using Hook = std::function<bool(const BoundaryLabel&, DistTensor<T>&)>;
 
   // Collectives run on dim 0 until on() picks another.
   World(Mesh mesh, ReduceOrder order, Schedule schedule);
@@ -81,7 +83,8 @@ class World {
   // The comparison call: hands an op's boundary to the hook, which records it in the trace and
   // compares it with the oracle tensor the label names (trace.hpp, the boundary contract).
   // Returns whether every element matched the oracle bitwise. Collectives call it themselves.
-  bool compare_boundary(const BoundaryLabel& label, const DistTensor<T>& tensor) const;
+  // The hook may round `tensor` in place (narrow runs): pass the tensor the plan goes on with.
+  bool compare_boundary(const BoundaryLabel& label, DistTensor<T>& tensor) const;
 
   // The collectives, on dim(); each changes only the placement on dim().
   // Shard(a) -> Replicate. REQUIRES: no later dim shards a (its pieces would not be contiguous).
@@ -133,7 +136,7 @@ class World {
   void check_group(std::string_view collective, const std::vector<int>& group,
                    const DistTensor<T>& in, const Layout& to) const;
   void report(BoundaryLabel label, std::string_view default_op, const DistTensor<T>& in,
-              const DistTensor<T>& out) const;
+              DistTensor<T>& out) const;
 
   std::shared_ptr<Shared> shared_;
   int dim_ = 0;

@@ -36,6 +36,13 @@ RunOptions run_options(const po::variables_map& vm) {
   } catch (const InputError& e) {
     throw InputError(std::string("--schedule: ") + e.what());
   }
+  if (vm.count("accumulate")) {
+    const std::string text = vm["accumulate"].as<std::string>();
+    options.accumulate = parse_accumulate(text);
+    if (!options.accumulate) {
+      throw InputError("--accumulate: expected f32 or storage, got " + quote(text));
+    }
+  }
   if (vm.count("max-memory")) {
     try {
       options.max_memory_bytes = parse_bytes(vm["max-memory"].as<std::string>());
@@ -51,6 +58,8 @@ void add_mesh_options(po::options_description& options) {
                         "override mesh.reduce_order: rank, ring or tree")(
       "schedule", po::value<std::string>(),
       "override mesh.schedule: rank, reverse or shuffle:SEED")(
+      "accumulate", po::value<std::string>(),
+      "bf16/f16 runs: override the scenario's accumulate: f32 or storage")(
       "max-memory", po::value<std::string>(),
       "refuse scenarios estimated above this size, e.g. 8GiB (default: 3/4 of physical memory)");
   add_thread_option(options);
@@ -62,7 +71,7 @@ std::vector<TraceEntry> trace_of(const RunReport& report) {
   return trace;
 }
 
-// --golden DIR [--format safetensors|npy] [--dtype f32|f64|both] [--reference PRECISION].
+// --golden DIR [--format safetensors|npy] [--dtype LIST] [--reference PRECISION].
 struct GoldenRequest {
   std::string dir;
   GoldenOptions options;
@@ -73,7 +82,8 @@ void add_golden_options(po::options_description& options) {
   options.add_options()("golden", po::value<std::string>(),
                         "write golden tensors (goldens.safetensors + manifest.json) into DIR")(
       "format", po::value<std::string>(), "golden format: safetensors (default) or npy")(
-      "dtype", po::value<std::string>(), "golden dtypes: f32, f64 or both (default)")(
+      "dtype", po::value<std::string>(),
+      "golden dtypes, comma-separated: f64, f32, bf16, f16, both (f64,f32: the default) or all")(
       "reference", po::value<std::string>(),
       "precision of the run the goldens come from (default mp256)");
 }
@@ -94,14 +104,7 @@ std::optional<GoldenRequest> golden_request(const po::variables_map& vm) {
       throw InputError("--format: expected safetensors or npy, got " + quote(format));
     }
   }
-  if (vm.count("dtype")) {
-    const std::string dtype = vm["dtype"].as<std::string>();
-    if (dtype != "f32" && dtype != "f64" && dtype != "both") {
-      throw InputError("--dtype: expected f32, f64 or both, got " + quote(dtype));
-    }
-    request.options.write_f32 = dtype != "f64";
-    request.options.write_f64 = dtype != "f32";
-  }
+  if (vm.count("dtype")) parse_golden_dtypes(vm["dtype"].as<std::string>(), request.options);
   if (vm.count("reference")) {
     try {
       request.reference = parse_precision(vm["reference"].as<std::string>());
@@ -372,8 +375,9 @@ int list_command(const Args& args) {
   std::cout << "placements: Replicate, Partial(sum), Shard(AXIS[, chunk|balanced|padded])\n"
                "reduce orders: rank, ring, tree\n"
                "schedules: rank, reverse, shuffle:SEED\n"
-               "precisions: f32, f64, mp<bits> ("
-            << kMinMpBits << " <= bits <= " << kMaxMpBits << ")\n";
+               "precisions: bf16, f16, f32, f64, mp<bits> ("
+            << kMinMpBits << " <= bits <= " << kMaxMpBits
+            << "); bf16/f16 accumulate: f32, storage\n";
   return 0;
 }
 

@@ -8,28 +8,38 @@
 #include <type_traits>
 
 #include "shardsim/compare/compare.hpp"
+#include "shardsim/narrow_float.hpp"
 #include "shardsim/scalar.hpp"
 
 namespace shardsim {
 
-// Converts a tensor's values once to f32 and f64 with correct rounding (and, at mp, to exact
-// text). The mp branch is only instantiated where mp.hpp and mp_exact.hpp are included
-// (compare_mp.cpp).
+// Converts a tensor's values once to f32, f64, bf16 and f16 with correct rounding (and, at mp,
+// to exact text). The mp branch is only instantiated where mp.hpp and mp_exact.hpp are included
+// (compare_mp.cpp), the NarrowFloat one where narrow_float.hpp is (compare_narrow.cpp).
 template <typename T>
 CapturedValues capture_values(const Tensor<T>& tensor) {
   CapturedValues out;
-  out.f32.reserve(static_cast<std::size_t>(tensor.numel()));
-  out.f64.reserve(static_cast<std::size_t>(tensor.numel()));
+  const auto n = static_cast<std::size_t>(tensor.numel());
+  out.f32.reserve(n);
+  out.f64.reserve(n);
+  out.bf16.reserve(n);
+  out.f16.reserve(n);
   for (const T& v : tensor.values()) {
-    if constexpr (std::is_same_v<T, float>) {
-      out.f32.push_back(v);
-      out.f64.push_back(v);
-    } else if constexpr (std::is_same_v<T, double>) {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
       out.f32.push_back(static_cast<float>(v));  // IEEE conversion: round to nearest even
       out.f64.push_back(v);
+      out.bf16.push_back(narrow_from_double(NarrowFormat::bf16, v));
+      out.f16.push_back(narrow_from_double(NarrowFormat::f16, v));
+    } else if constexpr (std::is_same_v<T, NarrowFloat>) {
+      out.f32.push_back(v.value());
+      out.f64.push_back(v.value());
+      out.bf16.push_back(narrow_from_float(NarrowFormat::bf16, v.value()));
+      out.f16.push_back(narrow_from_float(NarrowFormat::f16, v.value()));
     } else {
       out.f32.push_back(round_to_f32(v));
       out.f64.push_back(round_to_f64(v));
+      out.bf16.push_back(round_to_narrow(v, NarrowFormat::bf16));
+      out.f16.push_back(round_to_narrow(v, NarrowFormat::f16));
       out.exact.push_back(mp_exact_text(v));
     }
   }
@@ -39,7 +49,10 @@ CapturedValues capture_values(const Tensor<T>& tensor) {
 template <typename T>
 class Comparator final : public BoundarySink<T> {
  public:
-  explicit Comparator(double rtol, bool capture = false) : rtol_(rtol), capture_(capture) {}
+  // `narrow`: a narrow run's format, in whose units a stored boundary's max_ulp is counted.
+  explicit Comparator(double rtol, bool capture = false,
+                      std::optional<NarrowFormat> narrow = std::nullopt)
+      : rtol_(rtol), capture_(capture), narrow_(narrow) {}
 
   bool on_boundary(const TraceEntry& entry, const Tensor<T>* dense,
                    const DistTensor<T>& sharded) override {
@@ -120,7 +133,7 @@ class Comparator final : public BoundarySink<T> {
       const ElementError err = element_error(s, d);
       result.max_abs = std::max(result.max_abs, err.abs);
       result.max_rel = std::max(result.max_rel, err.rel);
-      result.max_ulp = std::max(result.max_ulp, Traits::ulp(s, d));
+      result.max_ulp = std::max(result.max_ulp, ulp(s, d, result.entry.narrow));
       if (all_identical) {
         all_identical = false;
         first_not_identical = divergence_at(
@@ -233,9 +246,19 @@ class Comparator final : public BoundarySink<T> {
   static void set_values(Divergence& div, const T& dense, const T& sharded) {
     div.dense = Traits::to_double(dense);
     div.sharded = Traits::to_double(sharded);
-    if constexpr (!std::is_floating_point_v<T>) {  // mp: the doubles may print alike
+    if constexpr (!std::is_floating_point_v<T> && !std::is_same_v<T, NarrowFloat>) {
+      // mp: the doubles may print alike
       std::tie(div.dense_text, div.sharded_text) = distinguishing_texts(dense, sharded);
     }
+  }
+
+  // ULP distance in the run's scalar type, or in the narrow format for a stored boundary.
+  double ulp(const T& s, const T& d, bool stored_narrow) const {
+    if (!narrow_ || !stored_narrow) return Traits::ulp(s, d);
+    const std::uint64_t units =
+        narrow_ulp_distance(*narrow_, narrow_from_double(*narrow_, Traits::to_double(s)),
+                            narrow_from_double(*narrow_, Traits::to_double(d)));
+    return units == UINT64_MAX ? static_cast<double>(kUlpNaN) : static_cast<double>(units);
   }
 
   static T magnitude(const T& v) {
@@ -245,6 +268,7 @@ class Comparator final : public BoundarySink<T> {
 
   double rtol_;
   bool capture_;
+  std::optional<NarrowFormat> narrow_;
   std::map<std::string, double> addend_scale_;  // Partial tensor -> partial_addend_scale
   std::vector<BoundaryResult> results_;
   ActivationMemory activation_;
@@ -253,11 +277,14 @@ class Comparator final : public BoundarySink<T> {
 template <typename T>
 RunReport evaluate_at(const Scenario& scenario, const Precision& precision,
                       unsigned significand_bits, const RunOptions& options) {
-  Comparator<T> comparator(scenario.rtol(precision), options.capture_tensors);
-  run_scenario<T>(scenario, options, comparator);
+  std::optional<NarrowFormat> storage;
+  if (precision.is_narrow()) storage = narrow_format(precision);
+  Comparator<T> comparator(scenario.rtol(precision), options.capture_tensors, storage);
+  run_scenario<T>(scenario, options, comparator, storage);
   RunReport report;
   report.scenario = scenario.name;
   report.precision = precision;
+  if (storage) report.accumulate = options.accumulate.value_or(scenario.accumulate);
   report.significand_bits = significand_bits;
   report.reduce_order = effective_reduce_order(scenario, options);
   report.schedule = effective_schedule(scenario, options);

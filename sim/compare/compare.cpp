@@ -28,6 +28,19 @@ RunReport evaluate(const Scenario& scenario, const Precision& precision,
     case ScalarKind::f32: return detail::evaluate_f32(scenario, options);
     case ScalarKind::f64: return detail::evaluate_f64(scenario, options);
     case ScalarKind::mp: return detail::evaluate_mp(scenario, precision.bits, options);
+    case ScalarKind::bf16:
+    case ScalarKind::f16:
+      // Not modelled yet: where a micro-batch's or an FSDP unit's values would be stored
+      // (accumulated gradients, gathered copies, param_dtype/reduce_dtype).
+      if (scenario.micro_batches >= 2 || scenario.fsdp) {
+        throw InputError(scenario.file + ": " + precision.name() + " runs of a scenario with " +
+                         (scenario.fsdp ? "fsdp" : "micro_batches >= 2") +
+                         " are not supported yet; run it at f32, f64 or mp");
+      }
+      if (options.accumulate.value_or(scenario.accumulate) == Accumulate::storage) {
+        return detail::evaluate_narrow_storage(scenario, precision, options);
+      }
+      return evaluate_at<float>(scenario, precision, precision.bits, options);
   }
   SHARDSIM_ASSERT(false, "unknown precision kind");
   return {};

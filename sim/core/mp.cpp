@@ -1,5 +1,6 @@
 #include "shardsim/mp.hpp"
 
+#include <bit>
 #include <cmath>
 #include <limits>
 
@@ -26,6 +27,15 @@ unsigned mp_significand_bits() {
 float round_to_f32(const Mp& value) { return mpfr_get_flt(value.backend().data(), MPFR_RNDN); }
 
 double round_to_f64(const Mp& value) { return mpfr_get_d(value.backend().data(), MPFR_RNDN); }
+
+std::uint16_t round_to_narrow(const Mp& value, NarrowFormat format) {
+  const mpfr_srcptr x = value.backend().data();
+  double odd = mpfr_get_d(x, MPFR_RNDZ);  // NaN and the infinities convert exactly
+  if (mpfr_number_p(x) && mpfr_cmp_d(x, odd) != 0) {
+    odd = std::bit_cast<double>(std::bit_cast<std::uint64_t>(odd) | 1u);
+  }
+  return narrow_from_double(format, odd);
+}
 
 double ulp_distance_mp(const Mp& a, const Mp& b) {
   if (isnan(a) || isnan(b)) return std::numeric_limits<double>::infinity();

@@ -13,6 +13,8 @@ std::string Precision::name() const {
     case ScalarKind::f32: return "f32";
     case ScalarKind::f64: return "f64";
     case ScalarKind::mp: return "mp" + std::to_string(bits);
+    case ScalarKind::bf16: return "bf16";
+    case ScalarKind::f16: return "f16";
   }
   return "?";
 }
@@ -20,6 +22,8 @@ std::string Precision::name() const {
 Precision parse_precision(std::string_view text) {
   if (text == "f32") return {ScalarKind::f32, 24};
   if (text == "f64") return {ScalarKind::f64, 53};
+  if (text == "bf16") return {ScalarKind::bf16, 8};
+  if (text == "f16") return {ScalarKind::f16, 11};
   if (text.size() > 2 && text.substr(0, 2) == "mp") {
     std::string_view digits = text.substr(2);
     unsigned bits = 0;
@@ -33,11 +37,12 @@ Precision parse_precision(std::string_view text) {
                      " (e.g. mp128, mp256)");
   }
   throw InputError("invalid precision '" + std::string(text) +
-                   "': expected f32, f64 or mp<bits> (e.g. mp256)");
+                   "': expected bf16, f16, f32, f64 or mp<bits> (e.g. mp256)");
 }
 
 double default_rtol(const Precision& precision) {
-  return std::ldexp(1.0, 16 - static_cast<int>(precision.bits));
+  const int headroom = precision.is_narrow() ? 5 : 16;  // scalar.hpp gives the reasons
+  return std::ldexp(1.0, headroom - static_cast<int>(precision.bits));
 }
 
 namespace {

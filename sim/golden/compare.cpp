@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "shardsim/error.hpp"
+#include "shardsim/narrow.hpp"
 #include "shardsim/placement.hpp"
 #include "shardsim/scalar.hpp"
 
@@ -32,6 +33,10 @@ Tolerance tolerance_for(format::Dtype dtype, const CompareOptions& options) {
       return {1.3e-6, 1e-5, std::nullopt};
     case format::Dtype::f64:
       return {1e-7, 1e-7, std::nullopt};
+    case format::Dtype::bf16:
+      return {1.6e-2, 1e-5, std::nullopt};
+    case format::Dtype::f16:
+      return {1e-3, 1e-5, std::nullopt};
     default:
       return {0, 0, std::nullopt};  // masks and integers: exact
   }
@@ -44,7 +49,38 @@ double ulp_in(format::Dtype dtype, double g, double c) {
     return static_cast<double>(ulp_distance(static_cast<float>(g), static_cast<float>(c)));
   }
   if (dtype == format::Dtype::f64) return static_cast<double>(ulp_distance(g, c));
+  if (dtype == format::Dtype::bf16 || dtype == format::Dtype::f16) {
+    // The golden is a value of the format; the candidate is rounded to it once (from double:
+    // exact for every candidate dtype but F64, which narrow_from_double rounds directly).
+    const NarrowFormat format =
+        dtype == format::Dtype::bf16 ? NarrowFormat::bf16 : NarrowFormat::f16;
+    return static_cast<double>(narrow_ulp_distance(format, narrow_from_double(format, g),
+                                                   narrow_from_double(format, c)));
+  }
   return std::fabs(c - g);
+}
+
+// The candidate as compared with a golden of `info`'s dtype. A U16 candidate of a BF16 golden
+// holds bf16 bit patterns (npy has no bf16: README "bf16 in npy"). A BF16 or F16 golden needs a
+// floating-point candidate otherwise: an integer or boolean one is bad input.
+RawTensor candidate_as(const GoldenInfo& info, const RawTensor& candidate) {
+  RawTensor out = candidate;
+  const bool narrow = info.dtype == format::Dtype::bf16 || info.dtype == format::Dtype::f16;
+  if (!narrow) return out;
+  if (info.dtype == format::Dtype::bf16 && candidate.dtype == format::Dtype::u16) {
+    out.dtype = format::Dtype::bf16;
+    return out;
+  }
+  if (!format::dtype_info(candidate.dtype).is_float) {
+    throw InputError("candidate tensor " + quote(candidate.name) + " is " +
+                     std::string(format::dtype_info(candidate.dtype).safetensors) +
+                     ", but golden " + quote(info.name) + " is " +
+                     std::string(format::dtype_info(info.dtype).safetensors) +
+                     ": expected a floating-point tensor (F16, BF16, F32, F64)" +
+                     (info.dtype == format::Dtype::bf16 ? ", or U16 holding bf16 bit patterns"
+                                                        : ""));
+  }
+  return out;
 }
 
 // Locates element `flat` of a golden tensor: its global index by named axis and its owner.
@@ -224,8 +260,8 @@ ComparisonReport compare_candidate(const GoldenDir& golden, const Candidate& can
       continue;
     }
     used[key] = true;
-    report.tensors.push_back(
-        compare_tensor(info, golden.tensors.at(info.name), *found->second, options));
+    report.tensors.push_back(compare_tensor(info, golden.tensors.at(info.name),
+                                            candidate_as(info, *found->second), options));
     if (!report.tensors.back().pass) report.pass = false;
   }
   for (const RawTensor& t : candidate.tensors) {

@@ -211,6 +211,8 @@ std::string manifest_text(const Scenario& scenario, const RunReport& reference,
   Json dtypes = Json::array();
   if (options.write_f64) dtypes.push_back("f64");
   if (options.write_f32) dtypes.push_back("f32");
+  if (options.write_bf16) dtypes.push_back("bf16");
+  if (options.write_f16) dtypes.push_back("f16");
   const std::string zeros(64, '0');
   Json manifest{{"format", format::kManifestFormat},
                 {"format_version", format::kManifestFormatVersion},

@@ -156,7 +156,9 @@ class HeaderParser {
 }  // namespace
 
 std::string encode_npy(const RawTensor& tensor) {
-  const format::DtypeInfo& info = format::dtype_info(tensor.dtype);
+  // BF16 has no npy dtype: its bit patterns go out as '<u2' (README "bf16 in npy").
+  const format::DtypeInfo& info =
+      format::dtype_info(tensor.dtype == Dtype::bf16 ? Dtype::u16 : tensor.dtype);
   SHARDSIM_ASSERT(!info.npy.empty(), "encode_npy: dtype has no npy descr");
   std::string dict = "{'descr': '" + std::string(info.npy) +
                      "', 'fortran_order': False, 'shape': " + shape_tuple(tensor.shape) + ", }";

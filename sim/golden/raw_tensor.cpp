@@ -66,6 +66,16 @@ RawTensor raw_f64(std::string name, std::vector<std::int64_t> shape, const std::
   return t;
 }
 
+RawTensor raw_bits16(std::string name, format::Dtype dtype, std::vector<std::int64_t> shape,
+                     const std::vector<std::uint16_t>& bits) {
+  SHARDSIM_ASSERT(dtype == Dtype::bf16 || dtype == Dtype::f16, "raw_bits16: BF16 or F16");
+  RawTensor t{std::move(name), dtype, std::move(shape), {}};
+  t.bytes.reserve(bits.size() * 2);
+  for (std::uint16_t b : bits) store_le(t.bytes, b, 2);
+  SHARDSIM_ASSERT(static_cast<std::int64_t>(bits.size()) == t.numel(), "raw_bits16: size != shape");
+  return t;
+}
+
 RawTensor raw_u8(std::string name, std::vector<std::int64_t> shape, const std::vector<double>& v) {
   RawTensor t{std::move(name), Dtype::u8, std::move(shape), {}};
   for (double x : v) {

@@ -80,6 +80,10 @@ GoldenDir load_golden_dir(const std::string& dir) {
     const std::string path = prefix + info.file;
     RawTensor tensor = read_npy(path);
     tensor.name = info.name;
+    // BF16 has no npy dtype: its golden file holds the bit patterns as '<u2' (encode_npy).
+    if (info.dtype == format::Dtype::bf16 && tensor.dtype == format::Dtype::u16) {
+      tensor.dtype = format::Dtype::bf16;
+    }
     check_against_manifest(info, tensor, path);
     out.tensors.emplace(info.name, std::move(tensor));
   }

@@ -79,11 +79,15 @@ void add_family(const Family& family, const RunReport& reference,
     const CapturedBoundary& captured = *b.captured;
     if (is_mask(b.entry, captured) != (family.dtype == format::Dtype::u8)) continue;
     auto raw = [&](std::string name, const Shape& shape, const CapturedValues& values) {
-      if (family.dtype == format::Dtype::f64)
-        return raw_f64(std::move(name), extents(shape), values.f64);
-      if (family.dtype == format::Dtype::f32)
-        return raw_f32(std::move(name), extents(shape), values.f32);
-      return raw_u8(std::move(name), extents(shape), values.f64);
+      switch (family.dtype) {
+        case format::Dtype::f64: return raw_f64(std::move(name), extents(shape), values.f64);
+        case format::Dtype::f32: return raw_f32(std::move(name), extents(shape), values.f32);
+        case format::Dtype::bf16:
+          return raw_bits16(std::move(name), family.dtype, extents(shape), values.bf16);
+        case format::Dtype::f16:
+          return raw_bits16(std::move(name), family.dtype, extents(shape), values.f16);
+        default: return raw_u8(std::move(name), extents(shape), values.f64);
+      }
     };
     const std::string name = family.prefix + bases[k];
     if (captured.has_dense)
@@ -132,6 +136,8 @@ GoldenSet build_goldens(const Scenario& scenario, const RunReport& reference,
   std::vector<Family> families;
   if (options.write_f64) families.push_back({"f64/", format::Dtype::f64});
   if (options.write_f32) families.push_back({"f32/", format::Dtype::f32});
+  if (options.write_bf16) families.push_back({"bf16/", format::Dtype::bf16});
+  if (options.write_f16) families.push_back({"f16/", format::Dtype::f16});
   families.push_back({"u8/", format::Dtype::u8});
   GoldenSet set;
   for (const Family& family : families) add_family(family, reference, kept, bases, set.entries);
@@ -150,6 +156,29 @@ GoldenSet build_goldens(const Scenario& scenario, const RunReport& reference,
                {"manifest", std::string(format::kManifestFile)}});
   }
   return set;
+}
+
+void parse_golden_dtypes(std::string_view text, GoldenOptions& options) {
+  GoldenOptions chosen = options;
+  chosen.write_f64 = chosen.write_f32 = chosen.write_bf16 = chosen.write_f16 = false;
+  std::size_t begin = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', begin);
+    const std::string_view name = text.substr(begin, comma == std::string_view::npos ? comma : comma - begin);
+    const bool all = name == "all";
+    const bool both = name == "both";
+    if (name == "f64" || both || all) chosen.write_f64 = true;
+    if (name == "f32" || both || all) chosen.write_f32 = true;
+    if (name == "bf16" || all) chosen.write_bf16 = true;
+    if (name == "f16" || all) chosen.write_f16 = true;
+    if (!all && !both && name != "f64" && name != "f32" && name != "bf16" && name != "f16") {
+      throw InputError("--dtype: expected a comma-separated list of f64, f32, bf16 and f16, or "
+                       "both (f64,f32) or all, got " + quote(std::string(text)));
+    }
+    if (comma == std::string_view::npos) break;
+    begin = comma + 1;
+  }
+  options = chosen;
 }
 
 void prepare_golden_dir(const std::string& dir) {

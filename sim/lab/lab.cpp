@@ -4,6 +4,7 @@
 #include <sstream>
 #include <vector>
 
+#include "shardsim/error.hpp"
 #include "sim/lab/lab-inl.hpp"
 
 namespace shardsim {
@@ -77,6 +78,9 @@ Lab::Lab(const Precision& precision) : precision_(precision) {
     case ScalarKind::f32: engine_ = detail::make_lab_engine_f32(); break;
     case ScalarKind::f64: engine_ = detail::make_lab_engine_f64(); break;
     case ScalarKind::mp: engine_ = detail::make_lab_engine_mp(precision.bits); break;
+    case ScalarKind::bf16:
+    case ScalarKind::f16:
+      throw InputError("the lab runs at f32, f64 or mp<bits>, not " + precision.name());
   }
 }
 

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "shardsim/error.hpp"
+#include "shardsim/narrow.hpp"
 
 namespace shardsim {
 
@@ -52,9 +53,27 @@ LevelMetrics ieee_error(const std::vector<F>& a, const std::vector<F>& b) {
   return out;
 }
 
+// A narrow level: its values and the reference's, each rounded once to the format (bit
+// patterns), with ULPs counted in the format.
+LevelMetrics narrow_error(NarrowFormat format, const std::vector<std::uint16_t>& a,
+                          const std::vector<std::uint16_t>& b) {
+  std::vector<float> x(a.size()), y(b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) x[i] = narrow_to_float(format, a[i]);
+  for (std::size_t i = 0; i < b.size(); ++i) y[i] = narrow_to_float(format, b[i]);
+  LevelMetrics out = ieee_error(x, y);
+  out.max_ulp = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const std::uint64_t ulp = narrow_ulp_distance(format, a[i], b[i]);
+    out.max_ulp = std::max(out.max_ulp, ulp == UINT64_MAX ? kInf : static_cast<double>(ulp));
+  }
+  return out;
+}
+
 LevelMetrics level_error(const Precision& level, unsigned level_bits, const CapturedValues& values,
                          const CapturedValues& top, unsigned top_bits) {
   switch (level.kind) {
+    case ScalarKind::bf16: return narrow_error(NarrowFormat::bf16, values.bf16, top.bf16);
+    case ScalarKind::f16: return narrow_error(NarrowFormat::f16, values.f16, top.f16);
     case ScalarKind::f32: return ieee_error(values.f32, top.f32);
     case ScalarKind::f64: return ieee_error(values.f64, top.f64);
     case ScalarKind::mp: return detail::mp_level_error(values.exact, top.exact, level_bits, top_bits);

@@ -28,6 +28,8 @@ Magnitude element_gap(const Precision& level, unsigned bits, const CapturedBound
                    const std::vector<std::pair<int, std::int64_t>>& from, std::int64_t global) {
   if (partial) {
     switch (level.kind) {
+      case ScalarKind::bf16:  // a narrow level's values are floats (storage.hpp)
+      case ScalarKind::f16:
       case ScalarKind::f32: {
         float sum = 0;
         for (std::size_t k = 0; k < from.size(); ++k) {
@@ -57,6 +59,8 @@ Magnitude element_gap(const Precision& level, unsigned bits, const CapturedBound
     const std::size_t g = static_cast<std::size_t>(global);
     Magnitude gap;
     switch (level.kind) {
+      case ScalarKind::bf16:
+      case ScalarKind::f16:
       case ScalarKind::f32: gap = ieee_gap(c.ranks[rank].f32[l], c.dense.f32[g]); break;
       case ScalarKind::f64: gap = ieee_gap(c.ranks[rank].f64[l], c.dense.f64[g]); break;
       case ScalarKind::mp: gap = detail::mp_abs_gap({&c.ranks[rank].exact[l]}, c.dense.exact[g], bits); break;

@@ -130,7 +130,14 @@ std::string report_json(const Scenario& scenario, const std::vector<RunReport>& 
   Json runs = Json::array();
   for (const RunReport& r : reports) {
     Json boundaries = Json::array();
-    for (const BoundaryResult& b : r.boundaries) boundaries.push_back(boundary_json(b));
+    for (const BoundaryResult& b : r.boundaries) {
+      boundaries.push_back(boundary_json(b));
+      // A narrow run: the format each boundary's values are held in (storage.hpp).
+      if (r.accumulate) {
+        const bool narrow = b.entry.narrow || *r.accumulate == Accumulate::storage;
+        boundaries.back()["dtype"] = narrow ? r.precision.name() : "f32";
+      }
+    }
     runs.push_back(Json{{"scenario", r.scenario},
                         {"precision", r.precision.name()},
                         {"significand_bits", r.significand_bits},
@@ -147,6 +154,7 @@ std::string report_json(const Scenario& scenario, const std::vector<RunReport>& 
                            {"output", share.output},
                            {"bytes", share.bytes}});
     }
+    if (r.accumulate) runs.back()["accumulate"] = accumulate_name(*r.accumulate);
     runs.back()["activation_bytes"] = r.activation.per_rank;
     runs.back()["activation_steps"] = steps;
     if (const auto& m = r.activation.parameters) {
@@ -181,8 +189,9 @@ std::string report_json(const Scenario& scenario, const std::vector<RunReport>& 
 
 std::string format_run_table(const RunReport& r) {
   std::ostringstream out;
-  out << "== " << r.precision.name() << " (" << r.significand_bits << "-bit significand), reduce "
-      << reduce_order_name(r.reduce_order) << ", schedule " << r.schedule.str() << ": "
+  out << "== " << r.precision.name() << " (" << r.significand_bits << "-bit significand), ";
+  if (r.accumulate) out << "accumulate " << accumulate_name(*r.accumulate) << ", ";
+  out << "reduce " << reduce_order_name(r.reduce_order) << ", schedule " << r.schedule.str() << ": "
       << (r.pass ? "pass" : "FAIL") << "\n";
   // Columns as wide as their longest entry (at least 20), so a long op name never shifts a row.
   // A micro-batched run has a "micro" column (j/k) after the step.

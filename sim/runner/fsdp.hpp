@@ -34,7 +34,7 @@ template <typename T>
 class Fsdp {
  public:
   // Records a replica check: the label, the checked tensor and its reference.
-  using Check = std::function<void(const BoundaryLabel&, const DistTensor<T>&, const Tensor<T>&)>;
+  using Check = std::function<void(const BoundaryLabel&, DistTensor<T>&, const Tensor<T>&)>;
 
   Fsdp(const Scenario& scenario, const World<T>& world, Check check)
       : scenario_(scenario),

@@ -25,6 +25,7 @@
 #include <type_traits>
 
 #include "shardsim/error.hpp"
+#include "shardsim/narrow_float.hpp"
 #include "shardsim/ops/sgd.hpp"
 #include "shardsim/runner/runner.hpp"
 #include "sim/runner/boundary_contract.hpp"
@@ -40,36 +41,45 @@ namespace shardsim {
 
 namespace detail {
 
-// An f32 run of F64 file values rounds each once, to nearest (float(double)); the note on the
-// input boundary says how many moved and how far. f64 and mp runs hold them exactly: no note.
+// An f32 run of F64 file values rounds each once, to nearest (float(double)); a narrow run rounds
+// every input value once to its format (a file's double directly, never through float). The note
+// on the input boundary says how many moved and how far. f64 and mp runs hold file values
+// exactly: no note.
 template <typename T>
-std::vector<std::string> input_rounding_notes(const TensorSpec& spec) {
-  if constexpr (!std::is_same_v<T, float>) {
-    return {};
-  } else {
-    if (spec.init.dist != InitDist::file) return {};
-    std::int64_t rounded = 0;
-    std::int64_t overflowed = 0;
-    double max_rel = 0;
-    for (double v : *spec.init.values) {
-      const double r = static_cast<double>(static_cast<float>(v));
-      if (r == v) continue;
-      ++rounded;
-      if (std::isinf(r)) {
-        ++overflowed;
-      } else {
-        max_rel = std::max(max_rel, std::fabs(r - v) / std::fabs(v));
-      }
-    }
-    if (rounded == 0) return {};
-    char rel[32];
-    std::snprintf(rel, sizeof rel, "%.2g", max_rel);
-    const std::string count =
-        std::to_string(rounded) + " of " + std::to_string(spec.init.values->size());
-    return {"f32 run: " + count + " " + spec.init.file_dtype + " values from '" + spec.init.file +
-            "' rounded once to nearest f32 (max relative change " + rel + ")" +
-            (overflowed ? ", " + std::to_string(overflowed) + " overflowed to inf" : "")};
+std::vector<std::string> input_rounding_notes(const TensorSpec& spec, const Tensor<T>& stored,
+                                              std::optional<NarrowFormat> storage) {
+  if constexpr (std::is_same_v<T, double> || !std::is_arithmetic_v<T>) {
+    if (!storage) return {};
   }
+  const bool from_file = spec.init.dist == InitDist::file;
+  if (!storage && !from_file) return {};
+  std::int64_t rounded = 0;
+  std::int64_t overflowed = 0;
+  double max_rel = 0;
+  for (std::int64_t i = 0; i < stored.numel(); ++i) {
+    const auto index = static_cast<std::uint64_t>(i);
+    const double v = from_file ? (*spec.init.values)[index]
+                               : init_value(spec.init, spec.init_seed, index);
+    const double r = ScalarTraits<T>::to_double(stored[i]);
+    if (r == v || (std::isnan(r) && std::isnan(v))) continue;
+    ++rounded;
+    if (std::isinf(r)) {
+      ++overflowed;
+    } else {
+      max_rel = std::max(max_rel, std::fabs(r - v) / std::fabs(v));
+    }
+  }
+  if (rounded == 0) return {};
+  char rel[32];
+  std::snprintf(rel, sizeof rel, "%.2g", max_rel);
+  const std::string count = std::to_string(rounded) + " of " + std::to_string(stored.numel());
+  const std::string format = storage ? narrow_name(*storage) : "f32";
+  const std::string source = from_file ? " " + spec.init.file_dtype + " values from '" +
+                                             spec.init.file + "'"
+                                       : " drawn (f32) values";
+  return {format + " run: " + count + source + " rounded once to nearest " + format +
+          " (max relative change " + rel + ")" +
+          (overflowed ? ", " + std::to_string(overflowed) + " overflowed to inf" : "")};
 }
 
 // One run of a scenario at one precision: the world, the oracle's and the ranks' tensors, the
@@ -77,18 +87,21 @@ std::vector<std::string> input_rounding_notes(const TensorSpec& spec) {
 template <typename T>
 class ScenarioRun {
  public:
-  ScenarioRun(const Scenario& scenario, const RunOptions& options, BoundarySink<T>& sink)
+  ScenarioRun(const Scenario& scenario, const RunOptions& options, BoundarySink<T>& sink,
+              std::optional<NarrowFormat> storage)
       : scenario_(scenario),
         sink_(sink),
         world_(scenario.mesh.devices, effective_reduce_order(scenario, options),
                effective_schedule(scenario, options)),
-        env_{scenario, world_, {}, {}, {}},
+        env_{scenario, world_, {}, {}, {}, storage},
         on_boundary_(options.on_boundary),
         fsdp_(scenario, world_,
-              [this](const BoundaryLabel& label, const DistTensor<T>& x, const Tensor<T>& ref) {
+              [this](const BoundaryLabel& label, DistTensor<T>& x, const Tensor<T>& ref) {
                 emit(label, x, &ref);
               }) {
-    world_.set_hook([this](const BoundaryLabel& label, const DistTensor<T>& tensor) {
+    constexpr bool narrow_capable = std::is_same_v<T, float> || std::is_same_v<T, NarrowFloat>;
+    SHARDSIM_ASSERT(!storage || narrow_capable, "narrow storage runs compute in float or NarrowFloat");
+    world_.set_hook([this](const BoundaryLabel& label, DistTensor<T>& tensor) {
       return emit(label, tensor, nullptr);
     });
   }
@@ -118,12 +131,22 @@ class ScenarioRun {
  private:
   // Records one boundary and hands it to the sink with its oracle tensor, enforcing the
   // boundary contract (trace.hpp). `oracle` overrides the dense counterpart (replica checks).
-  bool emit(const BoundaryLabel& label, const DistTensor<T>& tensor, const Tensor<T>* oracle) {
+  // A narrow run first rounds a stored value to its format, the ranks' and the oracle's alike.
+  bool emit(const BoundaryLabel& label, DistTensor<T>& tensor, const Tensor<T>* oracle) {
     if (whole_pass_) {
       snapshot_whole_oracle(label);
       return true;
     }
+    const bool narrow = stores_narrow(label);
+    if (narrow) {
+      for (Tensor<T>& local : tensor.locals) env_.round_to_storage(local);
+      auto dense = env_.dense.find(label.dense_name());
+      if (!oracle && label.has_oracle && dense != env_.dense.end()) {
+        env_.round_to_storage(dense->second);
+      }
+    }
     TraceEntry entry;
+    entry.narrow = narrow;
     entry.id = static_cast<int>(trace_.size());
     entry.step = step_;
     entry.chunk = chunk_;
@@ -161,47 +184,31 @@ class ScenarioRun {
     return same;
   }
 
-  // A non-finite oracle is no reference: the scenario overflows (or is undefined) at this
-  // precision, which is bad input (exit 2), not a divergence of the sharded program.
-  void check_oracle_finite(const Tensor<T>& oracle, const TraceEntry& entry) const {
-    using std::isfinite;
-    for (std::int64_t i = 0; i < oracle.numel(); ++i) {
-      if (isfinite(oracle[i])) continue;
-      const std::vector<std::int64_t> index = unflatten(oracle.shape(), i);
-      std::string at;
-      for (std::size_t a = 0; a < index.size(); ++a) {
-        at += (a ? ", " : "") + oracle.shape()[a].name + "=" + std::to_string(index[a]);
-      }
-      throw InputError(scenario_.file + ": the oracle is not finite at boundary #" +
-                       std::to_string(entry.id) + " (step " + std::to_string(entry.step) +
-                       ", chunk " + std::to_string(entry.chunk) + ", " + entry.op + " -> " +
-                       entry.tensor + ") in the " + ScalarTraits<T>::name + " run, first at [" +
-                       at +
-                       "]: the scenario's values overflow or are undefined at this "
-                       "precision, so there is no reference to compare with");
-    }
-  }
+  // A non-finite oracle is no reference (update_step-inl.hpp): bad input, exit 2.
+  void check_oracle_finite(const Tensor<T>& oracle, const TraceEntry& entry) const;
 
-  // Inputs and parameters: drawn ones are f32-representable, identical at every precision;
+  // Inputs and parameters: drawn ones are f32-representable, identical at f32 and wider;
   // file values (InitDist::file) are exact at f64 and mp, and an f32 run rounds F64 values once
-  // to nearest (a note on the input boundary counts them). Streamed inputs and targets are also
-  // kept whole, to be sliced per chunk (load_chunk).
+  // to nearest. A narrow run rounds every value once to its format (a file's double directly).
+  // A note on the input boundary counts the values that moved. Streamed inputs and targets are
+  // also kept whole, to be sliced per chunk (load_chunk).
   void load_inputs() {
     for (const TensorSpec& spec : scenario_.tensors) {
       Tensor<T> global(spec.shape);
       const bool from_file = spec.init.dist == InitDist::file;
       for (std::int64_t i = 0; i < global.numel(); ++i) {
         const auto index = static_cast<std::uint64_t>(i);
-        global[i] = from_file ? T((*spec.init.values)[index])
-                              : T(init_value(spec.init, spec.init_seed, index));
+        global[i] = stored_input(from_file ? (*spec.init.values)[index]
+                                           : init_value(spec.init, spec.init_seed, index));
       }
+      std::vector<std::string> notes = input_rounding_notes<T>(spec, global, env_.storage);
       env_.sharded[spec.name] = distribute(spec.name, global, spec.layout, world_.mesh_ptr());
       env_.dense[spec.name] = std::move(global);
       world_.compare_boundary({.op = "input",
                                .tensor = spec.name,
                                .exact = true,
                                .kind = BoundaryKind::input,
-                               .notes = input_rounding_notes<T>(spec)},
+                               .notes = std::move(notes)},
                               env_.sharded[spec.name]);
       apply_ones_init_assumed(scenario_, spec, world_, env_.sharded[spec.name]);
     }
@@ -214,6 +221,15 @@ class ScenarioRun {
     }
   }
 
+  // An input value as the run stores it: T(v), except that a narrow float run rounds the
+  // double once to its format (float(v) first could round twice).
+  T stored_input(double value) const {
+    if constexpr (std::is_same_v<T, float>) {
+      if (env_.storage) return narrow_to_float(*env_.storage, narrow_from_double(*env_.storage, value));
+    }
+    return T(value);
+  }
+
   void make_steps() {
     for (const StepSpec& spec : scenario_.steps) ops_.push_back(make_step_op<T>(spec, scenario_));
     for (const TensorSpec& spec : scenario_.tensors) {
@@ -222,6 +238,14 @@ class ScenarioRun {
     }
     for (const std::string& name : fsdp_.pinned()) pinned_.insert(name);
     fsdp_.shard(env_);
+    if (env_.storage) stored_names_ = stored_tensor_names(scenario_);
+  }
+
+  // Whether a narrow run stores this boundary's values in its format (storage.hpp): the
+  // boundary's oracle tensor is a stored tensor (stored_tensor_names) and it is not a check.
+  bool stores_narrow(const BoundaryLabel& label) const {
+    return env_.storage && label.kind != BoundaryKind::check &&
+           stored_names_.count(label.dense_name()) != 0;
   }
 
   // Data loading for the current chunk: the slice of each streamed input along the stream axis,
@@ -300,86 +324,10 @@ class ScenarioRun {
     }
   }
 
-  // Per parameter: its gradient moved to the parameter's layout (a Partial dim all-reduced or
-  // reduce-scattered, in mesh-dim order; under fsdp this happened after its unit's backward),
-  // then SGD on the oracle and on every rank's local, a replica check where a dim replicates it,
-  // and the comparison with the oracle. With clip_grad_norm every gradient is reduced first,
-  // then all are clipped by their global norm (clip.hpp), then the updates run.
-  void update_parameters() {
-    std::vector<const TensorSpec*> trained;
-    for (const TensorSpec& spec : scenario_.tensors) {
-      if (spec.role == TensorRole::parameter && env_.has_grad(spec.name)) trained.push_back(&spec);
-    }
-    if (!scenario_.clip_grad_norm) {
-      for (const TensorSpec* spec : trained) {
-        reduce_gradient(*spec);
-        step_parameter(*spec);
-      }
-      return;
-    }
-    std::vector<std::string> dense_grads;
-    std::vector<std::string> sharded_grads;
-    for (const TensorSpec* spec : trained) {
-      reduce_gradient(*spec);
-      dense_grads.push_back(grad_name(spec->name));
-      const bool owned = fsdp_.owns(spec->name);
-      if (owned && !fsdp_.first_member(spec->name)) continue;
-      sharded_grads.push_back(grad_name(owned ? fsdp_.storage_name(spec->name) : spec->name));
-    }
-    clip_gradients(world_, env_, *scenario_.clip_grad_norm, dense_grads, sharded_grads,
-                   scenario_.has_fault(Fault::fsdp_clip_padding));
-    for (const TensorSpec* spec : trained) step_parameter(*spec);
-  }
-
-  void reduce_gradient(const TensorSpec& spec) {
-    if (fsdp_.owns(spec.name)) return;
-    const std::string key = grad_name(spec.name);
-    DistTensor<T>& grad = env_.sharded.at(key);
-    const DistTensor<T>& param = env_.sharded.at(spec.name);
-    if (skips_gradient_reduce(scenario_, grad, param)) {
-      grad.layout = param.layout;
-    } else if (!(grad.layout == param.layout)) {
-      grad = reduce_param_grad(scenario_, world_, std::move(grad), param, key);
-    }
-  }
-
-  // SGD of one parameter; under fsdp of its storage (a flat unit once, at its first member).
-  void step_parameter(const TensorSpec& spec) {
-    std::string name = spec.name;
-    std::vector<std::string> members{name};
-    DistTensor<T>* param = nullptr;
-    if (fsdp_.owns(name)) {
-      if (!fsdp_.first_member(name)) return;
-      name = fsdp_.storage_name(name);
-      members = fsdp_.members(name);
-      if (scenario_.has_fault(Fault::fsdp_full_param_step)) {
-        fsdp_.step_full_param(name, env_, scenario_.learning_rate);
-        return;
-      }
-      fsdp_.remember_stale(name);
-      param = &fsdp_.storage(name);
-    } else {
-      param = &env_.sharded.at(name);
-    }
-    const std::string key = grad_name(name);
-    const DistTensor<T>& grad = env_.sharded.at(key);
-    for (const std::string& m : members) {
-      sgd_update(env_.dense.at(m), env_.dense.at(grad_name(m)), scenario_.learning_rate);
-    }
-    fsdp_.refresh_dense(name, env_);
-    world_.for_each_rank(
-        [&](int r) { sgd_update(param->local(r), grad.local(r), scenario_.learning_rate); });
-    if (has_replicate_dim(param->layout)) {
-      const Tensor<T> reference = first_replicas(*param);
-      emit({.op = "replica_check",
-            .tensor = moved_name(name, "replicas"),
-            .exact = true,
-            .kind = BoundaryKind::check},
-           *param, &reference);
-    }
-    world_.compare_boundary(
-        {.op = "sgd", .tensor = name, .kind = BoundaryKind::update, .inputs = {name, key}}, *param);
-  }
+  // The parameter update of a training step (update_step-inl.hpp).
+  void update_parameters();
+  void reduce_gradient(const TensorSpec& spec);
+  void step_parameter(const TensorSpec& spec);
 
   const Scenario& scenario_;
   BoundarySink<T>& sink_;
@@ -394,6 +342,7 @@ class ScenarioRun {
   Fsdp<T> fsdp_;
   std::vector<std::unique_ptr<StepOp<T>>> ops_;
   std::set<std::string> pinned_;            // never released: declared tensors, parameter gradients
+  std::set<std::string> stored_names_;      // narrow runs: what stores_narrow rounds
   std::map<std::string, Tensor<T>> whole_;  // streamed or micro-batched inputs, whole
   std::vector<std::int64_t> chunk_lengths_{0};
 
@@ -427,13 +376,14 @@ class ScenarioRun {
 }  // namespace shardsim
 
 #include "sim/runner/micro_step-inl.hpp"
+#include "sim/runner/update_step-inl.hpp"
 
 namespace shardsim {
 
 template <typename T>
 std::vector<TraceEntry> run_scenario(const Scenario& scenario, const RunOptions& options,
-                                     BoundarySink<T>& sink) {
-  return detail::ScenarioRun<T>(scenario, options, sink).run();
+                                     BoundarySink<T>& sink, std::optional<NarrowFormat> storage) {
+  return detail::ScenarioRun<T>(scenario, options, sink, storage).run();
 }
 
 }  // namespace shardsim

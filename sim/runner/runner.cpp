@@ -19,7 +19,7 @@ std::uint64_t estimate_memory_bytes(const Scenario& scenario, const Precision& p
   // Bytes per element: the scalar itself, or for mp an mpfr_t (32 bytes), its limbs and an
   // allocator header.
   long double per_element = 8;
-  if (precision.kind == ScalarKind::f32) per_element = 4;
+  if (precision.kind == ScalarKind::f32 || precision.is_narrow()) per_element = 4;  // a float
   if (precision.kind == ScalarKind::mp) per_element = 32 + 8 * ((precision.bits + 64) / 64) + 16;
   long double elements = 0;
   const int ranks = scenario.mesh.ranks();
@@ -71,8 +71,8 @@ void check_memory(const Scenario& scenario, const Precision& precision,
 }
 
 template std::vector<TraceEntry> run_scenario(const Scenario&, const RunOptions&,
-                                              BoundarySink<float>&);
+                                              BoundarySink<float>&, std::optional<NarrowFormat>);
 template std::vector<TraceEntry> run_scenario(const Scenario&, const RunOptions&,
-                                              BoundarySink<double>&);
+                                              BoundarySink<double>&, std::optional<NarrowFormat>);
 
 }  // namespace shardsim

@@ -5,6 +5,6 @@
 namespace shardsim {
 
 template std::vector<TraceEntry> run_scenario(const Scenario&, const RunOptions&,
-                                              BoundarySink<Mp>&);
+                                              BoundarySink<Mp>&, std::optional<NarrowFormat>);
 
 }  // namespace shardsim

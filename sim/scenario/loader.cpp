@@ -152,7 +152,7 @@ TensorSpec Loader::tensor(const toml::node& node, const std::string& path,
   return spec;
 }
 
-// name, description, seed, precisions.
+// name, description, seed, accumulate, precisions.
 void Loader::header(const toml::table& root, Scenario& s) const {
   if (const toml::node* v = root.get("name")) s.name = string(*v, "name");
   if (s.name.empty()) {
@@ -165,6 +165,16 @@ void Loader::header(const toml::table& root, Scenario& s) const {
     const std::int64_t seed = integer(*v, "seed");
     if (seed < 0) fail(*v, "seed", "seed must be >= 0");
     s.seed = static_cast<std::uint64_t>(seed);
+  }
+  if (const toml::node* a = root.get("accumulate")) {
+    const std::string text = string(*a, "accumulate");
+    const std::optional<Accumulate> accumulate = parse_accumulate(text);
+    if (!accumulate) {
+      fail(*a, "accumulate",
+           "expected \"f32\" (bf16/f16 kernels accumulate in f32, the default) or \"storage\" "
+           "(they accumulate in the narrow format), got " + quote(text));
+    }
+    s.accumulate = *accumulate;
   }
   const toml::node* v = root.get("precisions");
   if (!v) {
@@ -270,7 +280,7 @@ Scenario parse_scenario(std::string text, const std::string& file) {
   load.check_keys(
       root, "",
       {"name", "description", "seed", "precisions", "mesh", "tensors", "steps", "faults",
-       "tolerance", "train_steps", "learning_rate", "expect", "stream", "clip_grad_norm", "fsdp",
+       "tolerance", "train_steps", "learning_rate", "expect", "stream", "accumulate", "clip_grad_norm", "fsdp",
        "micro_batches"});
   Scenario s;
   s.file = file;

@@ -63,9 +63,8 @@ void Loader::fsdp(const toml::table& root, Scenario& s) const {
     if (const toml::node* v = t.get(key)) {
       fail(*v, std::string("fsdp.") + key,
            std::string(key) +
-               " (FSDP MixedPrecision) needs the bf16/f16 precisions, which shardsim does not "
-               "have yet; leave it out: the gathered parameters and the gradient reduce-scatter "
-               "use each run's own precision");
+               " (FSDP MixedPrecision) is not supported yet: the gathered parameters and the "
+               "gradient reduce-scatter use each run's own precision; leave it out");
     }
   }
   FsdpSpec spec;

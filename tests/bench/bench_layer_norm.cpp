@@ -1,4 +1,5 @@
-// Targets 1 (dense LayerNorm fwd+bwd vs PyTorch CPU or a naive loop) and 2 (emulation overhead).
+// Targets 1 (dense LayerNorm fwd+bwd vs PyTorch CPU or a naive loop, and bf16 storage vs
+// shardsim's own f32) and 2 (emulation overhead).
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -7,6 +8,7 @@
 #include "shardsim/ops/layer_norm-inl.hpp"
 #include "shardsim/ops/layer_norm_plan.hpp"
 #include "shardsim/rng.hpp"
+#include "shardsim/storage.hpp"
 #include "shardsim/trace.hpp"
 #include "shardsim/world.hpp"
 
@@ -151,12 +153,56 @@ int one_dtype(const Options& o, TorchServer* torch, const char* dtype, double go
   return failures;
 }
 
+// bf16 storage (storage.hpp): the f32 kernels on bf16 inputs, with the stored outputs y, dx, dw
+// and db rounded to bf16 after each pass (mean and rstd stay f32), against the same f32 pass
+// without rounding. The ratio f32 time / bf16 time says what the boundary rounding costs.
+int bf16_ratio(const Options& o) {
+  const std::int64_t rows = o.smoke ? 37 : o.quick ? 512 : 2048;
+  const std::int64_t h = o.smoke ? 67 : 1024;
+  const int reps = o.smoke ? 1 : o.quick ? 5 : 15;
+  LnCase<float> c(rows, h);
+  for (Tensor<float>* input : {&c.x, &c.w, &c.b, &c.dy}) {
+    shardsim::round_to_narrow(shardsim::NarrowFormat::bf16, input->data(), input->numel());
+  }
+  auto bf16_run = [&] {
+    c.run();
+    for (Tensor<float>* output : {&c.y, &c.dx, &c.dw, &c.db}) {
+      shardsim::round_to_narrow(shardsim::NarrowFormat::bf16, output->data(), output->numel());
+    }
+  };
+  // Correctness: the stored y and dx are bf16 values, each the conversion of narrow.hpp
+  // (exhaustively tested) applied to the f32 pass's value.
+  c.run();
+  const std::vector<float> y32 = c.y.values(), dx32 = c.dx.values();
+  bf16_run();
+  int failures = 0;
+  for (std::int64_t i = 0; i < rows * h; ++i) {
+    const auto reference = [](float v) {
+      return shardsim::narrow_to_float(shardsim::NarrowFormat::bf16,
+                                       shardsim::narrow_from_float(shardsim::NarrowFormat::bf16, v));
+    };
+    if (c.y[i] != reference(y32[static_cast<std::size_t>(i)]) ||
+        c.dx[i] != reference(dx32[static_cast<std::size_t>(i)])) {
+      std::printf("  [bf16] element %lld is not the bf16 rounding of the f32 pass\n", (long long)i);
+      ++failures;
+      break;
+    }
+  }
+  if (o.smoke) return failures;
+  const auto [f32_s, bf16_s] = interleave(reps, [&] { c.run(); }, bf16_run);
+  std::printf("  [bf16 %lldx%lld fwd+bwd] f32 pass %.2f ms, bf16 storage %.2f ms\n", (long long)rows,
+              (long long)h, f32_s * 1e3, bf16_s * 1e3);
+  verdict(1, "bf16 LayerNorm fwd+bwd / shardsim f32", f32_s / bf16_s, 0.8, true);
+  return failures;
+}
+
 }  // namespace
 
 int target_layer_norm(const Options& o, TorchServer* torch) {
   std::printf("Target 1: dense LayerNorm forward+backward, single thread\n");
   int f = one_dtype<double>(o, torch, "f64", 0.7);
   f += one_dtype<float>(o, torch, "f32", 0.5);
+  f += bf16_ratio(o);
   return f;
 }
 

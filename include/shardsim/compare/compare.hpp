@@ -5,10 +5,11 @@
 // tensor is summed in rank order first). Per boundary:
 //   max_abs  max |s - d|
 //   max_rel  max |s - d| / |d|   (|d| = 0 with s != d counts as +inf)
-//   max_ulp  max ULP distance in the run's own scalar type
+//   max_ulp  max ULP distance in the run's own scalar type; in a narrow run, in the narrow
+//            format for a stored boundary (TraceEntry::narrow) and in f32 for an op's f32 part
 //   status   exact   every element bitwise equal
 //            within  every element has |s - d| <= rtol * scale (normwise; rtol from the
-//                    scenario's [tolerance] or 2^(16 - bits), see default_rtol), where scale
+//                    scenario's [tolerance] or default_rtol, scalar.hpp), where scale
 //                    is the larger of max|d| and, for a value summed from Partial addends
 //                    (a Partial boundary, or one naming a Partial tensor among its inputs),
 //                    max_e sum_r |addend_r,e|: rounding in a reduction happens at the addends'
@@ -58,6 +59,10 @@ struct CapturedValues {
   // mp runs only: each value exactly, as MPFR's hexadecimal "%Ra" text (e.g. "0x1.8p+0"), so a
   // later comparison can work at any precision. Empty for f32 and f64 runs.
   std::vector<std::string> exact;
+  // Each value rounded once to bf16 and to f16 (bit patterns, narrow.hpp), from the run's own
+  // value (an mp value through round_to_narrow, never through f32 or f64).
+  std::vector<std::uint16_t> bf16;
+  std::vector<std::uint16_t> f16;
 };
 
 // Everything a boundary held: the oracle's global tensor and each rank's local tensor (padding
@@ -90,6 +95,7 @@ struct RunResources {
 struct RunReport {
   std::string scenario;
   Precision precision;
+  std::optional<Accumulate> accumulate;  // bf16 and f16 runs only (storage.hpp)
   unsigned significand_bits = 0;
   ReduceOrder reduce_order = ReduceOrder::rank;
   Schedule schedule;
@@ -100,7 +106,8 @@ struct RunReport {
   std::optional<RunResources> resources;
 };
 
-// Runs `scenario` at `precision` (the one place precision is dispatched) and judges it.
+// Runs `scenario` at `precision` (the one place precision is dispatched) and judges it. A bf16 or
+// f16 run accumulates as options.accumulate, else the scenario's accumulate, says.
 RunReport evaluate(const Scenario& scenario, const Precision& precision,
                    const RunOptions& options = {});
 
@@ -123,6 +130,8 @@ namespace detail {
 RunReport evaluate_f32(const Scenario&, const RunOptions&);
 RunReport evaluate_f64(const Scenario&, const RunOptions&);
 RunReport evaluate_mp(const Scenario&, unsigned bits, const RunOptions&);
+// accumulate = storage (compare_narrow.cpp); accumulate = f32 runs evaluate_at<float>.
+RunReport evaluate_narrow_storage(const Scenario&, const Precision&, const RunOptions&);
 }  // namespace detail
 
 }  // namespace shardsim

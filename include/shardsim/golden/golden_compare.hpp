@@ -4,12 +4,16 @@
 //
 // Per element, with g the golden value and c the candidate's:
 //   abs = |c - g|;  rel = abs / |g| (inf when g = 0 and c != g);
-//   ulp = ULP distance in the golden's dtype (ordered-integer mapping, scalar.hpp) after rounding
-//         c to that dtype; integer and mask goldens count |c - g|.
+//   ulp = ULP distance in the golden's dtype (ordered-integer mapping on its bit patterns,
+//         scalar.hpp and narrow.hpp for BF16/F16) after rounding c once to that dtype; integer
+//         and mask goldens count |c - g|.
+// A BF16 golden takes a U16 candidate as bf16 bit patterns (npy has no bf16); a BF16 or F16
+// golden refuses any other integer or boolean candidate (InputError).
 //   within tolerance  iff  abs <= atol + rtol * |g|,  or  ulp <= max_ulp (when --max-ulp is given).
 //   A NaN never matches (not even a NaN golden); an infinity matches only the same infinity.
 // Defaults when none of --rtol/--atol/--max-ulp is given (torch.testing.assert_close's):
-//   F32 goldens rtol 1.3e-6, atol 1e-5;  F64 goldens rtol 1e-7, atol 1e-7;  U8 masks exact.
+//   F32 goldens rtol 1.3e-6, atol 1e-5;  F64 goldens rtol 1e-7, atol 1e-7;
+//   BF16 goldens rtol 1.6e-2, atol 1e-5;  F16 goldens rtol 1e-3, atol 1e-5;  U8 masks exact.
 // When any is given, an unspecified rtol or atol is 0 and the ULP rule applies only if given.
 #pragma once
 

@@ -1,4 +1,5 @@
-// Golden tensors: the values of a high-precision run, correctly rounded to F32/F64, written as
+// Golden tensors: the values of a high-precision run, each correctly rounded once to F64, F32,
+// BF16 or F16 (a BF16 golden is rounded from the reference value, never from the F32 one), written as
 // safetensors (or one .npy per tensor) plus a JSON manifest, for other backends to check against.
 // The tensor-file codecs they use are in tensor_file.hpp.
 //
@@ -11,8 +12,8 @@
 //   NAME@rankR[SLICE]                  rank R's local tensor at that boundary; SLICE is
 //                                      AXIS=BEGIN:END (global, half-open, "+Npad" when padded),
 //                                      "replicate" or "partial"
-//   PREFIX is f64 or f32 (the dtype of the values), or u8 for dropout masks (boundaries whose
-//   tensor name ends in ".mask" and whose values are all 0 or 1).
+//   PREFIX is f64, f32, bf16 or f16 (the dtype of the values), or u8 for dropout masks
+//   (boundaries whose tensor name ends in ".mask" and whose values are all 0 or 1).
 #pragma once
 
 #include <cstdint>
@@ -35,7 +36,13 @@ struct GoldenOptions {
   GoldenFormat format = GoldenFormat::safetensors;
   bool write_f64 = true;
   bool write_f32 = true;
+  bool write_bf16 = false;
+  bool write_f16 = false;
 };
+
+// Parses --dtype: a comma-separated list of f64, f32, bf16, f16, "both" (f64 and f32) and "all"
+// (the four). Throws InputError naming the flag and the accepted names otherwise.
+void parse_golden_dtypes(std::string_view text, GoldenOptions& options);
 
 // One tensor of a golden set with the facts the manifest records about it.
 struct GoldenEntry {
@@ -47,7 +54,7 @@ struct GoldenEntry {
 };
 
 struct GoldenSet {
-  std::vector<GoldenEntry> entries;  // in data order: f64, then f32, then u8
+  std::vector<GoldenEntry> entries;  // in data order: f64, f32, bf16, f16, then u8
   std::string manifest;              // manifest.json text
   std::string safetensors;           // goldens.safetensors bytes (safetensors format only)
 };

@@ -30,7 +30,10 @@ struct RawTensor {
 };
 
 // Builds F32/F64/U8 tensors from values (little-endian). U8 values must be 0..255 integers.
+// raw_bits16 builds a BF16 or F16 tensor from bit patterns (narrow.hpp).
 RawTensor raw_f32(std::string name, std::vector<std::int64_t> shape, const std::vector<float>& v);
+RawTensor raw_bits16(std::string name, format::Dtype dtype, std::vector<std::int64_t> shape,
+                     const std::vector<std::uint16_t>& bits);
 RawTensor raw_f64(std::string name, std::vector<std::int64_t> shape, const std::vector<double>& v);
 RawTensor raw_u8(std::string name, std::vector<std::int64_t> shape, const std::vector<double>& v);
 
@@ -61,7 +64,8 @@ SafetensorsFile decode_safetensors(std::string_view bytes, const std::string& wh
 SafetensorsFile read_safetensors(const std::string& path);
 
 // npy format 1.0, header padded so the data starts at a multiple of 64 bytes. BF16 has no npy
-// dtype. REQUIRES: tensor.dtype != bf16.
+// dtype: a BF16 tensor is written as '<u2' holding its bit patterns (README "bf16 in npy"), and
+// decode_npy reads it back as U16.
 std::string encode_npy(const RawTensor& tensor);
 // Parses npy versions 1.0, 2.0 and 3.0 (C order; little-endian, big-endian is byte-swapped).
 // The returned tensor's name is empty. Throws InputError("WHAT: ...") like decode_safetensors.

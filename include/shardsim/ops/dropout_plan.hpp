@@ -182,7 +182,7 @@ DistTensor<T> dropout_sharded(const World<T>& world, const DistTensor<T>& x,
   const std::uint32_t threshold = dropout_threshold(params.p);
   if (!x.layout.is_replicate()) {
     std::vector<std::string> notes;
-    const DistTensor<T> check =
+    DistTensor<T> check =
         repetition_check<T>(words, threshold, output + ".mask@repetition", notes);
     world.compare_boundary({.op = "dropout_repetition", .tensor = check.name, .exact = true,
                   .kind = BoundaryKind::check, .notes = notes},

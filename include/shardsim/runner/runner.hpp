@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "shardsim/scenario/scenario.hpp"
+#include "shardsim/storage.hpp"
 #include "shardsim/trace.hpp"
 #include "shardsim/world.hpp"
 
@@ -35,7 +36,8 @@ struct ParameterMemory {
 
 // Activation memory: the bytes each rank keeps from the forward pass for backward, per step and
 // summed (training step 1; shapes do not change between training steps). An activation element
-// counts 4 bytes at f32 and 8 at f64 and mp, a dropout mask one byte per element. Steps that keep
+// counts 2 bytes at bf16 and f16 (an op's f32 statistics 4), 4 at f32 and 8 at f64 and mp, a
+// dropout mask one byte per element. Steps that keep
 // nothing they report (redistribute, add, mse_loss) are absent.
 struct ActivationMemory {
   struct StepShare {
@@ -67,6 +69,7 @@ class BoundarySink {
 struct RunOptions {
   std::optional<ReduceOrder> reduce_order;  // overrides the scenario's mesh.reduce_order
   std::optional<Schedule> schedule;         // overrides the scenario's mesh.schedule
+  std::optional<Accumulate> accumulate;     // bf16/f16 runs: overrides the scenario's accumulate
   // Opt-in (off by default, for memory): the comparator keeps every boundary's values, see
   // CapturedBoundary in compare.hpp. `shardsim precision` and `run --golden` use it.
   bool capture_tensors = false;
@@ -93,14 +96,20 @@ ReduceOrder effective_reduce_order(const Scenario& scenario, const RunOptions& o
 Schedule effective_schedule(const Scenario& scenario, const RunOptions& options);
 
 // Runs every step of `scenario` densely and sharded, reporting each boundary to `sink`.
-// Returns the trace. For T = Mp the caller has set the mp precision (set_mp_precision).
+// Returns the trace. For T = Mp the caller has set the mp precision (set_mp_precision), for
+// T = NarrowFloat the format (set_narrow_float_format). `storage`: a narrow run's format, whose
+// stored boundary values are rounded to it (storage.hpp); T is then float (accumulate = f32) or
+// NarrowFloat (accumulate = storage).
 template <typename T>
 std::vector<TraceEntry> run_scenario(const Scenario& scenario, const RunOptions& options,
-                                     BoundarySink<T>& sink);
+                                     BoundarySink<T>& sink,
+                                     std::optional<NarrowFormat> storage = std::nullopt);
 
 extern template std::vector<TraceEntry> run_scenario(const Scenario&, const RunOptions&,
-                                                     BoundarySink<float>&);
+                                                     BoundarySink<float>&,
+                                                     std::optional<NarrowFormat>);
 extern template std::vector<TraceEntry> run_scenario(const Scenario&, const RunOptions&,
-                                                     BoundarySink<double>&);
+                                                     BoundarySink<double>&,
+                                                     std::optional<NarrowFormat>);
 
 }  // namespace shardsim

@@ -17,6 +17,7 @@
 
 #include "shardsim/fault_list.hpp"
 #include "shardsim/mesh.hpp"
+#include "shardsim/storage.hpp"
 #include "shardsim/op_list.hpp"
 #include "shardsim/placement.hpp"
 #include "shardsim/rng.hpp"
@@ -157,6 +158,9 @@ struct Scenario {
   std::string description;
   std::uint64_t seed = 0;
   std::vector<Precision> precisions;
+  // bf16 and f16 runs: where kernels accumulate (storage.hpp). `accumulate = "f32"` (default) or
+  // "storage"; wider runs ignore it.
+  Accumulate accumulate = Accumulate::f32;
   MeshSpec mesh;
   std::vector<TensorSpec> tensors;
   std::vector<StepSpec> steps;

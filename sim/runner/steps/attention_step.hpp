@@ -155,7 +155,7 @@ class SlidingWindowAttentionStep final : public StepOp<T> {
   // What each rank keeps from forward for backward: x, the attention output, and the mode's
   // queries, keys, values and softmax statistics (ring: the merged output and lse).
   std::vector<std::int64_t> saved_bytes(const StepEnv<T>& env) const override {
-    const std::int64_t width = activation_scalar_bytes<T>();
+    const std::int64_t width = env.activation_bytes();
     std::vector<std::int64_t> bytes = local_bytes(env.sharded.at(args_.input), width);
     auto add = [&](const DistTensor<T>& tensor) {
       if (tensor.locals.empty()) return;
@@ -201,7 +201,7 @@ class SlidingWindowAttentionStep final : public StepOp<T> {
     }
     for (std::size_t r = 0; r < saved_.core.size() && r < bytes.size(); ++r) {
       const AttentionSaved<T>& core = saved_.core[r];
-      bytes[r] += width * (core.max.numel() + core.sum.numel() + core.lse.numel());
+      bytes[r] += env.part_bytes() * (core.max.numel() + core.sum.numel() + core.lse.numel());
     }
     return bytes;
   }

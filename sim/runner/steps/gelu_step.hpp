@@ -44,7 +44,7 @@ class GeluStep final : public StepOp<T> {
 
   // The input, kept for gelu'(x).
   std::vector<std::int64_t> saved_bytes(const StepEnv<T>& env) const override {
-    return local_bytes(env.sharded.at(args_.input), activation_scalar_bytes<T>());
+    return local_bytes(env.sharded.at(args_.input), env.activation_bytes());
   }
 
  private:

@@ -143,10 +143,10 @@ class LayerNormStep final : public StepOp<T> {
   // Activation memory: the input, and on the row-sharded path the per-row mean and rstd.
   std::vector<std::int64_t> saved_bytes(const StepEnv<T>& env) const override {
     std::vector<std::int64_t> bytes =
-        local_bytes(env.sharded.at(args_.input), activation_scalar_bytes<T>());
+        local_bytes(env.sharded.at(args_.input), env.activation_bytes());
     if (hidden_) return bytes;
     for (const DistTensor<T>* stats : {&row_saved_.mean, &row_saved_.rstd}) {
-      const std::vector<std::int64_t> more = local_bytes(*stats, activation_scalar_bytes<T>());
+      const std::vector<std::int64_t> more = local_bytes(*stats, env.part_bytes());
       for (std::size_t r = 0; r < bytes.size(); ++r) bytes[r] += more[r];
     }
     return bytes;

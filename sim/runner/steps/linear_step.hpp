@@ -69,7 +69,7 @@ class LinearStep final : public StepOp<T> {
 
   // The input, kept for dW = dy^T x (for a column-parallel layer, the all-gathered input).
   std::vector<std::int64_t> saved_bytes(const StepEnv<T>& env) const override {
-    return local_bytes(env.sharded.at(args_.input), activation_scalar_bytes<T>());
+    return local_bytes(env.sharded.at(args_.input), env.activation_bytes());
   }
 
  private:

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <memory>
 #include <optional>
 #include <string>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "shardsim/runner/runner.hpp"
+#include "shardsim/storage.hpp"
 #include "shardsim/world-inl.hpp"
 #include "sim/runner/release.hpp"
 
@@ -30,6 +32,23 @@ struct MicroBatch {
   const std::map<std::string, Tensor<T>>* whole_oracle = nullptr;
 };
 
+// The tensors a narrow run stores in its format (storage.hpp): every declared tensor (input,
+// target, parameter), every step's output except a loss's (the loss stays f32), the gradient of
+// each, and a gradient's addends ("grad(x).addend"). Everything else a boundary records is an
+// op's internal part (statistics, row sums, attention's q/k/v/lse, masks) and stays f32.
+inline std::set<std::string> stored_tensor_names(const Scenario& scenario) {
+  std::set<std::string> names;
+  for (const TensorSpec& spec : scenario.tensors) names.insert(spec.name);
+  for (const StepSpec& step : scenario.steps) {
+    if (step.kind != OpKind::mse_loss) names.insert(step.output());
+  }
+  for (const std::string& name : std::set<std::string>(names)) {
+    names.insert(grad_name(name));
+    names.insert(part_name(grad_name(name), "addend"));
+  }
+  return names;
+}
+
 template <typename T>
 struct StepEnv {
   const Scenario& scenario;
@@ -37,6 +56,25 @@ struct StepEnv {
   std::map<std::string, Tensor<T>> dense;        // the oracle's global tensors
   std::map<std::string, DistTensor<T>> sharded;  // the ranks' tensors
   MicroBatch<T> micro;
+  // Narrow runs: the storage format (storage.hpp); none for f32, f64 and mp.
+  std::optional<NarrowFormat> storage;
+
+  // Rounds a stored value to the storage format in place: float runs only (a NarrowFloat value
+  // is in the format already; wider runs have no storage format).
+  void round_to_storage(Tensor<T>& tensor) const {
+    if constexpr (std::is_same_v<T, float>) {
+      if (storage) round_to_narrow(*storage, tensor.data(), tensor.numel());
+    }
+  }
+  // Bytes per activation element as the modelled program holds it (activation memory): the
+  // storage format's 2 in a narrow run, else 4 at f32 and 8 at f64 and mp (an mp run is the
+  // high-precision reference of the f64 program; its limbs are not a backend's memory). An op's
+  // f32 parts (statistics) count part_bytes().
+  std::int64_t activation_bytes() const {
+    if (storage) return 2;
+    return std::is_same_v<T, float> ? 4 : 8;
+  }
+  std::int64_t part_bytes() const { return storage ? 4 : activation_bytes(); }
 
   Tensor<T>& dense_at(const std::string& name) { return dense.at(name); }
   DistTensor<T>& sharded_at(const std::string& name) { return sharded.at(name); }
@@ -65,6 +103,10 @@ struct StepEnv {
       world.compare_boundary(label, it->second);
       return;
     }
+    // A later contribution is an op's output, stored before it is added (the first one is
+    // rounded when its boundary is recorded).
+    round_to_storage(dense_grad);
+    for (Tensor<T>& local : sharded_grad.locals) round_to_storage(local);
     DistTensor<T>& sharded_sum = sharded.at(key);
     if (!(sharded_grad.layout == sharded_sum.layout)) {
       // The new addend moved to the running sum's layout, compared with the oracle's addend
@@ -87,14 +129,6 @@ struct StepEnv {
     world.compare_boundary(label, sharded_sum);
   }
 };
-
-// Activation-memory accounting counts an activation element at the width of the program being
-// modelled: 4 bytes at f32; 8 at f64 and at mp (an mp run is the high-precision reference of the
-// f64 program, its limbs are not a backend's memory). Masks count one byte per element.
-template <typename T>
-constexpr std::int64_t activation_scalar_bytes() {
-  return std::is_same_v<T, float> ? 4 : 8;
-}
 
 // Per-rank bytes of a tensor's locals (padding included: a rank allocates it).
 template <typename T>
@@ -121,7 +155,7 @@ class StepOp {
   // carries state from chunk to chunk (a KV cache) resets it here.
   virtual void begin_stream() {}
   // The bytes each rank keeps from forward for this step's backward, one entry per rank, after
-  // forward has run (see activation_scalar_bytes). Empty: the step keeps nothing it reports.
+  // forward has run (see StepEnv::activation_bytes). Empty: the step keeps nothing it reports.
   virtual std::vector<std::int64_t> saved_bytes(const StepEnv<T>& env) const {
     (void)env;
     return {};

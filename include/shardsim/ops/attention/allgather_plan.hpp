@@ -121,7 +121,7 @@ CoreGrads<T> allgather_attention_backward(const World<T>& world, const CpAttenti
                                           geo.kv_shape(), geo.on(replicate), dk);
   DistTensor<T> dv_all = dist_from_locals(world, config.part_grad(AttentionPart::v_all),
                                           geo.kv_shape(), geo.on(replicate), dv);
-  for (const DistTensor<T>* grad : {&grads.q_rot, &dk_all, &dv_all}) {
+  for (DistTensor<T>* grad : {&grads.q_rot, &dk_all, &dv_all}) {
     world.compare_boundary(
         {.op = "attention_backward", .tensor = grad->name, .exact = true, .inputs = inputs}, *grad);
   }

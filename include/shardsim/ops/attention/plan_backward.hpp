@@ -93,7 +93,7 @@ DistTensor<T> cp_key_rope_backward(const World<T>& world, const CpAttentionConfi
                     saved.rope_positions[static_cast<std::size_t>(r)], config.rope("kv"), true);
     shards[static_cast<std::size_t>(r)] = std::move(shard);
   });
-  const DistTensor<T> dk_shard =
+  DistTensor<T> dk_shard =
       dist_from_locals(world, config.part_grad(AttentionPart::k_cat_shard), geo.kv_shape(),
                        geo.on(Placement::shard("kv")), std::move(shards));
   world.compare_boundary({.op = "rope_backward",

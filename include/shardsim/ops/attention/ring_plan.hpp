@@ -251,7 +251,7 @@ CoreGrads<T> ring_attention_backward(const World<T>& world, const CpAttentionCon
                                         saved.k_shard.name,   saved.v_shard.name,
                                         saved.attn_part.name, saved.lse.name};
   const std::string dq_name = grad_name(saved.q_part.name);
-  const DistTensor<T> dq_part =
+  DistTensor<T> dq_part =
       dist_from_locals(world, dq_name, geo.chunk_shape(), geo.on(Placement::shard("seq")), dq);
   world.compare_boundary({.op = "ring_attention_backward",
                           .tensor = dq_name,

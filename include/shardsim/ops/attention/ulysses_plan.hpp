@@ -123,17 +123,17 @@ CoreGrads<T> ulysses_attention_backward(const World<T>& world, const CpAttention
   });
   const std::vector<std::string> inputs{dattn_heads_name, saved.q_part.name, saved.k_heads.name,
                                         saved.v_heads.name};
-  const DistTensor<T> dq_heads =
+  DistTensor<T> dq_heads =
       dist_from_locals(world, grad_name(saved.q_part.name), geo.chunk_shape(), geo.on(heads), dq);
-  const DistTensor<T> dk_heads =
+  DistTensor<T> dk_heads =
       dist_from_locals(world, grad_name(saved.k_heads.name), geo.kv_shape(), geo.on(heads), dk);
-  const DistTensor<T> dv_heads =
+  DistTensor<T> dv_heads =
       dist_from_locals(world, grad_name(saved.v_heads.name), geo.kv_shape(), geo.on(heads), dv);
   // Each head-sharded gradient and the dense gradient it is a Shard(head) of.
   const std::string dense_of[3] = {config.part_grad(AttentionPart::q_rot),
                                    config.part_grad(AttentionPart::k_all),
                                    config.part_grad(AttentionPart::v_all)};
-  const DistTensor<T>* head_grads[3] = {&dq_heads, &dk_heads, &dv_heads};
+  DistTensor<T>* head_grads[3] = {&dq_heads, &dk_heads, &dv_heads};
   for (int i = 0; i < 3; ++i) {
     world.compare_boundary({.op = "attention_backward",
                             .tensor = head_grads[i]->name,

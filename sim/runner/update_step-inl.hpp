@@ -1,0 +1,123 @@
+// The parameter update of a training step, and the oracle's finiteness check: members of
+// detail::ScenarioRun, included by runner-inl.hpp. Per parameter: its gradient moved to the
+// parameter's layout, then SGD on the oracle and on every rank (a narrow run rounds the updated
+// values to its storage format), a replica check where a dim replicates it, and the comparison with
+// the oracle.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "sim/runner/runner-inl.hpp"
+
+namespace shardsim::detail {
+
+// Per parameter: its gradient moved to the parameter's layout (a Partial dim all-reduced or
+// reduce-scattered, in mesh-dim order; under fsdp this happened after its unit's backward),
+// then SGD on the oracle and on every rank's local, a replica check where a dim replicates it,
+// and the comparison with the oracle. With clip_grad_norm every gradient is reduced first,
+// then all are clipped by their global norm (clip.hpp), then the updates run.
+template <typename T>
+void ScenarioRun<T>::update_parameters() {
+  std::vector<const TensorSpec*> trained;
+  for (const TensorSpec& spec : scenario_.tensors) {
+    if (spec.role == TensorRole::parameter && env_.has_grad(spec.name)) trained.push_back(&spec);
+  }
+  if (!scenario_.clip_grad_norm) {
+    for (const TensorSpec* spec : trained) {
+      reduce_gradient(*spec);
+      step_parameter(*spec);
+    }
+    return;
+  }
+  std::vector<std::string> dense_grads;
+  std::vector<std::string> sharded_grads;
+  for (const TensorSpec* spec : trained) {
+    reduce_gradient(*spec);
+    dense_grads.push_back(grad_name(spec->name));
+    const bool owned = fsdp_.owns(spec->name);
+    if (owned && !fsdp_.first_member(spec->name)) continue;
+    sharded_grads.push_back(grad_name(owned ? fsdp_.storage_name(spec->name) : spec->name));
+  }
+  clip_gradients(world_, env_, *scenario_.clip_grad_norm, dense_grads, sharded_grads,
+                 scenario_.has_fault(Fault::fsdp_clip_padding));
+  for (const TensorSpec* spec : trained) step_parameter(*spec);
+}
+
+template <typename T>
+void ScenarioRun<T>::reduce_gradient(const TensorSpec& spec) {
+  if (fsdp_.owns(spec.name)) return;
+  const std::string key = grad_name(spec.name);
+  DistTensor<T>& grad = env_.sharded.at(key);
+  const DistTensor<T>& param = env_.sharded.at(spec.name);
+  if (skips_gradient_reduce(scenario_, grad, param)) {
+    grad.layout = param.layout;
+  } else if (!(grad.layout == param.layout)) {
+    grad = reduce_param_grad(scenario_, world_, std::move(grad), param, key);
+  }
+}
+
+// SGD of one parameter; under fsdp of its storage (a flat unit once, at its first member).
+template <typename T>
+void ScenarioRun<T>::step_parameter(const TensorSpec& spec) {
+  std::string name = spec.name;
+  std::vector<std::string> members{name};
+  DistTensor<T>* param = nullptr;
+  if (fsdp_.owns(name)) {
+    if (!fsdp_.first_member(name)) return;
+    name = fsdp_.storage_name(name);
+    members = fsdp_.members(name);
+    if (scenario_.has_fault(Fault::fsdp_full_param_step)) {
+      fsdp_.step_full_param(name, env_, scenario_.learning_rate);
+      return;
+    }
+    fsdp_.remember_stale(name);
+    param = &fsdp_.storage(name);
+  } else {
+    param = &env_.sharded.at(name);
+  }
+  const std::string key = grad_name(name);
+  const DistTensor<T>& grad = env_.sharded.at(key);
+  for (const std::string& m : members) {
+    sgd_update(env_.dense.at(m), env_.dense.at(grad_name(m)), scenario_.learning_rate);
+    env_.round_to_storage(env_.dense.at(m));  // the updated parameter is stored
+  }
+  fsdp_.refresh_dense(name, env_);
+  world_.for_each_rank([&](int r) {
+    sgd_update(param->local(r), grad.local(r), scenario_.learning_rate);
+    env_.round_to_storage(param->local(r));
+  });
+  if (has_replicate_dim(param->layout)) {
+    const Tensor<T> reference = first_replicas(*param);
+    emit({.op = "replica_check",
+          .tensor = moved_name(name, "replicas"),
+          .exact = true,
+          .kind = BoundaryKind::check},
+         *param, &reference);
+  }
+  world_.compare_boundary(
+      {.op = "sgd", .tensor = name, .kind = BoundaryKind::update, .inputs = {name, key}}, *param);
+}
+
+// A non-finite oracle is no reference: the scenario overflows (or is undefined) at this
+// precision, which is bad input (exit 2), not a divergence of the sharded program.
+template <typename T>
+void ScenarioRun<T>::check_oracle_finite(const Tensor<T>& oracle, const TraceEntry& entry) const {
+  using std::isfinite;
+  for (std::int64_t i = 0; i < oracle.numel(); ++i) {
+    if (isfinite(oracle[i])) continue;
+    const std::vector<std::int64_t> index = unflatten(oracle.shape(), i);
+    std::string at;
+    for (std::size_t a = 0; a < index.size(); ++a) {
+      at += (a ? ", " : "") + oracle.shape()[a].name + "=" + std::to_string(index[a]);
+    }
+    throw InputError(scenario_.file + ": the oracle is not finite at boundary #" +
+                     std::to_string(entry.id) + " (step " + std::to_string(entry.step) +
+                     ", chunk " + std::to_string(entry.chunk) + ", " + entry.op + " -> " +
+                     entry.tensor + ") in the " + ScalarTraits<T>::name + " run, first at [" + at +
+                     "]: the scenario's values overflow or are undefined at this "
+                     "precision, so there is no reference to compare with");
+  }
+}
+
+}  // namespace shardsim::detail
