@@ -14,6 +14,7 @@
 #include "cli_test_support.hpp"
 #include "shardsim/error.hpp"
 #include "shardsim/mp.hpp"
+#include "shardsim/narrow_float.hpp"
 
 using shardsim::InputError;
 using shardsim::parallel_for;
@@ -131,4 +132,20 @@ TEST_CASE("parallel: cli: a bad --threads or SHARDSIM_THREADS exits 2 naming it,
   // A good flag wins over a bad environment value.
   const CliResult good = run_cli("run --quiet " + scenario + " --threads 3", "SHARDSIM_THREADS=x");
   CHECK(good.exit_code == 0);
+}
+
+TEST_CASE("parallel: worker threads round NarrowFloat to the caller's format", "[parallel]") {
+  const ThreadCountGuard guard;
+  set_thread_count(4);
+  parallel_for(8, [](std::int64_t) {});  // the pool's threads exist before the format changes
+  // 1 + 2^-9 is exact in f16 (10 fraction bits, ulp 2^-10 at 1) and rounds to 1 in bf16 (7
+  // fraction bits, ulp 2^-7 at 1): a worker left at the default format (bf16) would give 1.
+  shardsim::set_narrow_float_format(shardsim::NarrowFormat::f16);
+  std::vector<float> got(64, 0.0f);
+  parallel_for(64, [&](std::int64_t i) {
+    got[static_cast<std::size_t>(i)] =
+        static_cast<float>(shardsim::NarrowFloat(1.0) + shardsim::NarrowFloat(0x1p-9));
+  });
+  shardsim::set_narrow_float_format(shardsim::NarrowFormat::bf16);
+  for (float g : got) CHECK(g == 1.0f + 0x1p-9f);
 }

@@ -6,8 +6,9 @@
 //   - body(i) writes only what belongs to index i (one rank's local tensors, one row, one head)
 //     and reads nothing another index writes; no reduction crosses indices inside a parallel_for
 //     (sums over ranks or rows stay in the serial code around it, in their documented order);
-//   - an index's work is the same whichever thread runs it: a thread's mp precision is set to the
-//     caller's before it runs anything (Boost keeps the default precision per thread).
+//   - an index's work is the same whichever thread runs it: a thread's mp precision and narrow
+//     format (narrow_float.hpp) are set to the caller's before it runs anything (both are kept
+//     per thread).
 // A parallel_for called from inside another one runs serially on its thread, so nesting is safe
 // and never oversubscribes. When bodies throw, every index still runs or is skipped after the
 // first failure, and the exception of the smallest failing index is rethrown to the caller.

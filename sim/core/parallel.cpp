@@ -14,6 +14,7 @@
 
 #include "shardsim/error.hpp"
 #include "shardsim/mp.hpp"
+#include "shardsim/narrow_float.hpp"
 
 namespace shardsim {
 
@@ -26,6 +27,7 @@ struct Job {
   std::int64_t block = 1;
   const std::function<void(std::int64_t)>* body = nullptr;
   unsigned mp_digits10 = 0;  // the caller's Mp::thread_default_precision()
+  NarrowFormat narrow = NarrowFormat::bf16;  // the caller's narrow_float_format()
   std::atomic<std::int64_t> next{0};
   std::mutex error_mutex;
   std::int64_t first_error = -1;  // the smallest failing index, -1 while none failed
@@ -35,6 +37,7 @@ struct Job {
   // rethrown (the smallest index's) does not depend on timing.
   void work() {
     if (Mp::thread_default_precision() != mp_digits10) Mp::thread_default_precision(mp_digits10);
+    set_narrow_float_format(narrow);
     t_inside_parallel_for = true;
     for (;;) {
       const std::int64_t begin = next.fetch_add(block);
@@ -164,6 +167,7 @@ void parallel_for(std::int64_t n, const std::function<void(std::int64_t)>& body)
   job.block = std::max<std::int64_t>(1, n / (8 * static_cast<std::int64_t>(threads)));
   job.body = &body;
   job.mp_digits10 = Mp::thread_default_precision();
+  job.narrow = narrow_float_format();
   workers.run(job);
   if (job.error) std::rethrow_exception(job.error);
 }
