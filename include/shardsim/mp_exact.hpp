@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "shardsim/mp.hpp"
+#include "shardsim/precision/magnitude.hpp"
 
 namespace shardsim {
 
@@ -24,5 +25,12 @@ std::string mp_decimal_text(const Mp& value, int digits);
 // differ, so that two mp values that round to the same double still print differently. Values
 // that are equal (or NaN) print with 17 digits.
 std::pair<std::string, std::string> distinguishing_texts(const Mp& a, const Mp& b);
+
+// |value| rounded once to 53 bits (round to nearest) with an unbounded exponent: a gap of 2^-2048
+// at mp2048 stays 2^-2048, where a double reads 0. NaN and infinities map to Magnitude's.
+Magnitude mp_magnitude(const Mp& value);
+// |a - b|: the difference rounded once to the wider operand's precision (as the kernels'
+// subtraction at a run's precision), then as mp_magnitude. Allocates nothing per call.
+Magnitude mp_abs_difference(const Mp& a, const Mp& b);
 
 }  // namespace shardsim

@@ -7,6 +7,35 @@
 
 namespace shardsim {
 
+namespace {
+
+Magnitude magnitude_of(mpfr_srcptr x) {
+  if (mpfr_nan_p(x)) return Magnitude::nan();
+  if (mpfr_inf_p(x)) return Magnitude::infinity();
+  if (mpfr_zero_p(x)) return Magnitude();
+  long exponent = 0;
+  const double mantissa = mpfr_get_d_2exp(&exponent, x, MPFR_RNDN);
+  return Magnitude::scaled(mantissa, exponent);
+}
+
+}  // namespace
+
+Magnitude mp_magnitude(const Mp& value) { return magnitude_of(value.backend().data()); }
+
+Magnitude mp_abs_difference(const Mp& a, const Mp& b) {
+  struct Scratch {
+    mpfr_t value;
+    Scratch() { mpfr_init2(value, MPFR_PREC_MIN); }
+    ~Scratch() { mpfr_clear(value); }
+  };
+  thread_local Scratch scratch;
+  const mpfr_prec_t bits =
+      std::max(mpfr_get_prec(a.backend().data()), mpfr_get_prec(b.backend().data()));
+  if (mpfr_get_prec(scratch.value) != bits) mpfr_set_prec(scratch.value, bits);
+  mpfr_sub(scratch.value, a.backend().data(), b.backend().data(), MPFR_RNDN);
+  return magnitude_of(scratch.value);
+}
+
 std::string mp_exact_text(const Mp& value) {
   char* text = nullptr;
   const int length = mpfr_asprintf(&text, "%Ra", value.backend().data());

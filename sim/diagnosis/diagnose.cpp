@@ -29,9 +29,9 @@ std::int64_t captured_values(const RunReport& run) {
 TrendPoint trend_point(const RunReport& run, int id) {
   const BoundaryResult& b = run.boundaries[static_cast<std::size_t>(id)];
   TrendPoint p{run.precision.name(), run.significand_bits};
-  p.gap = b.max_abs == 0 ? 0 : b.scale > 0 ? b.max_abs / b.scale : INFINITY;
+  p.gap = b.max_abs.is_zero() ? 0 : (b.max_abs / b.scale).to_double();
   if (b.status == Status::fail && b.first_bad && b.first_bad->reason == "NaN") p.gap = INFINITY;
-  p.bound = b.entry.exact ? 0 : b.rtol;
+  p.bound = b.entry.exact ? 0 : b.rtol.to_double();
   return p;
 }
 
