@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
+#include "shardsim/golden/golden_compare.hpp"
+#include "shardsim/golden/tensor_file.hpp"
 #include "shardsim/io.hpp"
 #include "shardsim/mp.hpp"
 #include "shardsim/mp_exact.hpp"
@@ -21,11 +23,11 @@ struct MpPrecisionGuard {
   ~MpPrecisionGuard() { set_mp_precision(saved); }
 };
 
-// One element's comparison: dense 1 and 0.5 against sharded 1 + 2^-3000 and 0.5 on one rank, at
-// mp4096 (1 + 2^-3000 needs 3001 bits), with tolerance `rtol`.
-BoundaryResult judged_at_2_pow_minus_3000(const Magnitude& rtol) {
+// One element's comparison at the mp precision in force: dense 1 and 0.5 against sharded
+// 1 + 2^gap_log2 and 0.5 on one rank, with tolerance `rtol`. REQUIRES: -gap_log2 < the bits.
+BoundaryResult judged(long gap_log2, const Magnitude& rtol) {
   const Shape shape({{"hidden", 2}});
-  const Mp tiny = ldexp(Mp(1), -3000);
+  const Mp tiny = ldexp(Mp(1), static_cast<int>(gap_log2));
   const Tensor<Mp> dense(shape, {Mp(1), Mp(0.5)});
   DistTensor<Mp> sharded = make_dist<Mp>("y", shape, Placement::replicate(), 1);
   sharded.locals = {Tensor<Mp>(shape, {Mp(1) + tiny, Mp(0.5)})};
@@ -35,6 +37,9 @@ BoundaryResult judged_at_2_pow_minus_3000(const Magnitude& rtol) {
   compare.on_boundary(entry, &dense, sharded);
   return compare.results().back();
 }
+
+// At mp4096 (1 + 2^-3000 needs 3001 bits).
+BoundaryResult judged_at_2_pow_minus_3000(const Magnitude& rtol) { return judged(-3000, rtol); }
 
 Scenario scenario_at(const std::string& file, const std::string& precision) {
   std::string text = read_file(std::string(SHARDSIM_SOURCE_DIR) + "/scenarios/" + file);
@@ -76,6 +81,25 @@ TEST_CASE("compare: a synthetic 2^-3000 gap is measured and judged exactly", "[c
   CHECK(judged_at_2_pow_minus_3000(gap).status == Status::within);
   CHECK(judged_at_2_pow_minus_3000(Magnitude::scaled(1 - 0x1p-53, -3000)).status == Status::fail);
   CHECK(judged_at_2_pow_minus_3000(*Magnitude::parse("2^-2990")).status == Status::within);
+
+  // The same at the largest level, mp65536: a gap of 2^-65000 against the default 2^-65520.
+  REQUIRE(set_mp_precision(kMaxMpBits) >= kMaxMpBits);
+  const Magnitude top_rtol = exact_default_rtol(Precision{ScalarKind::mp, kMaxMpBits});
+  CHECK(top_rtol == Magnitude::scaled(1, -65520));
+  const BoundaryResult top = judged(-65000, top_rtol);
+  CHECK(top.status == Status::fail);
+  CHECK(top.max_abs == Magnitude::scaled(1, -65000));
+  // The divergence prints both values with the digits it takes to tell them apart: 1 and
+  // 1 + 2^-65000 first differ at digit 1 + 65000 log10(2) = 19567.9, so with 19568 digits
+  // ("1.000...0" and "1.000...1", rounded), equal with one fewer.
+  REQUIRE(top.first_bad);
+  const std::string& dense_text = top.first_bad->dense_text;
+  CHECK(dense_text != top.first_bad->sharded_text);
+  const int digits = static_cast<int>(dense_text.find('e')) - 1;  // less the point
+  CHECK(digits == 19568);
+  CHECK(mp_decimal_text(Mp(1), digits - 1) ==
+        mp_decimal_text(Mp(1) + ldexp(Mp(1), -65000), digits - 1));
+  CHECK(judged(-65000, Magnitude::scaled(1, -65000)).status == Status::within);
 }
 
 TEST_CASE("compare: the default mp tolerance is 2^(16 - bits) at every level", "[compare][mp]") {
@@ -167,4 +191,40 @@ TEST_CASE("compare: a [tolerance] below the double range is written as a string"
   CHECK_THROWS_WITH(with_tolerance("\"2^0\""), Catch::Contains("must be in (0, 1)"));
   CHECK_THROWS_WITH(with_tolerance("\"tiny\""),
                     Catch::Contains("expected a number or a string such as"));
+}
+
+TEST_CASE("compare: golden comparison at the bottom of the double range has no false pass",
+          "[compare]") {
+  // Goldens and candidates are IEEE values read as doubles. Their difference is exact and
+  // nonzero whenever they differ (gradual underflow), and atol + rtol * |g| can only underflow
+  // toward 0, which makes the test stricter: no tiny gap passes for want of range.
+  //   hidden=0: g = 2^-1074 (the smallest double), c = 0. rtol * |g| = 1e-7 * 2^-1074 rounds to
+  //             0, so the gap 2^-1074 (1 ulp) is outside: strict, not lenient.
+  //   hidden=1: g = 2^-1022, c = g + 2^-1074: relative 2^-52 < 1e-7, and 1e-7 * 2^-1022 ~ 2.2e-315
+  //             (subnormal) > 2^-1074: within.
+  //   hidden=2: equal.
+  GoldenInfo info;
+  info.name = "y";
+  info.dtype = format::Dtype::f64;
+  info.axes = {"hidden"};
+  info.shape = {3};
+  info.global_shape = Shape({{"hidden", 3}});
+  info.layout = Layout({Placement::replicate()});
+  GoldenDir golden;
+  golden.precision = "mp2048";
+  golden.infos = {info};
+  golden.tensors.emplace("y", raw_f64("y", {3}, {0x1p-1074, 0x1p-1022, 1.0}));
+  Candidate candidate;
+  candidate.tensors = {raw_f64("y", {3}, {0.0, 0x1p-1022 + 0x1p-1074, 1.0})};
+  CompareOptions options;
+  options.rtol = 1e-7;
+  options.atol = 0;
+  const ComparisonReport report = compare_candidate(golden, candidate, options);
+  REQUIRE(report.tensors.size() == 1);
+  const TensorComparison& y = report.tensors.front();
+  CHECK_FALSE(report.pass);
+  CHECK(y.outside == 1);
+  CHECK(y.max_abs == 0x1p-1074);
+  REQUIRE(y.worst);
+  CHECK(y.worst->index == std::vector<std::pair<std::string, std::int64_t>>{{"hidden", 0}});
 }
