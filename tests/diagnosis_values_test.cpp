@@ -1,5 +1,5 @@
 // Tests for the diagnosis signatures that read one boundary's values (signatures.hpp):
-// constant_ratio, constant_fill, hidden_cast, and the trend over precisions, precision_trend.
+// constant_ratio, constant_fill and hidden_cast (precision_trend: diagnosis_trend_test.cpp).
 // Every case is a synthetic tensor with a hand-derived known answer.
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -105,26 +105,4 @@ TEST_CASE("hidden_cast sees f32 and bf16 rounding in a wider run", "[diagnosis]"
   CHECK(has(shardsim::hidden_cast(bf16, 53).evidence, "the rounding of bf16"));
   // A 1e-3 relative bug is no cast.
   CHECK_FALSE(shardsim::hidden_cast(with([](double v) { return v * 1.001; }), 53).present());
-}
-
-TEST_CASE("precision_trend: a gap that vanishes with precision is rounding, with kappa",
-          "[diagnosis]") {
-  // Cancellation-like: f32 saturated (gap 280), f64 2e-9, mp128 0. kappa = 2e-9 / 2^-53 =
-  // 1.80e7 (about 24 bits lost).
-  const std::vector<shardsim::TrendPoint> rounding{{"f64", 53, 2e-9, std::ldexp(1.0, -37)},
-                                                   {"f32", 24, 280, std::ldexp(1.0, -8)},
-                                                   {"mp128", 128, 0, std::ldexp(1.0, -112)}};
-  const auto f = shardsim::precision_trend(rounding);
-  CHECK(f.cause == Cause::rounding);
-  CHECK(f.confidence == 0.9);
-  CHECK(has(f.evidence, "kappa ~ gap/u = 1.8e+07 at f64 (about 24 bits lost)"));
-  // The gap persists at the top level: a bug.
-  const std::vector<shardsim::TrendPoint> bug{{"f32", 24, 0.03, std::ldexp(1.0, -8)},
-                                              {"mp128", 128, 0.03, std::ldexp(1.0, -112)}};
-  CHECK_FALSE(shardsim::precision_trend(bug).present());
-  CHECK(has(shardsim::precision_trend(bug).evidence, "a bug, not rounding"));
-  // Within every bound everywhere: nothing to explain.
-  const std::vector<shardsim::TrendPoint> fine{{"f32", 24, 1e-7, std::ldexp(1.0, -8)},
-                                               {"f64", 53, 0, std::ldexp(1.0, -37)}};
-  CHECK_FALSE(shardsim::precision_trend(fine).present());
 }

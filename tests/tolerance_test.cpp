@@ -35,7 +35,7 @@ TEST_CASE("tolerance: a cancelling Partial sum is judged at its addends' scale",
   partial.locals = {Tensor<double>(shape, {1.0 + 0x1p-40}), Tensor<double>(shape, {-1.0})};
   const Tensor<double> oracle(shape, {0x1p-40 + 0x1p-51});
   const double rtol = 0x1p-37;
-  Comparator<double> compare(rtol);
+  Comparator<double> compare(Magnitude::of(rtol));
   compare.on_boundary(entry_named("grad(b)"), &oracle, partial);
   CHECK(compare.results().back().status == Status::within);
 
@@ -52,7 +52,7 @@ TEST_CASE("tolerance: a cancelling Partial sum is judged at its addends' scale",
   CHECK(compare.results().back().status == Status::fail);
 
   // Without a Partial input the scale is the result's own: the same 2^-51 gap fails.
-  Comparator<double> plain(rtol);
+  Comparator<double> plain(Magnitude::of(rtol));
   plain.on_boundary(entry_named("grad(c)"), &oracle, reduced);
   CHECK(plain.results().back().status == Status::fail);
 }
@@ -77,8 +77,8 @@ TEST_CASE("tolerance: a correct program trains 20000 steps without a false diver
   double last_loss = -1;
   for (const BoundaryResult& b : report.boundaries) {
     if (b.entry.tensor != "loss" || b.entry.op != "mse_loss") continue;
-    if (first_loss < 0) first_loss = b.scale;
-    last_loss = b.scale;
+    if (first_loss < 0) first_loss = b.scale.to_double();
+    last_loss = b.scale.to_double();
   }
   CHECK(last_loss < first_loss / 2);
 }

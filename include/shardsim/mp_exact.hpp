@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "shardsim/mp.hpp"
+#include "shardsim/precision/magnitude.hpp"
 
 namespace shardsim {
 
@@ -22,7 +23,16 @@ std::string mp_decimal_text(const Mp& value, int digits);
 
 // Both values in decimal with the fewest significant digits (at least 17) at which their texts
 // differ, so that two mp values that round to the same double still print differently. Values
-// that are equal (or NaN) print with 17 digits.
+// that are equal (or NaN) print with 17 digits. Values equal at 17 digits are searched from a
+// few digits before log10(max(|a|, |b|) / |a - b|), where they start to differ (a rounding
+// boundary between them could make them differ earlier, by chance; that is skipped).
 std::pair<std::string, std::string> distinguishing_texts(const Mp& a, const Mp& b);
+
+// |value| rounded once to 53 bits (round to nearest) with an unbounded exponent: a gap of 2^-2048
+// at mp2048 stays 2^-2048, where a double reads 0. NaN and infinities map to Magnitude's.
+Magnitude mp_magnitude(const Mp& value);
+// |a - b|: the difference rounded once to the wider operand's precision (as the kernels'
+// subtraction at a run's precision), then as mp_magnitude. Allocates nothing per call.
+Magnitude mp_abs_difference(const Mp& a, const Mp& b);
 
 }  // namespace shardsim

@@ -27,7 +27,7 @@ constexpr const char* kPrecisionUsage =
 
 int precision_command(const Args& args) {
   po::options_description options("precision options");
-  options.add_options()("levels,l", po::value<std::string>()->default_value("f32,f64,mp128,mp256"),
+  options.add_options()("levels,l", po::value<std::string>()->default_value(kDefaultLevels),
                         "comma-separated precision levels; the one with most bits is the top")(
       "reduce-order", po::value<std::string>(),
       "comma-separated reduce orders (rank, ring, tree): the first is used for the levels; with "

@@ -50,7 +50,7 @@ template <typename T>
 class Comparator final : public BoundarySink<T> {
  public:
   // `narrow`: a narrow run's format, in whose units a stored boundary's max_ulp is counted.
-  explicit Comparator(double rtol, bool capture = false,
+  explicit Comparator(Magnitude rtol, bool capture = false,
                       std::optional<NarrowFormat> narrow = std::nullopt)
       : rtol_(rtol), capture_(capture), narrow_(narrow) {}
 
@@ -115,13 +115,13 @@ class Comparator final : public BoundarySink<T> {
 
   void measure(const Tensor<T>& dense, const DistTensor<T>& sharded, BoundaryResult& result) {
     SHARDSIM_ASSERT(dense.shape() == sharded.global, "boundary shape differs from the oracle's");
-    double scale = 0;
+    Magnitude scale;
     for (std::int64_t e = 0; e < dense.numel(); ++e) {
-      const double d = std::fabs(Traits::to_double(dense[e]));
-      if (std::isfinite(d)) scale = std::max(scale, d);
+      const Magnitude d = magnitude_of(dense[e]);
+      if (d.is_finite()) raise(scale, d);
     }
     result.scale = scale;
-    const double allowed = rtol_ * noise_scale(scale, sharded, result.entry);
+    const Magnitude allowed = rtol_ * noise_scale(scale, sharded, result.entry);
     bool all_identical = true;
     bool all_within = true;
     std::optional<Divergence> first_not_identical;
@@ -131,8 +131,8 @@ class Comparator final : public BoundarySink<T> {
       const T& d = dense[flat];
       if (Traits::identical(s, d)) return;
       const ElementError err = element_error(s, d);
-      result.max_abs = std::max(result.max_abs, err.abs);
-      result.max_rel = std::max(result.max_rel, err.rel);
+      raise(result.max_abs, err.abs);
+      raise(result.max_rel, err.rel);
       result.max_ulp = std::max(result.max_ulp, ulp(s, d, result.entry.narrow));
       if (all_identical) {
         all_identical = false;
@@ -175,41 +175,66 @@ class Comparator final : public BoundarySink<T> {
   // input (addend_scale). Without it a correct reduction of cancelling gradients (training near
   // convergence) fails a tolerance relative to its tiny result. A Partial boundary records its
   // own addend scale for the boundaries that read it.
-  double noise_scale(double scale, const DistTensor<T>& sharded, const TraceEntry& entry) {
-    double noise = scale;
+  Magnitude noise_scale(Magnitude scale, const DistTensor<T>& sharded, const TraceEntry& entry) {
+    Magnitude noise = scale;
     for (const std::string& input : entry.inputs) {
       auto found = addend_scale_.find(input);
-      if (found != addend_scale_.end()) noise = std::max(noise, found->second);
+      if (found != addend_scale_.end()) raise(noise, found->second);
     }
     if (sharded.layout.has_partial()) {
-      const double own = partial_addend_scale(sharded);
-      noise = std::max(noise, own);
+      const Magnitude own = Magnitude::of(partial_addend_scale(sharded));
+      raise(noise, own);
       addend_scale_[entry.tensor] = own;
     }
     return noise;
   }
 
+  // max into `into`, ignoring a NaN `value` as std::max(into, value) does (a NaN max_rel, from an
+  // infinite or NaN oracle value, leaves the maximum as it was).
+  static void raise(Magnitude& into, const Magnitude& value) {
+    if (into < value) into = value;
+  }
+
+  // |v| and |s - d| (the difference rounded once in T, as the kernels subtract), each rounded to
+  // 53 bits with an unbounded exponent: at mp they do not underflow.
+  static Magnitude magnitude_of(const T& v) {
+    if constexpr (std::is_floating_point_v<T>) {
+      return Magnitude::of(static_cast<double>(v));
+    } else {
+      return mp_magnitude(v);
+    }
+  }
+  static Magnitude abs_difference(const T& s, const T& d) {
+    if constexpr (std::is_floating_point_v<T>) {
+      return Magnitude::of(static_cast<double>(T(s - d)));
+    } else {
+      return mp_abs_difference(s, d);
+    }
+  }
+
   // The error of one sharded value `s` against its dense value `d` (not bitwise equal).
+  // rel = abs / |d|: inf for d = 0, NaN (ignored by raise) for an infinite or NaN d.
   struct ElementError {
-    double abs;
-    double rel;
+    Magnitude abs;
+    Magnitude rel;
     std::string reason;
   };
   static ElementError element_error(const T& s, const T& d) {
-    const double sd = Traits::to_double(s);
-    const double dd = Traits::to_double(d);
+    using std::isinf;
+    using std::isnan;
     ElementError err;
-    if (std::isnan(sd) || std::isnan(dd)) {
-      err.abs = std::numeric_limits<double>::infinity();
+    if (isnan(s) || isnan(d)) {
+      err.abs = Magnitude::infinity();
       err.reason = "NaN";
-    } else if (std::isinf(sd) || std::isinf(dd)) {
-      err.abs = sd == dd ? 0.0 : std::numeric_limits<double>::infinity();
+    } else if (isinf(s) || isinf(d)) {
+      err.abs = s == d ? Magnitude() : Magnitude::infinity();
       err.reason = "infinity";
     } else {
-      err.abs = Traits::to_double(magnitude(T(s - d)));
+      err.abs = abs_difference(s, d);
       err.reason = "outside tolerance";
     }
-    err.rel = dd == 0 ? std::numeric_limits<double>::infinity() : err.abs / std::fabs(dd);
+    const Magnitude dm = magnitude_of(d);
+    err.rel = dm.is_zero() ? Magnitude::infinity() : err.abs / dm;
     return err;
   }
 
@@ -266,10 +291,10 @@ class Comparator final : public BoundarySink<T> {
     return abs(v);
   }
 
-  double rtol_;
+  Magnitude rtol_;
   bool capture_;
   std::optional<NarrowFormat> narrow_;
-  std::map<std::string, double> addend_scale_;  // Partial tensor -> partial_addend_scale
+  std::map<std::string, Magnitude> addend_scale_;  // Partial tensor -> partial_addend_scale
   std::vector<BoundaryResult> results_;
   ActivationMemory activation_;
 };

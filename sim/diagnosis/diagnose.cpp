@@ -10,8 +10,18 @@ namespace shardsim {
 
 namespace {
 
-// The precisions of the trend, beside the ones the replay ran: f32, f64 and one mp level.
-const char* const kTrendLevels[] = {"f32", "f64", "mp128"};
+// The precisions of the trend, beside the ones the replay ran: those `shardsim precision` reads
+// by default (kDefaultLevels), so that the two judge the same ladder.
+std::vector<Precision> trend_levels() {
+  std::vector<Precision> out;
+  std::string list = kDefaultLevels;
+  for (std::size_t at = 0; at <= list.size();) {
+    const std::size_t comma = std::min(list.find(',', at), list.size());
+    out.push_back(parse_precision(list.substr(at, comma - at)));
+    at = comma + 1;
+  }
+  return out;
+}
 
 // The most values an mp analysis run captures (each with its f32, f64 and exact text).
 constexpr std::int64_t kMaxMpCapture = std::int64_t{1} << 20;
@@ -28,11 +38,8 @@ std::int64_t captured_values(const RunReport& run) {
 
 TrendPoint trend_point(const RunReport& run, int id) {
   const BoundaryResult& b = run.boundaries[static_cast<std::size_t>(id)];
-  TrendPoint p{run.precision.name(), run.significand_bits};
-  p.gap = b.max_abs == 0 ? 0 : b.scale > 0 ? b.max_abs / b.scale : INFINITY;
-  if (b.status == Status::fail && b.first_bad && b.first_bad->reason == "NaN") p.gap = INFINITY;
-  p.bound = b.entry.exact ? 0 : b.rtol;
-  return p;
+  return {run.precision, run.significand_bits,
+          detail::level_gap(run.precision, run.significand_bits, b)};
 }
 
 std::vector<TrendPoint> trend(const Scenario& scenario, const std::vector<RunReport>& known,
@@ -46,13 +53,9 @@ std::vector<TrendPoint> trend(const Scenario& scenario, const std::vector<RunRep
     points.push_back(trend_point(run, id));
   };
   for (const RunReport& run : known) add(run);
-  bool has_mp = false;
-  for (const RunReport& run : known) has_mp = has_mp || run.precision.kind == ScalarKind::mp;
   RunOptions plain = options;
   plain.capture_tensors = false;
-  for (const char* level : kTrendLevels) {
-    const Precision precision = parse_precision(level);
-    if (precision.kind == ScalarKind::mp && has_mp) continue;
+  for (const Precision& precision : trend_levels()) {
     if (std::find(done.begin(), done.end(), precision.name()) != done.end()) continue;
     try {
       add(evaluate(scenario, precision, plain));
@@ -150,8 +153,8 @@ Diagnosis diagnose(const Scenario& scenario, const std::vector<RunReport>& repor
   unsigned bits = failed->significand_bits;
   const unsigned most_bits = captured_values(*failed) > kMaxMpCapture ? 53 : ~0u;
   for (const TrendPoint& p : points) {
-    if (p.gap > p.bound && p.bits > bits && p.bits <= most_bits) {
-      analysed = parse_precision(p.precision);
+    if (p.gap.status == Status::fail && p.bits > bits && p.bits <= most_bits) {
+      analysed = p.precision;
       bits = p.bits;
     }
   }

@@ -1,53 +1,50 @@
-// precision_trend: a gap that shrinks with precision is rounding, not a bug.
+// precision_trend: the verdict `shardsim precision` gives the analysed boundary over the same
+// levels. Noise (the gap shrinks about one bit per bit of precision) is rounding, not a bug.
 #include <algorithm>
-#include <cmath>
 
 #include "shardsim/diagnosis/signatures.hpp"
-#include "sim/diagnosis/format.hpp"
 
 namespace shardsim {
+
+namespace {
+
+constexpr double kNoiseConfidence = 0.9;
+constexpr double kIllConditionedConfidence = 0.8;
+
+}  // namespace
 
 Finding precision_trend(const std::vector<TrendPoint>& given) {
   Finding f{.signature = "precision_trend", .cause = Cause::rounding};
   std::vector<TrendPoint> points = given;
   std::stable_sort(points.begin(), points.end(),
                    [](const TrendPoint& a, const TrendPoint& b) { return a.bits < b.bits; });
-  if (points.size() < 2) {
-    f.evidence = "n/a: fewer than two precisions";
+  // Two names for the same significand (mp127 and mp128 both run with 128 bits): the first.
+  points.erase(std::unique(points.begin(), points.end(),
+                           [](const TrendPoint& a, const TrendPoint& b) { return a.bits == b.bits; }),
+               points.end());
+  if (points.empty()) {
+    f.evidence = "n/a: no precision level";
     return f;
   }
-  std::string gaps;
+  BoundaryDiff diff;
+  std::vector<Precision> levels;
+  std::vector<unsigned> bits;
+  std::string gaps, names;
   for (const TrendPoint& p : points) {
-    gaps += (gaps.empty() ? "" : ", ") + p.precision + " " + diag::num(p.gap);
+    diff.gap.push_back(p.gap);
+    levels.push_back(p.precision);
+    bits.push_back(p.bits);
+    gaps += (gaps.empty() ? "" : ", ") + p.precision.name() + " " + p.gap.normwise.sci();
+    names += (names.empty() ? "" : ",") + p.precision.name();
   }
-  const TrendPoint& top = points.back();
-  if (top.gap > top.bound) {
-    f.evidence = "normwise gap " + gaps + ": it persists at " + top.precision + " (bound " +
-                 diag::num(top.bound) + "): a bug, not rounding";
-    return f;
+  detail::judge_boundary(diff, levels, bits);
+  f.evidence = "normwise gap " + gaps + ": `shardsim precision --levels " + names + "` says " +
+               verdict_name(diff.verdict) + (diff.why.empty() ? "" : " (" + diff.why + ")");
+  switch (diff.verdict) {
+    case Verdict::noise: f.confidence = kNoiseConfidence; break;
+    case Verdict::ill_conditioned_noise: f.confidence = kIllConditionedConfidence; break;
+    default: break;  // exact, bug, undetermined or n/a: not explained by rounding
   }
-  bool shrinks = true, failed_below = false;
-  for (std::size_t i = 0; i + 1 < points.size(); ++i) {
-    shrinks = shrinks && points[i + 1].gap <= points[i].gap;
-    failed_below = failed_below || points[i].gap > points[i].bound;
-  }
-  if (!shrinks || !failed_below) {
-    f.evidence = "normwise gap " + gaps + ": no gap outside its bound that shrinks with precision";
-    return f;
-  }
-  // Condition estimate: the gap in units of the level's roundoff at the highest level where it
-  // is nonzero and not saturated (a gap near 1 has lost every bit and bounds nothing).
-  std::string kappa;
-  for (auto p = points.rbegin(); p != points.rend(); ++p) {
-    if (p->gap <= 0 || p->gap >= 0.5) continue;
-    const double estimate = p->gap / std::ldexp(1.0, -static_cast<int>(p->bits));
-    kappa = "; condition estimate kappa ~ gap/u = " + diag::num(estimate) + " at " + p->precision +
-            " (about " + diag::num(std::round(std::log2(std::max(estimate, 1.0)))) + " bits lost)";
-    break;
-  }
-  f.confidence = 0.9;
-  f.evidence = "normwise gap " + gaps + ": it shrinks with precision and is within the bound at " +
-               top.precision + kappa;
   return f;
 }
 

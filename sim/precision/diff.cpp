@@ -81,24 +81,25 @@ LevelMetrics level_error(const Precision& level, unsigned level_bits, const Capt
   return {};
 }
 
-// The gap at one level: the comparator's metrics, or at an mp level with an oracle value, the
-// same metrics recomputed exactly from the captured values (the doubles underflow).
-LevelGap level_gap(const Precision& level, unsigned bits, const BoundaryResult& b) {
+}  // namespace
+
+// The comparator's metrics are Magnitudes, exact at every level; at an mp level with captured
+// values they are recomputed independently from the exact texts (they agree:
+// tests/precision_ladder_test.cpp).
+LevelGap detail::level_gap(const Precision& level, unsigned bits, const BoundaryResult& b) {
   LevelGap gap;
   if (level.kind == ScalarKind::mp && b.captured && b.captured->has_dense) {
     gap = detail::mp_exact_gap(*b.captured, detail::compare_sites(b.entry), bits);
   } else {
-    gap.max_abs = Magnitude::of(b.max_abs);
-    gap.max_rel = Magnitude::of(b.max_rel);
-    if (b.max_abs > 0) gap.normwise = b.scale > 0 ? Magnitude::of(b.max_abs / b.scale) : Magnitude::infinity();
+    gap.max_abs = b.max_abs;
+    gap.max_rel = b.max_rel;
+    if (!b.max_abs.is_zero()) gap.normwise = b.max_abs / b.scale;  // inf when the scale is 0
   }
   gap.status = b.status;
   gap.max_ulp = b.max_ulp;
   gap.exact_claimed = b.entry.exact;
   return gap;
 }
-
-}  // namespace
 
 void detail::judge_boundary(BoundaryDiff& diff, const std::vector<Precision>& levels,
                             const std::vector<unsigned>& bits) {
@@ -205,7 +206,7 @@ OrderSweep run_sweep(const Scenario& scenario, const PrecisionDiffOptions& optio
                                            *runs[p][0].boundaries[b].captured, p == 0);
         ulp = std::max(ulp, u);
         rel = std::max(rel, r);
-        gaps.push_back(level_gap(sweep.precisions[p], 0, runs[p][o].boundaries[b]).normwise.to_double());
+        gaps.push_back(detail::level_gap(sweep.precisions[p], 0, runs[p][o].boundaries[b]).normwise.to_double());
       }
       row.spread_ulp.push_back(ulp);
       row.spread_rel.push_back(rel);
@@ -255,7 +256,7 @@ PrecisionDiff precision_diff(const Scenario& scenario, const PrecisionDiffOption
       row.error.push_back(level_error(diff.levels[l], diff.significand_bits[l],
                                       reference_values(*result.captured), top_values,
                                       diff.significand_bits[top]));
-      row.gap.push_back(level_gap(diff.levels[l], diff.significand_bits[l], result));
+      row.gap.push_back(detail::level_gap(diff.levels[l], diff.significand_bits[l], result));
     }
     detail::judge_boundary(row, diff.levels, diff.significand_bits);
     diff.boundaries.push_back(std::move(row));

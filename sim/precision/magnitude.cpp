@@ -2,6 +2,7 @@
 // MPFR, which converts exactly at any exponent.
 #include "shardsim/precision/magnitude.hpp"
 
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <mpfr.h>
@@ -42,6 +43,34 @@ Magnitude Magnitude::infinity() {
 Magnitude Magnitude::nan() {
   Magnitude out;
   out.mantissa_ = kNaN;
+  return out;
+}
+
+std::optional<Magnitude> Magnitude::parse(std::string_view text) {
+  if (text.size() > 2 && text.substr(0, 2) == "2^") {
+    long e = 0;
+    const char* end = text.data() + text.size();
+    const auto [at, error] = std::from_chars(text.data() + 2, end, e);
+    if (error != std::errc() || at != end) return std::nullopt;
+    return scaled(1.0, e);
+  }
+  const std::string owned(text);
+  if (owned.empty() || owned.front() == '-') return std::nullopt;
+  mpfr_t value;
+  mpfr_init2(value, 53);
+  char* end = nullptr;
+  mpfr_strtofr(value, owned.c_str(), &end, 0, MPFR_RNDN);
+  std::optional<Magnitude> out;
+  if (end == owned.c_str() + owned.size() && mpfr_number_p(value)) {
+    if (mpfr_zero_p(value)) {
+      out = Magnitude();
+    } else {
+      long e = 0;
+      const double m = mpfr_get_d_2exp(&e, value, MPFR_RNDN);  // exact: value has 53 bits
+      out = scaled(m, e);
+    }
+  }
+  mpfr_clear(value);
   return out;
 }
 

@@ -36,16 +36,6 @@ std::string cell(double v) {
 
 std::string cell(const Magnitude& v) { return v.sci(); }
 
-// A Magnitude in JSON: a number when it is 0 or a normal double; beyond the double range (mp
-// gaps below 2^-1022) a string in scientific notation with 17 significant digits; "inf", "nan".
-Json magnitude_json(const Magnitude& v) {
-  if (v.is_nan()) return "nan";
-  if (!v.is_finite()) return "inf";
-  if (v.is_zero()) return 0.0;
-  if (v.exponent() > -1021 && v.exponent() <= 1024) return v.to_double();
-  return v.sci(16);
-}
-
 // "   verdict: noise (why ...)" wrapped at 100 columns, continuation lines indented.
 std::string verdict_line(const BoundaryDiff& b) {
   std::string text = std::string("   verdict: ") + verdict_name(b.verdict);

@@ -58,10 +58,10 @@ Json boundary_json(const BoundaryResult& b) {
                   {"global_shape", shape_json(e.global)},
                   {"placement", e.layout.str()},
                   {"ranks", ranks},
-                  {"max_abs", json_metric(b.max_abs)},
-                  {"max_rel", json_metric(b.max_rel)},
+                  {"max_abs", magnitude_json(b.max_abs)},
+                  {"max_rel", magnitude_json(b.max_rel)},
                   {"max_ulp", json_metric(b.max_ulp)},
-                  {"rtol", b.rtol},
+                  {"rtol", magnitude_json(b.rtol)},
                   {"status", status_name(b.status)},
                   {"notes", e.notes}});
   return out;
@@ -85,6 +85,12 @@ std::string short_scientific(double value) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2e", value);
   return buf;
+}
+
+// Beyond the normal double range (an mp gap), the Magnitude's own decimal text.
+std::string short_scientific(const Magnitude& value) {
+  if (value.is_finite() && !value.is_zero() && value.exponent() <= -1021) return value.sci(2);
+  return short_scientific(value.to_double());
 }
 
 }  // namespace

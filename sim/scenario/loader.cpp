@@ -230,6 +230,33 @@ void Loader::steps(const toml::table& root, Scenario& s,
     throw LocatedError(located(file_, {}, "steps", "needs at least one [[steps]]"));
 }
 
+// One [tolerance] value: a number, or for an rtol below the double range (an mp level's) a string
+// "2^E" or "1e-700" (Magnitude::parse). In (0, 1) either way; a float literal that TOML read as
+// 0 is refused with that explanation rather than taken as 0.
+Magnitude Loader::tolerance_value(const toml::node& node, const std::string& path) const {
+  const std::string range =
+      "a tolerance must be in (0, 1) (a normwise rtol of 1 accepts any value no larger than the "
+      "oracle's largest), got ";
+  if (node.is_string()) {
+    const std::string text = *node.value<std::string>();
+    const std::optional<Magnitude> rtol = Magnitude::parse(text);
+    if (!rtol) {
+      fail(node, path, "expected a number or a string such as \"2^-2000\" or \"1e-700\", got " +
+                           quote(text));
+    }
+    if (rtol->is_zero() || !(*rtol < Magnitude::of(1.0))) fail(node, path, range + quote(text));
+    return *rtol;
+  }
+  const double rtol = number(node, path);
+  if (rtol == 0 && node.is_floating_point()) {
+    fail(node, path,
+         range + "0 (a float literal below the double range, such as 1e-700, reads as 0: write "
+                 "such a tolerance as a string, e.g. \"2^-2000\" or \"1e-700\")");
+  }
+  if (!(rtol > 0 && rtol < 1)) fail(node, path, range + format_number(rtol));
+  return Magnitude::of(rtol);
+}
+
 // train_steps, learning_rate and [tolerance].
 void Loader::training(const toml::table& root, Scenario& s) const {
   if (const toml::node* v = root.get("train_steps")) {
@@ -255,14 +282,7 @@ void Loader::training(const toml::table& root, Scenario& s) const {
       const std::string name(key.str());
       const std::string path = "tolerance." + name;
       const Precision p = wrap(node, path, [&] { return parse_precision(name); });
-      const double rtol = number(node, path);
-      if (!(rtol > 0 && rtol < 1)) {
-        fail(node, path,
-             "a tolerance must be in (0, 1) (a normwise rtol of 1 accepts any value "
-             "no larger than the oracle's largest), got " +
-                 format_number(rtol));
-      }
-      s.tolerance[p.name()] = rtol;
+      s.tolerance[p.name()] = tolerance_value(node, path);
     }
   }
 }

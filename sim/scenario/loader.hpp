@@ -36,6 +36,7 @@ class Loader : public TomlReader {
 
   InitSpec init(const toml::node& node, const std::string& path, std::uint64_t& seed) const;
   double init_number(const toml::node& node, const std::string& path) const;
+  Magnitude tolerance_value(const toml::node& node, const std::string& path) const;
 
   // init = { file = PATH, tensor = NAME } (input_files.cpp): one tensor of a safetensors or npy
   // file, PATH relative to the scenario file's directory. Read like `shardsim compare` reads a

@@ -42,9 +42,14 @@ std::vector<std::string> Scenario::fault_names() const {
   return names;
 }
 
-double Scenario::rtol(const Precision& precision) const {
+Magnitude exact_default_rtol(const Precision& precision) {
+  if (precision.kind != ScalarKind::mp) return Magnitude::of(default_rtol(precision));
+  return Magnitude::scaled(1.0, 16 - static_cast<long>(precision.bits));
+}
+
+Magnitude Scenario::rtol(const Precision& precision) const {
   auto it = tolerance.find(precision.name());
-  return it != tolerance.end() ? it->second : default_rtol(precision);
+  return it != tolerance.end() ? it->second : exact_default_rtol(precision);
 }
 
 std::string located(const std::string& file, SourceLoc loc, const std::string& path,

@@ -9,13 +9,20 @@
 //            format for a stored boundary (TraceEntry::narrow) and in f32 for an op's f32 part
 //   status   exact   every element bitwise equal
 //            within  every element has |s - d| <= rtol * scale (normwise; rtol from the
-//                    scenario's [tolerance] or default_rtol, scalar.hpp), where scale
+//                    scenario's [tolerance] or the default, see Scenario::rtol), where scale
 //                    is the larger of max|d| and, for a value summed from Partial addends
 //                    (a Partial boundary, or one naming a Partial tensor among its inputs),
 //                    max_e sum_r |addend_r,e|: rounding in a reduction happens at the addends'
 //                    magnitude, however much they cancel
 //            fail    otherwise, or not bitwise equal where the boundary claims exactness.
 // NaN never matches anything; an infinity matches only the same infinity.
+//
+// max_abs, max_rel, scale and rtol are Magnitudes (mantissa * 2^exponent, precision/
+// magnitude.hpp): at mp levels the gap is about 2^-bits relative and the default rtol 2^(16 -
+// bits), both below the smallest double past mp1090 (2^-1074). Each |s - d| and |d| is rounded
+// once to 53 bits with an unbounded exponent, and the test |s - d| <= rtol * scale is made on
+// those Magnitudes, so it holds or fails at every level up to kMaxMpBits as it would in exact
+// arithmetic, up to that one 2^-53 relative rounding (as at f64).
 #pragma once
 
 #include <memory>
@@ -24,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "shardsim/precision/magnitude.hpp"
 #include "shardsim/runner/runner.hpp"
 
 namespace shardsim {
@@ -76,11 +84,11 @@ struct CapturedBoundary {
 struct BoundaryResult {
   TraceEntry entry;
   Status status = Status::unchecked;
-  double max_abs = 0;
-  double max_rel = 0;
-  double max_ulp = 0;
-  double scale = 0;  // max |d| over the boundary
-  double rtol = 0;
+  Magnitude max_abs;
+  Magnitude max_rel;
+  double max_ulp = 0;  // a count of units in the last place: within the double range
+  Magnitude scale;     // max |d| over the boundary's finite oracle values
+  Magnitude rtol;
   std::optional<Divergence> first_bad;
   std::shared_ptr<const CapturedBoundary> captured;  // only with RunOptions::capture_tensors
 };

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "shardsim/diagnosis/diagnosis.hpp"
+#include "shardsim/precision/precision_diff.hpp"
 
 namespace shardsim {
 
@@ -206,14 +207,15 @@ Finding loss_weighting(const LossCase& c, double unit);
 
 // ---- precision --------------------------------------------------------------------------------
 
-// precision_trend: the analysed boundary's normwise gap at several precisions. A gap within the
-// top level's noise bound that shrank from the lower levels -> rounding, with the condition
-// estimate kappa = gap / u at the highest level with a nonzero, unsaturated gap.
+// precision_trend: the analysed boundary's gap at several precisions, judged exactly as
+// `shardsim precision` judges it over the same levels (detail::judge_boundary, the trend fit of
+// precision/trend_fit.hpp), so the two never disagree: noise -> rounding (0.9), ill-conditioned
+// noise -> rounding (0.8: correct arithmetic, but worth a look); exact, bug and undetermined ->
+// absent, the evidence saying which.
 struct TrendPoint {
-  std::string precision;
-  unsigned bits = 0;  // significand bits
-  double gap = 0;     // normwise sharded vs dense
-  double bound = 0;   // the noise bound at this level (the comparator's rtol)
+  Precision precision;
+  unsigned bits = 0;  // significand bits as run
+  LevelGap gap;       // the comparator's gap at this level (detail::level_gap)
 };
 Finding precision_trend(const std::vector<TrendPoint>& points);
 

@@ -9,7 +9,9 @@
 // any exponent (the convention of std::frexp and mpfr_get_d_2exp).
 #pragma once
 
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace shardsim {
 
@@ -23,6 +25,10 @@ class Magnitude {
   static Magnitude scaled(double m, long e);
   static Magnitude infinity();
   static Magnitude nan();
+  // "2^E" (E a decimal integer: "2^-2000" is exact) or a decimal or hexadecimal floating-point
+  // literal ("1e-700", "0x1p-2000"), rounded once to 53 bits with no underflow; for values a
+  // double cannot hold. nullopt for any other text, a negative value, inf or NaN.
+  static std::optional<Magnitude> parse(std::string_view text);
 
   bool is_zero() const { return mantissa_ == 0; }
   bool is_nan() const;

@@ -8,8 +8,8 @@
 //                  in L's own type (ordered-integer mapping for f32/f64; |e| / ulp(ref) at mp).
 //                  A boundary without an oracle value uses the ranks' values instead.
 //   gap            the comparator's sharded-vs-dense metrics at L; `normwise` = max_abs / max|d|.
-//                  At mp levels max_abs, max_rel and normwise are recomputed exactly from the
-//                  captured values (the comparator's doubles underflow below 2^-1074).
+//                  At mp levels max_abs, max_rel and normwise are recomputed from the captured
+//                  exact values, independently of the comparator (whose Magnitudes agree).
 // Metrics that can go below the double range are Magnitudes (mantissa * 2^exponent).
 // Verdict, in this order:
 //   n/a     the boundary has no oracle counterpart;
@@ -125,7 +125,13 @@ std::optional<std::size_t> find_boundary(const PrecisionDiff& diff, std::string_
 std::optional<std::size_t> first_divergent_boundary(const PrecisionDiff& diff);
 Heatmap make_heatmap(const PrecisionDiff& diff, std::size_t level, std::size_t boundary);
 
+// The default ladder of `shardsim precision --levels`; diagnose reads the trend over it too.
+inline constexpr const char* kDefaultLevels = "f32,f64,mp128,mp256";
+
 namespace detail {
+// The gap of boundary `b` at one level: the comparator's metrics, or at an mp level whose values
+// were captured, the same recomputed from the exact captured texts (mp_exact_gap).
+LevelGap level_gap(const Precision& level, unsigned bits, const BoundaryResult& b);
 // Sets diff.verdict, diff.why and diff.trend from diff.gap. REQUIRES: levels ascending by
 // `bits` (the significand bits each level ran with), one entry per level.
 void judge_boundary(BoundaryDiff& diff, const std::vector<Precision>& levels,

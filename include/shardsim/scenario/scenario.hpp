@@ -20,6 +20,7 @@
 #include "shardsim/storage.hpp"
 #include "shardsim/op_list.hpp"
 #include "shardsim/placement.hpp"
+#include "shardsim/precision/magnitude.hpp"
 #include "shardsim/rng.hpp"
 #include "shardsim/scalar.hpp"
 #include "shardsim/shape.hpp"
@@ -165,7 +166,9 @@ struct Scenario {
   std::vector<TensorSpec> tensors;
   std::vector<StepSpec> steps;
   std::vector<Fault> faults;
-  std::map<std::string, double> tolerance;  // precision name -> rtol override
+  // precision name -> rtol override; a Magnitude, since an mp level's rtol can lie below the
+  // double range (written as a string in the file, e.g. "2^-2000").
+  std::map<std::string, Magnitude> tolerance;
   // Training: 0 runs the steps forward once. K >= 1 runs forward, backward and an SGD update of
   // every parameter K times; the last step must then be a loss.
   int train_steps = 0;
@@ -193,9 +196,15 @@ struct Scenario {
   const TensorSpec* find_tensor(std::string_view name) const;
   bool has_fault(Fault fault) const;
   std::vector<std::string> fault_names() const;
-  // Relative tolerance for non-exact boundaries at `precision` (override or default_rtol).
-  double rtol(const Precision& precision) const;
+  // Relative tolerance for non-exact boundaries at `precision`: the override, or
+  // exact_default_rtol.
+  Magnitude rtol(const Precision& precision) const;
 };
+
+// default_rtol (scalar.hpp), 2^(16 - bits), without the double's underflow: at mp levels the exact
+// power of two at any bits (2^-2032 at mp2048, which as a double is 0 past mp1090), elsewhere
+// default_rtol's value.
+Magnitude exact_default_rtol(const Precision& precision);
 
 // Scenario files above this size are refused before they are read.
 inline constexpr std::uint64_t kMaxScenarioBytes = std::uint64_t{64} << 20;
