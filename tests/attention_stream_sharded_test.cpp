@@ -147,7 +147,7 @@ TEST_CASE("streamed sharded queries: ring differs from the oracle by reordering 
         CHECK(found.size() >= 6u);  // 2 steps x 3 chunks (the weights' also at their all_reduce)
         for (const BoundaryResult* b : found) {
           CHECK(b->status != Status::fail);
-          CHECK(b->max_rel <= bound);
+          CHECK(b->max_rel.to_double() <= bound);
         }
       }
       CHECK(all(mp, "y.cache_k").empty());  // ring never assembles the cache

@@ -200,6 +200,8 @@ class Comparator final : public BoundarySink<T> {
   static Magnitude magnitude_of(const T& v) {
     if constexpr (std::is_floating_point_v<T>) {
       return Magnitude::of(static_cast<double>(v));
+    } else if constexpr (std::is_same_v<T, NarrowFloat>) {
+      return Magnitude::of(static_cast<double>(static_cast<float>(v)));
     } else {
       return mp_magnitude(v);
     }
@@ -207,6 +209,8 @@ class Comparator final : public BoundarySink<T> {
   static Magnitude abs_difference(const T& s, const T& d) {
     if constexpr (std::is_floating_point_v<T>) {
       return Magnitude::of(static_cast<double>(T(s - d)));
+    } else if constexpr (std::is_same_v<T, NarrowFloat>) {
+      return Magnitude::of(static_cast<double>(static_cast<float>(T(s - d))));
     } else {
       return mp_abs_difference(s, d);
     }

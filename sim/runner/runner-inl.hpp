@@ -299,7 +299,7 @@ class ScenarioRun {
       memory.steps.push_back({spec.index, std::string(spec.op()), spec.output(), std::move(bytes)});
     }
     if (fsdp_.on())
-      memory.parameters = fsdp_parameter_memory(scenario_, activation_scalar_bytes<T>());
+      memory.parameters = fsdp_parameter_memory(scenario_, env_.activation_bytes());
     sink_.on_activation_memory(memory);
   }
 

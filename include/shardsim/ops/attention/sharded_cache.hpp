@@ -114,8 +114,12 @@ void sharded_read_cache(const World<T>& world, const CpAttentionConfig& config,
   const BoundaryLabel v_label =
       label(AttentionPart::cache_v, ulysses ? AttentionPart::v_heads : AttentionPart::v_shard);
   if (config.mode == CpMode::ulysses) {
-    world.compare_boundary(k_label, cache.k_heads);
-    world.compare_boundary(v_label, cache.v_heads);
+    // Copies: the boundary hook may round a stored value in place (a narrow run); the cache is
+    // an op's internal part, which it leaves as it is.
+    DistTensor<T> k_heads = cache.k_heads;
+    DistTensor<T> v_heads = cache.v_heads;
+    world.compare_boundary(k_label, k_heads);
+    world.compare_boundary(v_label, v_heads);
     return;
   }
   const std::int64_t base = saved.first - saved.cached;

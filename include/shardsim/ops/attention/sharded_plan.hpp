@@ -324,7 +324,7 @@ CpAttentionGrads<T> cp_sharded_attention_backward(const World<T>& world, const D
     dwo[at] = Tensor<T>(wo.global);
     project_out_backward(dy.local(r), saved.attn.local(r), wo.local(r), dattn[at], dwo[at]);
   });
-  const DistTensor<T> dattn_rows =
+  DistTensor<T> dattn_rows =
       dist_from_locals(world, grad_name(saved.attn.name), chunk, rows, std::move(dattn));
   world.compare_boundary({.op = backward_label(OpKind::sliding_window_attention),
                           .tensor = dattn_rows.name,

@@ -70,8 +70,8 @@ void sharded_ulysses_attention_forward(const World<T>& world, const CpAttentionC
                                rows.with(cp, heads), std::move(lse));
   world.compare_boundary(
       {.op = "attention", .tensor = saved.lse.name, .exact = true, .inputs = inputs}, saved.lse);
-  const DistTensor<T> attn_heads = dist_from_locals(world, config.part(AttentionPart::attn_heads),
-                                                    chunk, rows.with(cp, heads), std::move(out));
+  DistTensor<T> attn_heads = dist_from_locals(world, config.part(AttentionPart::attn_heads), chunk,
+                                              rows.with(cp, heads), std::move(out));
   world.compare_boundary({.op = "attention",
                           .tensor = attn_heads.name,
                           .dense = config.part(AttentionPart::attn),
@@ -120,8 +120,8 @@ ShardedCoreGrads<T> sharded_ulysses_attention_backward(const World<T>& world,
   // ranks' own tokens (`back`: the layout of the tensor it is the gradient of).
   auto move_back = [&](const DistTensor<T>& of_heads, std::vector<Tensor<T>> locals,
                        AttentionPart dense, const DistTensor<T>& back, std::string back_name) {
-    const DistTensor<T> grads = dist_from_locals(world, grad_name(of_heads.name), of_heads.global,
-                                                 of_heads.layout, std::move(locals));
+    DistTensor<T> grads = dist_from_locals(world, grad_name(of_heads.name), of_heads.global,
+                                           of_heads.layout, std::move(locals));
     world.compare_boundary({.op = "attention_backward",
                             .tensor = grads.name,
                             .dense = config.part_grad(dense),
