@@ -4,11 +4,13 @@
 #include <bit>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <limits>
 
 #include "cli_test_support.hpp"
 #include "shardsim/compare/compare.hpp"
 #include "shardsim/error.hpp"
 #include "shardsim/golden/tensor_file.hpp"
+#include "shardsim/narrow_float.hpp"
 #include "shardsim/storage.hpp"
 
 using namespace shardsim;
@@ -207,5 +209,26 @@ TEST_CASE("narrow run: fsdp and micro-batched scenarios are refused at bf16/f16,
     CHECK(r.out.empty());
     CHECK(r.err.find("bf16 runs of a scenario with") != std::string::npos);
     CHECK(r.err.find("are not supported yet") != std::string::npos);
+  }
+}
+
+TEST_CASE("narrow run: NarrowFloat's infinity is infinite, so ring attention merges from -inf",
+          "[narrow_run]") {
+  // negative_infinity<T>() (ops/attention/attention.hpp) starts every row's running LSE. Without
+  // a numeric_limits specialization it was NarrowFloat() = 0: query 0 of a causal ring (one
+  // allowed key, lse = its score) then merged its block with a phantom lse of 0.
+  shardsim::set_narrow_float_format(shardsim::NarrowFormat::f16);
+  const shardsim::NarrowFloat inf = std::numeric_limits<shardsim::NarrowFloat>::infinity();
+  CHECK(std::isinf(static_cast<float>(inf)));
+  CHECK(static_cast<float>(-inf) < 0.0f);
+  shardsim::set_narrow_float_format(shardsim::NarrowFormat::bf16);
+  // End to end: the 3-rank causal ring and the streamed zig-zag ring pass at f16 and bf16 with
+  // accumulate = storage (their first divergence was y.lse at query 0 before the fix).
+  for (const char* name : {"attention_causal_cp3_ring.toml",
+                           "attention_stream_sharded_ring_zigzag.toml"}) {
+    const auto r = cli_test::run_cli("run -q " + cli_test::q(cli_test::source_scenario(name)) +
+                                     " --precision f16,bf16 --accumulate storage");
+    INFO(name << ": " << r.out << r.err);
+    CHECK(r.exit_code == 0);
   }
 }

@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include "shardsim/narrow.hpp"
@@ -122,3 +123,19 @@ struct ScalarTraits<NarrowFloat> {
 };
 
 }  // namespace shardsim
+
+// The limits the kernels read (negative_infinity in ops/attention/attention.hpp starts a running
+// max and LSE at -inf). Unspecialized, std::numeric_limits<NarrowFloat>::infinity() would be
+// NarrowFloat() = 0, and every attention row's merge would start from 0 instead of -inf.
+template <>
+struct std::numeric_limits<shardsim::NarrowFloat> {
+  static constexpr bool is_specialized = true;
+  static constexpr bool has_infinity = true;
+  static constexpr bool has_quiet_NaN = true;
+  static shardsim::NarrowFloat infinity() {
+    return shardsim::NarrowFloat::rounded(std::numeric_limits<float>::infinity());
+  }
+  static shardsim::NarrowFloat quiet_NaN() {
+    return shardsim::NarrowFloat::rounded(std::numeric_limits<float>::quiet_NaN());
+  }
+};
