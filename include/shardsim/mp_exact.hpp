@@ -31,6 +31,7 @@ std::pair<std::string, std::string> distinguishing_texts(const Mp& a, const Mp& 
 // |value| rounded once to 53 bits (round to nearest) with an unbounded exponent: a gap of 2^-2048
 // at mp2048 stays 2^-2048, where a double reads 0. NaN and infinities map to Magnitude's.
 Magnitude mp_magnitude(const Mp& value);
+Magnitude mp_magnitude(mpfr_srcptr value);  // the same for a raw MPFR value
 // |a - b|: the difference rounded once to the wider operand's precision (as the kernels'
 // subtraction at a run's precision), then as mp_magnitude. Allocates nothing per call.
 Magnitude mp_abs_difference(const Mp& a, const Mp& b);

@@ -8,9 +8,7 @@
 
 namespace shardsim {
 
-namespace {
-
-Magnitude magnitude_of(mpfr_srcptr x) {
+Magnitude mp_magnitude(mpfr_srcptr x) {
   if (mpfr_nan_p(x)) return Magnitude::nan();
   if (mpfr_inf_p(x)) return Magnitude::infinity();
   if (mpfr_zero_p(x)) return Magnitude();
@@ -19,9 +17,7 @@ Magnitude magnitude_of(mpfr_srcptr x) {
   return Magnitude::scaled(mantissa, exponent);
 }
 
-}  // namespace
-
-Magnitude mp_magnitude(const Mp& value) { return magnitude_of(value.backend().data()); }
+Magnitude mp_magnitude(const Mp& value) { return mp_magnitude(value.backend().data()); }
 
 Magnitude mp_abs_difference(const Mp& a, const Mp& b) {
   struct Scratch {
@@ -34,7 +30,7 @@ Magnitude mp_abs_difference(const Mp& a, const Mp& b) {
       std::max(mpfr_get_prec(a.backend().data()), mpfr_get_prec(b.backend().data()));
   if (mpfr_get_prec(scratch.value) != bits) mpfr_set_prec(scratch.value, bits);
   mpfr_sub(scratch.value, a.backend().data(), b.backend().data(), MPFR_RNDN);
-  return magnitude_of(scratch.value);
+  return mp_magnitude(scratch.value);
 }
 
 std::string mp_exact_text(const Mp& value) {

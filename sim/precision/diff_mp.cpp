@@ -6,6 +6,7 @@
 #include <mpfr.h>
 
 #include "shardsim/error.hpp"
+#include "shardsim/mp_exact.hpp"
 #include "shardsim/precision/precision_diff.hpp"
 
 namespace shardsim::detail {
@@ -31,16 +32,6 @@ class MpfrValue {
 void read_exact(mpfr_ptr out, const std::string& text) {
   const int status = mpfr_set_str(out, text.c_str(), 0, MPFR_RNDN);
   SHARDSIM_ASSERT(status == 0, "captured mp text does not parse");
-}
-
-// |x| to 53 bits, at any exponent.
-Magnitude magnitude_of(mpfr_srcptr x) {
-  if (mpfr_nan_p(x)) return Magnitude::nan();
-  if (mpfr_inf_p(x)) return Magnitude::infinity();
-  if (mpfr_zero_p(x)) return Magnitude();
-  long exponent = 0;
-  const double mantissa = mpfr_get_d_2exp(&exponent, x, MPFR_RNDN);
-  return Magnitude::scaled(mantissa, exponent);
 }
 
 // Sets `sum` to the addends summed in order, each addition rounded to sum's precision.
@@ -83,14 +74,14 @@ LevelMetrics mp_level_error(const std::vector<std::string>& level,
     mpfr_sub(diff.get(), l.get(), r.get(), MPFR_RNDN);  // exact: 2 * top_bits suffice
     mpfr_abs(diff.get(), diff.get(), MPFR_RNDN);
     if (mpfr_zero_p(diff.get())) continue;
-    out.max_abs = max(out.max_abs, magnitude_of(diff.get()));
+    out.max_abs = max(out.max_abs, mp_magnitude(diff.get()));
     if (mpfr_zero_p(r.get())) {
       out.max_rel = Magnitude::infinity();
       out.max_ulp = kInf;
       continue;
     }
     mpfr_div(scaled.get(), diff.get(), r.get(), MPFR_RNDN);
-    out.max_rel = max(out.max_rel, magnitude_of(scaled.get()));
+    out.max_rel = max(out.max_rel, mp_magnitude(scaled.get()));
     // ulp(r) = 2^(exponent(r) - bits), with MPFR's exponent convention 0.5 <= |m| < 1.
     const long shift = static_cast<long>(level_bits) - static_cast<long>(mpfr_get_exp(r.get()));
     mpfr_mul_2si(scaled.get(), diff.get(), shift, MPFR_RNDN);
@@ -111,7 +102,7 @@ Magnitude mp_abs_gap(const std::vector<const std::string*>& addends, const std::
     return mpfr_equal_p(sum.get(), d.get()) ? Magnitude() : Magnitude::infinity();
   }
   mpfr_sub(diff.get(), sum.get(), d.get(), MPFR_RNDN);
-  return magnitude_of(diff.get());
+  return mp_magnitude(diff.get());
 }
 
 LevelGap mp_exact_gap(const CapturedBoundary& captured, const std::vector<CompareSite>& sites,
@@ -123,7 +114,7 @@ LevelGap mp_exact_gap(const CapturedBoundary& captured, const std::vector<Compar
   Magnitude scale;
   for (const std::string& text : captured.dense.exact) {
     read_exact(d.get(), text);
-    if (mpfr_number_p(d.get())) scale = max(scale, magnitude_of(d.get()));
+    if (mpfr_number_p(d.get())) scale = max(scale, mp_magnitude(d.get()));
   }
   std::vector<const std::string*> addends;
   for (const CompareSite& site : sites) {
@@ -140,14 +131,14 @@ LevelGap mp_exact_gap(const CapturedBoundary& captured, const std::vector<Compar
     Magnitude abs_gap = Magnitude::infinity();
     if (mpfr_number_p(sum.get()) && mpfr_number_p(d.get())) {
       mpfr_sub(diff.get(), sum.get(), d.get(), MPFR_RNDN);  // correctly rounded, 2 * wide bits
-      abs_gap = magnitude_of(diff.get());
+      abs_gap = mp_magnitude(diff.get());
     }
     gap.max_abs = max(gap.max_abs, abs_gap);
     if (mpfr_zero_p(d.get()) || !abs_gap.is_finite()) {
       gap.max_rel = Magnitude::infinity();
     } else {
       mpfr_div(rel.get(), diff.get(), d.get(), MPFR_RNDN);
-      gap.max_rel = max(gap.max_rel, magnitude_of(rel.get()));
+      gap.max_rel = max(gap.max_rel, mp_magnitude(rel.get()));
     }
   }
   gap.normwise = gap.max_abs.is_zero() ? Magnitude() : gap.max_abs / scale;
