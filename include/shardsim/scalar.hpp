@@ -1,7 +1,8 @@
 // Precision levels, rounding and ULP distance.
 //
 // A run happens at exactly one Precision: bf16 or f16 (narrow storage, storage.hpp), f32
-// (float), f64 (double) or mp<bits> (Boost Multiprecision over MPFR, see mp.hpp). This header
+// (float), f64 (double), dd or qd (double-double and quad-double from the QD library, see qd.hpp)
+// or mp<bits> (Boost Multiprecision over MPFR, see mp.hpp). This header
 // includes nothing of ours and nothing of MPFR, so every layer may use it.
 #pragma once
 
@@ -13,28 +14,34 @@ namespace shardsim {
 
 // bf16 and f16 runs compute with float and store every boundary value in the narrow format
 // (storage.hpp has the rounding points).
-enum class ScalarKind { f32, f64, mp, bf16, f16 };
+enum class ScalarKind { f32, f64, mp, bf16, f16, dd, qd };
 
 struct Precision {
   ScalarKind kind = ScalarKind::f64;
   // Requested significand bits including the implicit bit: 8 for bf16, 11 for f16, 24 for f32,
-  // 53 for f64, N for mpN.
+  // 53 for f64, 106 for dd, 212 for qd, N for mpN.
   unsigned bits = 53;
 
-  std::string name() const;  // "bf16", "f16", "f32", "f64", "mp256"
+  std::string name() const;  // "bf16", "f16", "f32", "f64", "dd", "qd", "mp256"
   bool is_narrow() const { return kind == ScalarKind::bf16 || kind == ScalarKind::f16; }
+  // dd and qd: a sum of 2 or 4 doubles (qd.hpp).
+  bool is_expansion() const { return kind == ScalarKind::dd || kind == ScalarKind::qd; }
+  // mp, dd and qd runs capture each value exactly (CapturedValues::exact), and the precision
+  // ladder compares them exactly.
+  bool has_exact_values() const { return kind == ScalarKind::mp || is_expansion(); }
   friend bool operator==(const Precision&, const Precision&) = default;
 };
 
 inline constexpr unsigned kMinMpBits = 64;
 inline constexpr unsigned kMaxMpBits = 65536;
 
-// Parses "bf16", "f16", "f32", "f64" or "mp<bits>" with kMinMpBits <= bits <= kMaxMpBits.
+// Parses "bf16", "f16", "f32", "f64", "dd", "qd" or "mp<bits>" with kMinMpBits <= bits <= kMaxMpBits.
 // Throws InputError naming the text and the accepted forms otherwise.
 Precision parse_precision(std::string_view text);
 
 // Default per-precision tolerance, relative to the tensor's largest magnitude (normwise):
-//   f32, f64, mp  2^(16 - bits), i.e. 65536 units in the last place. invariant 5 (README
+//   f32, f64,     2^(16 - bits), i.e. 65536 units in the last place.
+//   dd, qd, mp invariant 5 (README
 //                 "Invariants") asks mp runs to agree to ~2^-(bits-16).
 //   bf16, f16     2^(5 - bits): 2^-3 for bf16, 2^-6 for f16, i.e. 16 ulps of the largest value.
 //                 Two correct programs that differ only in f32 accumulation order round their
@@ -51,6 +58,15 @@ double default_rtol(const Precision& precision);
 inline constexpr std::uint64_t kUlpNaN = UINT64_MAX;
 std::uint64_t ulp_distance(float a, float b);
 std::uint64_t ulp_distance(double a, double b);
+
+// The dd and qd scalars (qd.hpp) are Expansion<dd_real> and Expansion<qd_real>; generic code
+// tests for them with kIsExpansion without including QD.
+template <typename R>
+class Expansion;
+template <typename T>
+inline constexpr bool kIsExpansion = false;
+template <typename R>
+inline constexpr bool kIsExpansion<Expansion<R>> = true;
 
 // Per-scalar facts the generic layers need. Specialized for float and double here, for Mp in
 // mp.hpp.

@@ -211,6 +211,8 @@ int run_command(const Args& args) {
     progress.clear();
     const GoldenSet set = build_goldens(scenario, reference, golden->options);
     write_goldens(golden->dir, set, golden->options);
+    // A dd/qd reference says which goldens an exact reference could round differently.
+    for (const std::string& warning : set.warnings) std::cerr << "warning: " << warning << "\n";
     out << "goldens: " << set.entries.size() << " tensors from the " << golden->reference.name()
         << " run written to " << golden->dir << " ("
         << (golden->options.format == GoldenFormat::npy ? "npy" : "safetensors")

@@ -13,9 +13,11 @@
 
 namespace shardsim {
 
-// Converts a tensor's values once to f32, f64, bf16 and f16 with correct rounding (and, at mp,
-// to exact text). The mp branch is only instantiated where mp.hpp and mp_exact.hpp are included
-// (compare_mp.cpp), the NarrowFloat one where narrow_float.hpp is (compare_narrow.cpp).
+// Converts a tensor's values once to f32, f64, bf16 and f16 with correct rounding (and, at mp, dd
+// and qd, to exact text). The mp branch is only instantiated where mp.hpp and mp_exact.hpp are
+// included (compare_mp.cpp), the NarrowFloat one where narrow_float.hpp is (compare_narrow.cpp),
+// the dd/qd one where qd_exact.hpp is (compare_qd.cpp). A dd/qd value near a rounding midpoint of
+// a golden format (qd_exact.hpp) is flagged in near_midpoint.
 template <typename T>
 CapturedValues capture_values(const Tensor<T>& tensor) {
   CapturedValues out;
@@ -35,6 +37,16 @@ CapturedValues capture_values(const Tensor<T>& tensor) {
       out.f64.push_back(v.value());
       out.bf16.push_back(narrow_from_float(NarrowFormat::bf16, v.value()));
       out.f16.push_back(narrow_from_float(NarrowFormat::f16, v.value()));
+    } else if constexpr (kIsExpansion<T>) {
+      out.f32.push_back(round_to_f32(v));
+      out.f64.push_back(round_to_f64(v));
+      out.bf16.push_back(round_to_narrow(v, NarrowFormat::bf16));
+      out.f16.push_back(round_to_narrow(v, NarrowFormat::f16));
+      out.exact.push_back(expansion_exact_text(v));
+      if (const std::uint8_t flags = near_midpoint_flags(v)) {
+        out.near_midpoint.resize(n, 0);
+        out.near_midpoint[out.f64.size() - 1] = flags;
+      }
     } else {
       out.f32.push_back(round_to_f32(v));
       out.f64.push_back(round_to_f64(v));
@@ -202,6 +214,8 @@ class Comparator final : public BoundarySink<T> {
       return Magnitude::of(static_cast<double>(v));
     } else if constexpr (std::is_same_v<T, NarrowFloat>) {
       return Magnitude::of(static_cast<double>(static_cast<float>(v)));
+    } else if constexpr (kIsExpansion<T>) {
+      return expansion_magnitude(v);
     } else {
       return mp_magnitude(v);
     }
@@ -211,6 +225,8 @@ class Comparator final : public BoundarySink<T> {
       return Magnitude::of(static_cast<double>(T(s - d)));
     } else if constexpr (std::is_same_v<T, NarrowFloat>) {
       return Magnitude::of(static_cast<double>(static_cast<float>(T(s - d))));
+    } else if constexpr (kIsExpansion<T>) {
+      return expansion_abs_difference(s, d);
     } else {
       return mp_abs_difference(s, d);
     }
@@ -275,7 +291,9 @@ class Comparator final : public BoundarySink<T> {
   static void set_values(Divergence& div, const T& dense, const T& sharded) {
     div.dense = Traits::to_double(dense);
     div.sharded = Traits::to_double(sharded);
-    if constexpr (!std::is_floating_point_v<T> && !std::is_same_v<T, NarrowFloat>) {
+    if constexpr (kIsExpansion<T>) {
+      std::tie(div.dense_text, div.sharded_text) = expansion_distinguishing_texts(dense, sharded);
+    } else if constexpr (!std::is_floating_point_v<T> && !std::is_same_v<T, NarrowFloat>) {
       // mp: the doubles may print alike
       std::tie(div.dense_text, div.sharded_text) = distinguishing_texts(dense, sharded);
     }

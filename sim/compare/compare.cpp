@@ -28,6 +28,8 @@ RunReport evaluate(const Scenario& scenario, const Precision& precision,
     case ScalarKind::f32: return detail::evaluate_f32(scenario, options);
     case ScalarKind::f64: return detail::evaluate_f64(scenario, options);
     case ScalarKind::mp: return detail::evaluate_mp(scenario, precision.bits, options);
+    case ScalarKind::dd: return detail::evaluate_dd(scenario, options);
+    case ScalarKind::qd: return detail::evaluate_qd(scenario, options);
     case ScalarKind::bf16:
     case ScalarKind::f16:
       // Not modelled yet: where a micro-batch's or an FSDP unit's values would be stored

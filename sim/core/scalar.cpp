@@ -15,6 +15,8 @@ std::string Precision::name() const {
     case ScalarKind::mp: return "mp" + std::to_string(bits);
     case ScalarKind::bf16: return "bf16";
     case ScalarKind::f16: return "f16";
+    case ScalarKind::dd: return "dd";
+    case ScalarKind::qd: return "qd";
   }
   return "?";
 }
@@ -24,6 +26,8 @@ Precision parse_precision(std::string_view text) {
   if (text == "f64") return {ScalarKind::f64, 53};
   if (text == "bf16") return {ScalarKind::bf16, 8};
   if (text == "f16") return {ScalarKind::f16, 11};
+  if (text == "dd") return {ScalarKind::dd, 106};
+  if (text == "qd") return {ScalarKind::qd, 212};
   if (text.size() > 2 && text.substr(0, 2) == "mp") {
     std::string_view digits = text.substr(2);
     unsigned bits = 0;
@@ -37,7 +41,7 @@ Precision parse_precision(std::string_view text) {
                      " (e.g. mp128, mp256)");
   }
   throw InputError("invalid precision '" + std::string(text) +
-                   "': expected bf16, f16, f32, f64 or mp<bits> (e.g. mp256)");
+                   "': expected bf16, f16, f32, f64, dd, qd or mp<bits> (e.g. mp256)");
 }
 
 double default_rtol(const Precision& precision) {

@@ -19,7 +19,9 @@ const Observed& Context::observed(int id) {
 }
 
 double Context::unit() const {
-  if (run_.precision.is_narrow()) return std::ldexp(1.0, -static_cast<int>(run_.precision.bits));
+  if (run_.precision.is_narrow() || run_.precision.is_expansion()) {
+    return std::ldexp(1.0, -static_cast<int>(run_.precision.bits));
+  }
   return std::ldexp(1.0, run_.precision.kind == ScalarKind::f32 ? -24 : -53);
 }
 

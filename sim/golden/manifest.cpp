@@ -113,6 +113,10 @@ Json tensor_json(const GoldenEntry& entry, const TraceEntry& e) {
   item["placement"] = e.layout.str();
   item["ranks"] = ranks_json(e.global, e.layout, mesh);
   item["sha256"] = sha256_hex(entry.tensor.bytes);
+  if (entry.near_midpoint > 0) {  // dd/qd references only (golden_set.hpp)
+    item["near_midpoint"] =
+        Json{{"count", entry.near_midpoint}, {"first_index", entry.first_near_midpoint}};
+  }
   return item;
 }
 

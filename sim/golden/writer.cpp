@@ -68,7 +68,16 @@ std::vector<std::string> base_names(const RunReport& report, const std::vector<s
 struct Family {
   const char* prefix;
   format::Dtype dtype;
+  std::uint8_t near_flag;  // its bit in CapturedValues::near_midpoint (0 for u8 masks)
 };
+
+// Counts the values flagged near a midpoint of the family's dtype (dd/qd references).
+void mark_near_midpoints(GoldenEntry& entry, const CapturedValues& values, std::uint8_t flag) {
+  for (std::size_t i = 0; i < values.near_midpoint.size(); ++i) {
+    if (!(values.near_midpoint[i] & flag)) continue;
+    if (entry.near_midpoint++ == 0) entry.first_near_midpoint = static_cast<std::int64_t>(i);
+  }
+}
 
 // The entries of one dtype family: per kept boundary its global value and each rank's tensor.
 void add_family(const Family& family, const RunReport& reference,
@@ -90,8 +99,10 @@ void add_family(const Family& family, const RunReport& reference,
       }
     };
     const std::string name = family.prefix + bases[k];
-    if (captured.has_dense)
+    if (captured.has_dense) {
       out.push_back({raw(name, b.entry.global, captured.dense), "", kept[k], -1, ""});
+      mark_near_midpoints(out.back(), captured.dense, family.near_flag);
+    }
     const int ranks = static_cast<int>(captured.ranks.size());
     for (int r = 0; r < ranks; ++r) {
       const std::string slice =
@@ -100,6 +111,8 @@ void add_family(const Family& family, const RunReport& reference,
                          b.entry.ranks[static_cast<std::size_t>(r)].local_shape,
                          captured.ranks[static_cast<std::size_t>(r)]),
                      "", kept[k], r, slice});
+      mark_near_midpoints(out.back(), captured.ranks[static_cast<std::size_t>(r)],
+                          family.near_flag);
     }
   }
 }
@@ -134,13 +147,23 @@ GoldenSet build_goldens(const Scenario& scenario, const RunReport& reference,
   }
   const std::vector<std::string> bases = base_names(reference, kept);
   std::vector<Family> families;
-  if (options.write_f64) families.push_back({"f64/", format::Dtype::f64});
-  if (options.write_f32) families.push_back({"f32/", format::Dtype::f32});
-  if (options.write_bf16) families.push_back({"bf16/", format::Dtype::bf16});
-  if (options.write_f16) families.push_back({"f16/", format::Dtype::f16});
-  families.push_back({"u8/", format::Dtype::u8});
+  // The flags' bits: kNearF64 = 1, kNearF32 = 2, kNearBf16 = 4, kNearF16 = 8 (qd_exact.hpp).
+  if (options.write_f64) families.push_back({"f64/", format::Dtype::f64, 1});
+  if (options.write_f32) families.push_back({"f32/", format::Dtype::f32, 2});
+  if (options.write_bf16) families.push_back({"bf16/", format::Dtype::bf16, 4});
+  if (options.write_f16) families.push_back({"f16/", format::Dtype::f16, 8});
+  families.push_back({"u8/", format::Dtype::u8, 0});
   GoldenSet set;
   for (const Family& family : families) add_family(family, reference, kept, bases, set.entries);
+  for (const GoldenEntry& entry : set.entries) {
+    if (entry.near_midpoint == 0) continue;
+    set.warnings.push_back(
+        "golden " + entry.tensor.name + ": " + std::to_string(entry.near_midpoint) +
+        " value(s) within the " + reference.precision.name() +
+        " error budget of a rounding midpoint (first at flat index " +
+        std::to_string(entry.first_near_midpoint) +
+        "); an exact reference could round them the other way");
+  }
   assign_files(set.entries, options.format);
   set.manifest = golden_detail::manifest_text(scenario, reference, set.entries, options);
   if (options.format == GoldenFormat::safetensors) {

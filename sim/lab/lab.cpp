@@ -80,6 +80,8 @@ Lab::Lab(const Precision& precision) : precision_(precision) {
     case ScalarKind::mp: engine_ = detail::make_lab_engine_mp(precision.bits); break;
     case ScalarKind::bf16:
     case ScalarKind::f16:
+    case ScalarKind::dd:
+    case ScalarKind::qd:
       throw InputError("the lab runs at f32, f64 or mp<bits>, not " + precision.name());
   }
 }

@@ -76,7 +76,9 @@ LevelMetrics level_error(const Precision& level, unsigned level_bits, const Capt
     case ScalarKind::f16: return narrow_error(NarrowFormat::f16, values.f16, top.f16);
     case ScalarKind::f32: return ieee_error(values.f32, top.f32);
     case ScalarKind::f64: return ieee_error(values.f64, top.f64);
-    case ScalarKind::mp: return detail::mp_level_error(values.exact, top.exact, level_bits, top_bits);
+    case ScalarKind::mp:
+    case ScalarKind::dd:
+    case ScalarKind::qd: return detail::mp_level_error(values.exact, top.exact, level_bits, top_bits);
   }
   return {};
 }
@@ -88,7 +90,7 @@ LevelMetrics level_error(const Precision& level, unsigned level_bits, const Capt
 // tests/precision_ladder_test.cpp).
 LevelGap detail::level_gap(const Precision& level, unsigned bits, const BoundaryResult& b) {
   LevelGap gap;
-  if (level.kind == ScalarKind::mp && b.captured && b.captured->has_dense) {
+  if (level.has_exact_values() && b.captured && b.captured->has_dense) {
     gap = detail::mp_exact_gap(*b.captured, detail::compare_sites(b.entry), bits);
   } else {
     gap.max_abs = b.max_abs;

@@ -46,7 +46,9 @@ Magnitude element_gap(const Precision& level, unsigned bits, const CapturedBound
         }
         return ieee_gap(sum, c.dense.f64[static_cast<std::size_t>(global)]);
       }
-      case ScalarKind::mp: {
+      case ScalarKind::mp:
+      case ScalarKind::dd:  // the sum at the level's bits in MPFR: close to, not exactly, dd/qd's
+      case ScalarKind::qd: {
         std::vector<const std::string*> addends;
         for (const auto& [rank, local] : from) addends.push_back(&c.ranks[rank].exact[static_cast<std::size_t>(local)]);
         return detail::mp_abs_gap(addends, c.dense.exact[static_cast<std::size_t>(global)], bits);
@@ -63,7 +65,9 @@ Magnitude element_gap(const Precision& level, unsigned bits, const CapturedBound
       case ScalarKind::f16:
       case ScalarKind::f32: gap = ieee_gap(c.ranks[rank].f32[l], c.dense.f32[g]); break;
       case ScalarKind::f64: gap = ieee_gap(c.ranks[rank].f64[l], c.dense.f64[g]); break;
-      case ScalarKind::mp: gap = detail::mp_abs_gap({&c.ranks[rank].exact[l]}, c.dense.exact[g], bits); break;
+      case ScalarKind::mp:
+      case ScalarKind::dd:
+      case ScalarKind::qd: gap = detail::mp_abs_gap({&c.ranks[rank].exact[l]}, c.dense.exact[g], bits); break;
     }
     worst = max(worst, gap);
   }

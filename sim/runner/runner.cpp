@@ -20,6 +20,7 @@ std::uint64_t estimate_memory_bytes(const Scenario& scenario, const Precision& p
   // allocator header.
   long double per_element = 8;
   if (precision.kind == ScalarKind::f32 || precision.is_narrow()) per_element = 4;  // a float
+  if (precision.is_expansion()) per_element = 8 * (precision.bits / 53);  // 2 or 4 doubles
   if (precision.kind == ScalarKind::mp) per_element = 32 + 8 * ((precision.bits + 64) / 64) + 16;
   long double elements = 0;
   const int ranks = scenario.mesh.ranks();

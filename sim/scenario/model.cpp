@@ -43,7 +43,7 @@ std::vector<std::string> Scenario::fault_names() const {
 }
 
 Magnitude exact_default_rtol(const Precision& precision) {
-  if (precision.kind != ScalarKind::mp) return Magnitude::of(default_rtol(precision));
+  if (!precision.has_exact_values()) return Magnitude::of(default_rtol(precision));
   return Magnitude::scaled(1.0, 16 - static_cast<long>(precision.bits));
 }
 

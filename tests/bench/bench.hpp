@@ -20,6 +20,8 @@ struct Options {
   std::string shardsim;      // path of the shardsim binary (target 5)
   std::string scratch_dir;   // where target 5/6 write files
   std::vector<int> only;     // targets to run; empty: all
+  bool realistic = false;    // run only the realistic target (tools/bench --target realistic)
+  std::int64_t realistic_seq = 0;  // its sequence length (0: 2048); smaller for a smoke
 };
 
 inline double now_s() {
@@ -56,5 +58,7 @@ int target_mp(const Options& o);                               // 3
 int target_attention(const Options& o, TorchServer* torch);    // 4
 int target_scale(const Options& o);                            // 5
 int target_goldens(const Options& o);                          // 6
+int target_qd(const Options& o);                               // 7
+int target_realistic(const Options& o);                        // --target realistic
 
 }  // namespace bench

@@ -1,7 +1,7 @@
 // shardsim_bench: the benchmark harness. Not part of ctest; `--smoke` runs tiny
 // sizes, correctness checks only.
 // Usage: shardsim_bench [--quick] [--smoke] [--torch SCRIPT] [--shardsim BIN] [--scratch DIR]
-//                       [--only N]...
+//                       [--only N]... [--realistic [--realistic-seq N]]
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -104,6 +104,8 @@ int main(int argc, char** argv) {
     else if (a == "--shardsim") o.shardsim = next();
     else if (a == "--scratch") o.scratch_dir = next();
     else if (a == "--only") o.only.push_back(std::atoi(next().c_str()));
+    else if (a == "--realistic") o.realistic = true;
+    else if (a == "--realistic-seq") o.realistic_seq = std::atoll(next().c_str());
     else {
       std::fprintf(stderr, "shardsim_bench: unknown option '%s'\n", a.c_str());
       return 2;
@@ -121,12 +123,18 @@ int main(int argc, char** argv) {
   }
   std::printf("shardsim_bench (%s)\n", o.smoke ? "smoke" : o.quick ? "quick" : "full");
   int failures = 0;  // correctness failures only; missed speed targets are reported, not fatal
+  if (o.realistic) {
+    failures += bench::target_realistic(o);
+    if (failures) std::printf("CORRECTNESS FAILURES: %d\n", failures);
+    return failures ? 1 : 0;
+  }
   if (want(1)) failures += bench::target_layer_norm(o, yard);
   if (want(2)) failures += bench::target_emulation(o);
   if (want(3)) failures += bench::target_mp(o);
   if (want(4)) failures += bench::target_attention(o, yard);
   if (want(5) && !o.quick) failures += bench::target_scale(o);
   if (want(6) && !o.quick) failures += bench::target_goldens(o);
+  if (want(7)) failures += bench::target_qd(o);
   if (failures) std::printf("CORRECTNESS FAILURES: %d\n", failures);
   return failures ? 1 : 0;
 }

@@ -51,7 +51,7 @@ struct Divergence {
   std::vector<std::pair<std::string, std::int64_t>> index;  // global, by named axis
   double dense = 0;
   double sharded = 0;
-  // mp runs only: both values in decimal with as many digits as it takes to tell them apart (at
+  // mp, dd and qd runs only: both values in decimal with as many digits as it takes to tell them apart (at
   // least 17), since dense and sharded can round to the same double. Empty otherwise.
   std::string dense_text;
   std::string sharded_text;
@@ -64,13 +64,18 @@ struct Divergence {
 struct CapturedValues {
   std::vector<float> f32;
   std::vector<double> f64;
-  // mp runs only: each value exactly, as MPFR's hexadecimal "%Ra" text (e.g. "0x1.8p+0"), so a
-  // later comparison can work at any precision. Empty for f32 and f64 runs.
+  // mp, dd and qd runs only: each value exactly, as MPFR's hexadecimal "%Ra" text (e.g.
+  // "0x1.8p+0"), so a later comparison can work at any precision. Empty for f32 and f64 runs.
   std::vector<std::string> exact;
   // Each value rounded once to bf16 and to f16 (bit patterns, narrow.hpp), from the run's own
   // value (an mp value through round_to_narrow, never through f32 or f64).
   std::vector<std::uint16_t> bf16;
   std::vector<std::uint16_t> f16;
+  // dd and qd runs only, and only when some value is flagged: per value, the golden formats
+  // (kNearF64 | kNearF32 | kNearBf16 | kNearF16, qd_exact.hpp) in which it lies within the
+  // precision's error budget of a rounding midpoint, so that its golden could round the other
+  // way in an exact computation. Empty when no value is flagged.
+  std::vector<std::uint8_t> near_midpoint;
 };
 
 // Everything a boundary held: the oracle's global tensor and each rank's local tensor (padding
@@ -138,6 +143,8 @@ namespace detail {
 RunReport evaluate_f32(const Scenario&, const RunOptions&);
 RunReport evaluate_f64(const Scenario&, const RunOptions&);
 RunReport evaluate_mp(const Scenario&, unsigned bits, const RunOptions&);
+RunReport evaluate_dd(const Scenario&, const RunOptions&);  // compare_qd.cpp
+RunReport evaluate_qd(const Scenario&, const RunOptions&);
 // accumulate = storage (compare_narrow.cpp); accumulate = f32 runs evaluate_at<float>.
 RunReport evaluate_narrow_storage(const Scenario&, const Precision&, const RunOptions&);
 }  // namespace detail

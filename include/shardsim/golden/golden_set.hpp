@@ -51,12 +51,20 @@ struct GoldenEntry {
   std::size_t boundary = 0;  // index into RunReport::boundaries
   int rank = -1;           // the rank for a shard, -1 for a global (oracle) value
   std::string slice;       // "seq=12:13", "seq=12:13+3pad", "replicate", "partial"; "" if global
+  // dd/qd references only (CapturedValues::near_midpoint): how many of this tensor's values lie
+  // within the reference's error budget of a rounding midpoint of its dtype, and the row-major
+  // index of the first. The manifest records them as "near_midpoint".
+  std::int64_t near_midpoint = 0;
+  std::int64_t first_near_midpoint = -1;
 };
 
 struct GoldenSet {
   std::vector<GoldenEntry> entries;  // in data order: f64, f32, bf16, f16, then u8
   std::string manifest;              // manifest.json text
   std::string safetensors;           // goldens.safetensors bytes (safetensors format only)
+  // One line per tensor with near_midpoint > 0, for stderr: its golden might differ in the last
+  // bit from one rounded from an exact (or mp256) reference.
+  std::vector<std::string> warnings;
 };
 
 // Builds the golden set of a run captured at the reference precision.

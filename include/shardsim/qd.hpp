@@ -1,0 +1,238 @@
+// The fast reference scalars dd (double-double, 106 bits) and qd (quad-double, 212 bits), from the
+// QD library (Hida, Li, Bailey; Debian libqd-dev).
+//
+// A value is an unevaluated sum of 2 (dd) or 4 (qd) doubles, x0 + x1 (+ x2 + x3), renormalized by
+// QD after every operation so that |x(i+1)| <= ulp(x(i)) / 2 (almost always; the roundings below
+// check it and fall back to MPFR when it does not hold). Expansion<R> wraps QD's dd_real or qd_real
+// with the interface the templated kernels use (the one Mp and NarrowFloat have), and fixes three
+// things QD leaves open:
+//   arithmetic   + and - are QD's IEEE-style additions (fl(a + b) = (a + b)(1 + d), |d| <= c eps)
+//                rather than QD's default "sloppy" ones, whose error is relative to the operands,
+//                not the result, and so unbounded relative to a cancelled difference; * and / are
+//                QD's accurate versions. eps = 2^-104 (dd), 2^-209 (qd).
+//   non-finite   QD's kernels produce NaN from an infinite operand (inf - inf in the error term);
+//                here an operation with a non-finite operand or result gives the IEEE double
+//                result of the leading terms (so -inf + 1 = -inf, as the attention kernels'
+//                running max needs), and sqrt, log, acos, pow outside their domain give NaN or
+//                -inf without QD's error messages.
+//   erf          QD has none: qd.cpp implements it (series and continued fraction) in dd/qd
+//                arithmetic, with its accuracy derived there.
+// exp, log, sqrt, sin, cos, acos, tanh and pow (= exp(b log a)) are QD's.
+//
+// Determinism: QD is plain double arithmetic (no FMA in Debian's build, qd_config.h), so results
+// depend neither on the machine nor on the thread count. Only the translation units that
+// instantiate kernels for Dd or Qd include this header.
+#pragma once
+
+#include <qd/dd_real.h>
+#include <qd/qd_real.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "shardsim/narrow.hpp"
+#include "shardsim/scalar.hpp"
+
+namespace shardsim {
+
+template <typename R>
+class Expansion;
+
+// erf, which QD lacks: qd.cpp, instantiated for dd_real and qd_real.
+template <typename R>
+Expansion<R> expansion_erf(const Expansion<R>& x);
+
+namespace detail {
+template <typename R>
+struct ExpansionOps;
+template <>
+struct ExpansionOps<dd_real> {
+  static constexpr int terms = 2;
+  static constexpr unsigned bits = 106;
+  static constexpr const char* name = "dd";
+  static dd_real add(const dd_real& a, const dd_real& b) { return dd_real::ieee_add(a, b); }
+  static dd_real mul(const dd_real& a, const dd_real& b) { return a * b; }
+  static dd_real div(const dd_real& a, const dd_real& b) { return dd_real::accurate_div(a, b); }
+};
+template <>
+struct ExpansionOps<qd_real> {
+  static constexpr int terms = 4;
+  static constexpr unsigned bits = 212;
+  static constexpr const char* name = "qd";
+  static qd_real add(const qd_real& a, const qd_real& b) { return qd_real::ieee_add(a, b); }
+  static qd_real mul(const qd_real& a, const qd_real& b) { return qd_real::accurate_mul(a, b); }
+  static qd_real div(const qd_real& a, const qd_real& b) { return qd_real::accurate_div(a, b); }
+};
+}  // namespace detail
+
+template <typename R>
+class Expansion {
+  using Ops = detail::ExpansionOps<R>;
+
+ public:
+  static constexpr int kTerms = Ops::terms;
+  static constexpr unsigned kBits = Ops::bits;
+
+  Expansion() = default;
+  // From any arithmetic value through double: exact for floats, doubles and integers below 2^53.
+  template <typename A>
+  requires std::is_arithmetic_v<A> Expansion(A value)  // NOLINT: implicit, as Mp
+      : r_(static_cast<double>(value)) {}
+  explicit Expansion(const R& r) : r_(r) {}
+
+  // Correctly rounded (round to nearest even) from the whole sum, not from x0 alone (qd.cpp).
+  explicit operator double() const;
+  explicit operator float() const;
+
+  const R& raw() const { return r_; }
+  double term(int i) const { return r_.x[i]; }
+
+  friend Expansion operator+(const Expansion& a, const Expansion& b) {
+    return checked(Ops::add(a.r_, b.r_), a.lead() + b.lead());
+  }
+  friend Expansion operator-(const Expansion& a, const Expansion& b) {
+    return checked(Ops::add(a.r_, -b.r_), a.lead() - b.lead());
+  }
+  friend Expansion operator*(const Expansion& a, const Expansion& b) {
+    return checked(Ops::mul(a.r_, b.r_), a.lead() * b.lead());
+  }
+  friend Expansion operator/(const Expansion& a, const Expansion& b) {
+    if (b.lead() == 0 || !b.finite()) return Expansion(R(a.lead() / b.lead()));
+    return checked(Ops::div(a.r_, b.r_), a.lead() / b.lead());
+  }
+  friend Expansion operator-(const Expansion& a) { return Expansion(-a.r_); }
+  Expansion& operator+=(const Expansion& b) { return *this = *this + b; }
+  Expansion& operator-=(const Expansion& b) { return *this = *this - b; }
+  Expansion& operator*=(const Expansion& b) { return *this = *this * b; }
+  Expansion& operator/=(const Expansion& b) { return *this = *this / b; }
+
+  // Lexicographic on the renormalized terms, which orders the sums; NaN compares false.
+  friend bool operator==(const Expansion& a, const Expansion& b) { return a.r_ == b.r_; }
+  friend bool operator!=(const Expansion& a, const Expansion& b) { return !(a.r_ == b.r_); }
+  friend bool operator<(const Expansion& a, const Expansion& b) { return a.r_ < b.r_; }
+  friend bool operator>(const Expansion& a, const Expansion& b) { return a.r_ > b.r_; }
+  friend bool operator<=(const Expansion& a, const Expansion& b) { return a.r_ <= b.r_; }
+  friend bool operator>=(const Expansion& a, const Expansion& b) { return a.r_ >= b.r_; }
+
+  // Functions, found by ADL as for Mp (`using std::exp; exp(x)`).
+  friend Expansion sqrt(const Expansion& a) {
+    if (a.lead() > 0 && a.finite()) return Expansion(::sqrt(a.r_));
+    return Expansion(R(std::sqrt(a.lead())));  // 0, -0, +inf, NaN; negative -> NaN
+  }
+  friend Expansion exp(const Expansion& a) {
+    if (std::isnan(a.lead())) return a;
+    if (a.lead() < -746) return Expansion(0.0);  // below half the least subnormal
+    if (a.lead() > 709.78) return Expansion(std::numeric_limits<double>::infinity());
+    return Expansion(::exp(a.r_));
+  }
+  friend Expansion log(const Expansion& a) {
+    if (a.lead() > 0 && a.finite()) return Expansion(::log(a.r_));
+    return Expansion(R(std::log(a.lead())));  // 0 -> -inf, negative -> NaN, +inf
+  }
+  friend Expansion tanh(const Expansion& a) {
+    // tanh|x| = 1 - 2 e^(-2|x|) / (1 + e^(-2|x|)); past |x| = 300 the last term is below
+    // 2^-1700 relative, and QD's exp(|x|) would overflow past 709.
+    if (!a.finite()) return Expansion(R(std::tanh(a.lead())));
+    if (std::fabs(a.lead()) > 300) {
+      const Expansion t = Expansion(1) - Expansion(2) * exp(Expansion(-2) * abs(a));
+      return a.lead() < 0 ? -t : t;
+    }
+    return Expansion(::tanh(a.r_));
+  }
+  friend Expansion erf(const Expansion& a) { return expansion_erf(a); }
+  friend Expansion sin(const Expansion& a) {
+    return a.finite() ? Expansion(::sin(a.r_)) : Expansion(R(std::sin(a.lead())));
+  }
+  friend Expansion cos(const Expansion& a) {
+    return a.finite() ? Expansion(::cos(a.r_)) : Expansion(R(std::cos(a.lead())));
+  }
+  friend Expansion acos(const Expansion& a) {
+    if (a >= Expansion(-1) && a <= Expansion(1)) return Expansion(::acos(a.r_));
+    return Expansion(std::numeric_limits<double>::quiet_NaN());
+  }
+  // a^b = exp(b log a) for finite a > 0; otherwise the double pow of the leading terms.
+  friend Expansion pow(const Expansion& a, const Expansion& b) {
+    if (a.lead() > 0 && a.finite() && b.finite()) return exp(b * log(a));
+    return Expansion(R(std::pow(a.lead(), b.lead())));
+  }
+  friend Expansion abs(const Expansion& a) { return std::signbit(a.lead()) ? -a : a; }
+  friend Expansion fabs(const Expansion& a) { return abs(a); }
+  friend bool isnan(const Expansion& a) { return a.r_.isnan(); }
+  friend bool isinf(const Expansion& a) { return std::isinf(a.lead()); }
+  friend bool isfinite(const Expansion& a) { return a.finite(); }
+  friend bool signbit(const Expansion& a) { return std::signbit(a.lead()); }
+
+ private:
+  double lead() const { return r_.x[0]; }
+  bool finite() const {
+    for (int i = 0; i < kTerms; ++i) {
+      if (!std::isfinite(r_.x[i])) return false;
+    }
+    return true;
+  }
+  // QD's result, or the leading terms' IEEE result where an operand or the result is not finite.
+  static Expansion checked(const R& r, double leading) {
+    Expansion out(r);
+    if (!out.finite()) out = Expansion(R(leading));
+    return out;
+  }
+
+  R r_;
+};
+
+using Dd = Expansion<dd_real>;
+using Qd = Expansion<qd_real>;
+
+// Correct rounding, done once from the whole sum (round to nearest even): RN(x0 + x1 + x2 + x3).
+// f32 and the narrow formats go through a double rounded to odd, which has 53 >= p + 2 bits, so
+// rounding it again gives the correctly rounded result (as round_to_narrow(Mp) in mp.hpp).
+template <typename R>
+double round_to_f64(const Expansion<R>& value);
+template <typename R>
+float round_to_f32(const Expansion<R>& value);
+template <typename R>
+std::uint16_t round_to_narrow(const Expansion<R>& value, NarrowFormat format);
+// The sum rounded to a double by round-to-odd: toward zero, then the last bit set when inexact.
+template <typename R>
+double round_to_odd_f64(const Expansion<R>& value);
+
+// Distance in units of the last place of `b` at the type's bits: |a - b| / 2^(e(b) + 1 - bits),
+// with e(b) the exponent of b's leading term. NaN on either side gives +inf.
+template <typename R>
+double ulp_distance_expansion(const Expansion<R>& a, const Expansion<R>& b);
+
+template <typename R>
+inline Expansion<R>::operator double() const {
+  return round_to_f64(*this);
+}
+template <typename R>
+inline Expansion<R>::operator float() const {
+  return round_to_f32(*this);
+}
+
+template <typename R>
+struct ScalarTraits<Expansion<R>> {
+  static constexpr const char* name = detail::ExpansionOps<R>::name;
+  static double to_double(const Expansion<R>& v) { return round_to_f64(v); }
+  static double ulp(const Expansion<R>& a, const Expansion<R>& b) {
+    return ulp_distance_expansion(a, b);
+  }
+  // The same terms and the same sign of zero. (Two different term lists could in principle sum
+  // to the same value; the same operations in the same order give the same terms.)
+  static bool identical(const Expansion<R>& a, const Expansion<R>& b) {
+    return !isnan(a) && a == b && signbit(a) == signbit(b);
+  }
+};
+
+}  // namespace shardsim
+
+template <typename R>
+struct std::numeric_limits<shardsim::Expansion<R>> {
+  static constexpr bool is_specialized = true;
+  static constexpr bool has_infinity = true;
+  static constexpr bool has_quiet_NaN = true;
+  static shardsim::Expansion<R> infinity() { return std::numeric_limits<double>::infinity(); }
+  static shardsim::Expansion<R> quiet_NaN() { return std::numeric_limits<double>::quiet_NaN(); }
+};
