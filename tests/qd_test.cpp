@@ -175,10 +175,11 @@ TEST_CASE("qd: values within the error budget of a rounding midpoint are flagged
 
 namespace {
 
-// y = x w^T over hidden = 2, x all ones and w all 0.5 + 2^-25: every y is 1 + 2^-24 exactly, the
-// midpoint of the f32 values 1 and 1 + 2^-23 (and w is itself the f32 midpoint of 0.5 and
-// 0.5 + 2^-24). Exact in qd and mp256 alike, both round to even (1 and 0.5), but the qd reference
-// cannot know that an exact computation would not land a hair above: it flags them.
+// y = x w^T + b with x = 1 (hidden = 1), w = 1 and b = 2^-24, column-parallel over 2 ranks (w and
+// b Shard(ffn), x Replicate): every y is 1 + 2^-24 exactly, the midpoint of the f32 values 1 and
+// 1 + 2^-23 (inputs are drawn as f32 values, so the midpoint has to be computed). Exact in qd and
+// mp256 alike, both round to even (1), but the qd reference cannot know that an exact
+// computation would not land a hair above: it flags them.
 const std::string kMidpoint = R"toml(name = "midpoint"
 precisions = ["qd"]
 [mesh]
@@ -187,22 +188,31 @@ ranks = 2
 [[tensors]]
 name = "x"
 axes = ["seq", "hidden"]
-shape = [1, 2]
+shape = [1, 1]
 init = { dist = "constant", value = 1.0 }
-placement = "Shard(hidden)"
+placement = "Replicate"
 
 [[tensors]]
 name = "w"
 axes = ["ffn", "hidden"]
-shape = [3, 2]
+shape = [4, 1]
 role = "parameter"
-init = { dist = "constant", value = 0.5000000298023223876953125 }
-placement = "Shard(hidden)"
+init = { dist = "constant", value = 1.0 }
+placement = "Shard(ffn)"
+
+[[tensors]]
+name = "b"
+axes = ["ffn"]
+shape = [4]
+role = "parameter"
+init = { dist = "constant", value = 5.9604644775390625e-08 }
+placement = "Shard(ffn)"
 
 [[steps]]
 op = "linear"
 input = "x"
 weight = "w"
+bias = "b"
 output = "y"
 )toml";
 
@@ -217,8 +227,9 @@ TEST_CASE("qd: goldens near an f32 midpoint are reported in the manifest and on 
   int flagged_f32 = 0, flagged_f64 = 0;
   for (const GoldenEntry& e : set.entries) {
     if (e.tensor.name == "f32/s1/c1/y") {
-      CHECK(e.near_midpoint == 3);
+      CHECK(e.near_midpoint == 4);
       CHECK(e.first_near_midpoint == 0);
+      CHECK(e.tensor.bytes == std::string("\0\0\x80\x3f\0\0\x80\x3f\0\0\x80\x3f\0\0\x80\x3f", 16));
     }
     if (e.near_midpoint > 0) (e.tensor.name.starts_with("f32/") ? flagged_f32 : flagged_f64)++;
   }
@@ -232,7 +243,7 @@ TEST_CASE("qd: goldens near an f32 midpoint are reported in the manifest and on 
   const auto result = cli_test::run_cli("run --quiet " + cli_test::q(path) + " --golden " +
                                         cli_test::q(dir.path() / "g") + " --reference qd");
   CHECK(result.exit_code == 0);
-  CHECK(result.err.find("warning: golden f32/s1/c1/y: 3 value(s) within the qd error budget") !=
+  CHECK(result.err.find("warning: golden f32/s1/c1/y: 4 value(s) within the qd error budget") !=
         std::string::npos);
   // The mp256 reference rounds the same exact values the same way, and says nothing.
   const auto mp = cli_test::run_cli("run --quiet " + cli_test::q(path) + " --golden " +

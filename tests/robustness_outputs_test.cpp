@@ -173,8 +173,8 @@ TEST_CASE("robustness: every command has help, and list states the mp bits limit
     CHECK(r.err.empty());
   }
   const CliResult list = run_cli("list");
-  CHECK(list.out.find("precisions: bf16, f16, f32, f64, mp<bits> (64 <= bits <= 65536); bf16/f16 "
-                      "accumulate: f32, storage") != std::string::npos);
+  CHECK(list.out.find("precisions: bf16, f16, f32, f64, dd, qd, mp<bits> (64 <= bits <= "
+                      "65536); bf16/f16 accumulate: f32, storage") != std::string::npos);
   TempDir dir;
   const std::string text = replaced(kTiny, "[\"f64\"]", "[\"mp65536\"]");
   CHECK(run_cli("validate " + q(dir.write("ok.toml", text))).exit_code == 0);

@@ -98,8 +98,8 @@ TEST_CASE("storage: bf16 and f16 parse as precisions with their significand bits
   CHECK_FALSE(parse_precision("f32").is_narrow());
   CHECK(narrow_format(parse_precision("bf16")) == NarrowFormat::bf16);
   CHECK_THROWS_WITH(parse_precision("bf8"),
-                    "invalid precision 'bf8': expected bf16, f16, f32, f64, dd, qd or mp<bits> (e.g. "
-                    "mp256)");
+                    "invalid precision 'bf8': expected bf16, f16, f32, f64, dd, qd or mp<bits> "
+                    "(e.g. mp256)");
   CHECK(parse_accumulate("storage") == Accumulate::storage);
   CHECK(parse_accumulate("f32") == Accumulate::f32);
   CHECK_FALSE(parse_accumulate("bf16").has_value());

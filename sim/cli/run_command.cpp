@@ -377,7 +377,7 @@ int list_command(const Args& args) {
   std::cout << "placements: Replicate, Partial(sum), Shard(AXIS[, chunk|balanced|padded])\n"
                "reduce orders: rank, ring, tree\n"
                "schedules: rank, reverse, shuffle:SEED\n"
-               "precisions: bf16, f16, f32, f64, mp<bits> ("
+               "precisions: bf16, f16, f32, f64, dd, qd, mp<bits> ("
             << kMinMpBits << " <= bits <= " << kMaxMpBits
             << "); bf16/f16 accumulate: f32, storage\n";
   return 0;

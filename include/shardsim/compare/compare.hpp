@@ -51,8 +51,8 @@ struct Divergence {
   std::vector<std::pair<std::string, std::int64_t>> index;  // global, by named axis
   double dense = 0;
   double sharded = 0;
-  // mp, dd and qd runs only: both values in decimal with as many digits as it takes to tell them apart (at
-  // least 17), since dense and sharded can round to the same double. Empty otherwise.
+  // mp, dd and qd runs only: both values in decimal with as many digits as it takes to tell them
+  // apart (at least 17), since dense and sharded can round to the same double. Empty otherwise.
   std::string dense_text;
   std::string sharded_text;
   std::string reason;  // "not bitwise equal (exact boundary)", "outside tolerance", "NaN", ...
