@@ -157,6 +157,13 @@ TEST_CASE("qd: infinities and domain errors follow IEEE, not QD's NaNs", "[qd]")
   CHECK(isnan(Qd(0) / Qd(0)));
   CHECK(Qd(1) / Qd(0) == inf);
   CHECK(isnan(inf - inf));
+  // Signed zeros as IEEE (MPFR) gives them: golden bytes of -0 and +0 differ.
+  CHECK(signbit(Qd(-0.0) * Qd(1)));
+  CHECK(signbit(Qd(0.0) * Qd(-3)));
+  CHECK(signbit(Qd(-0.0) / Qd(2)));
+  CHECK(signbit(Qd(-0.0) + Qd(-0.0)));
+  CHECK_FALSE(signbit(Qd(1) - Qd(1)));
+  CHECK(signbit(Dd(-0.0) * Dd(5)));
 }
 
 TEST_CASE("qd: values within the error budget of a rounding midpoint are flagged", "[qd]") {

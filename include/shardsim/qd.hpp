@@ -172,10 +172,13 @@ class Expansion {
     }
     return true;
   }
-  // QD's result, or the leading terms' IEEE result where an operand or the result is not finite.
+  // QD's result, or the leading terms' IEEE result where an operand or the result is not finite,
+  // or where the result is zero: QD's renormalization adds +0 terms and so loses the sign of a
+  // zero (-0 * 1 would be +0); the leading terms' IEEE result has the IEEE sign (an exact zero
+  // sum of nonzero expansions has a.x0 = -b.x0, so x0 + x0' is +0 as IEEE says).
   static Expansion checked(const R& r, double leading) {
     Expansion out(r);
-    if (!out.finite()) out = Expansion(R(leading));
+    if (!out.finite() || r.x[0] == 0) out = Expansion(R(leading));
     return out;
   }
 

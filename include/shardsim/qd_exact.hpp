@@ -43,5 +43,10 @@ template <typename R>
 int golden_error_budget_log2();  // -150 (qd), -76 (dd)
 template <typename R>
 std::uint8_t near_midpoint_flags(const Expansion<R>& value);
+// The budget of `value`'s type (found by argument-dependent lookup in generic code).
+template <typename R>
+int golden_error_budget_log2(const Expansion<R>&) {
+  return golden_error_budget_log2<R>();
+}
 
 }  // namespace shardsim

@@ -26,6 +26,16 @@ CapturedValues capture_values(const Tensor<T>& tensor) {
   out.f64.reserve(n);
   out.bf16.reserve(n);
   out.f16.reserve(n);
+  // dd/qd: a value below the error budget times the tensor's largest magnitude may be the residue
+  // of a cancellation (a mathematical zero), whose relative error is unbounded: flagged as well.
+  [[maybe_unused]] double residue = 0;
+  if constexpr (kIsExpansion<T>) {
+    for (const T& v : tensor.values()) {
+      const double m = std::fabs(static_cast<double>(v.term(0)));
+      if (std::isfinite(m)) residue = std::max(residue, m);
+    }
+    if (n > 0) residue = std::ldexp(residue, golden_error_budget_log2(tensor.values().front()));
+  }
   for (const T& v : tensor.values()) {
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
       out.f32.push_back(static_cast<float>(v));  // IEEE conversion: round to nearest even
@@ -43,7 +53,9 @@ CapturedValues capture_values(const Tensor<T>& tensor) {
       out.bf16.push_back(round_to_narrow(v, NarrowFormat::bf16));
       out.f16.push_back(round_to_narrow(v, NarrowFormat::f16));
       out.exact.push_back(expansion_exact_text(v));
-      if (const std::uint8_t flags = near_midpoint_flags(v)) {
+      std::uint8_t flags = near_midpoint_flags(v);
+      if (v.term(0) != 0 && std::fabs(v.term(0)) <= residue) flags = 0xf;  // every format
+      if (flags) {
         out.near_midpoint.resize(n, 0);
         out.near_midpoint[out.f64.size() - 1] = flags;
       }
