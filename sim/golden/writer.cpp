@@ -142,7 +142,12 @@ GoldenSet build_goldens(const Scenario& scenario, const RunReport& reference,
   GoldenSet set;
   for (const Family& family : families) add_family(family, reference, kept, bases, set.entries);
   assign_files(set.entries, options.format);
-  set.manifest = golden_detail::manifest_text(scenario, reference, set.entries, options);
+  if (options.write_bf16 || options.write_f16) {
+    set.budgets = compute_budgets(scenario, reference, set.entries);
+    for (std::size_t i = 0; i < set.entries.size(); ++i)
+      set.entries[i].budget = set.budgets->per_entry[i];
+  }
+  set.manifest = golden_detail::manifest_text(scenario, reference, set, options);
   if (options.format == GoldenFormat::safetensors) {
     std::vector<RawTensor> raws;
     for (const GoldenEntry& entry : set.entries) raws.push_back(entry.tensor);
