@@ -103,8 +103,8 @@ std::string format_comparison(const ComparisonReport& report) {
   if (report.budget_precision) {
     out << "judged " << report.tensors.size() << " tensor(s) against the "
         << (*report.budget_precision == NarrowFormat::bf16 ? "bf16" : "f16")
-        << " error budgets of correct programs (" << report.budget_programs << ") of "
-        << report.golden_precision << " goldens: " << passed << " noise, " << failed << " bug";
+        << " error budgets of " << report.golden_precision << " goldens: " << passed
+        << " noise, " << failed << " bug";
   } else {
     out << "compared " << report.tensors.size() << " tensor(s) against "
         << report.golden_precision << " goldens: " << passed << " within tolerance, " << failed
@@ -113,6 +113,9 @@ std::string format_comparison(const ComparisonReport& report) {
   if (!report.golden_only.empty())
     out << "; " << report.golden_only.size() << " golden tensor(s) not in the candidate";
   out << "\n";
+  if (report.budget_precision) {
+    out << "budgets: the largest gaps of correct programs (" << report.budget_programs << ")\n";
+  }
   if (!report.candidate_only.empty()) {
     out << "candidate tensors with no golden counterpart (ignored; see --map):";
     for (const std::string& name : report.candidate_only) out << "\n  " << name;

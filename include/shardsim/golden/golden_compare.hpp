@@ -81,7 +81,7 @@ struct TensorComparison {
   std::int64_t outside = 0;      // elements outside tolerance
   std::int64_t nonfinite = 0;    // non-finite candidate values that do not match
   std::vector<ElementReport> nonfinite_examples;  // the first few, in row-major order
-  std::optional<ElementReport> worst;             // largest ULP distance (first of ties)
+  std::optional<ElementReport> worst;  // largest ULP distance; --precision: largest abs (ties: first)
   double scale = 0;                               // max |g| over finite golden values
   std::optional<BudgetJudgement> budget;          // with --precision
   bool pass = true;                               // with --precision: noise
