@@ -59,6 +59,13 @@ class WorkedExample(unittest.TestCase):
 
     def test_right_eps_is_noise_and_wrong_eps_is_a_bug(self):
         golden = self.goldens("layernorm_small_activations.toml")
+        # The Python reader exposes the budgets: an input's is 0 (every program stores it
+        # rounded once, as the golden is), y's is not.
+        sys.path.insert(0, os.path.join(SOURCE, "tools"))
+        import shardsim_golden as sg
+        g = sg.load(golden)
+        self.assertEqual(g.tensor("bf16/inputs/x").budget, {"normwise": 0.0, "ulp": 0})
+        self.assertGreater(g.tensor("bf16/s1/c1/y").budget["normwise"], 0)
         for backend in BACKENDS:
             with self.subTest(backend=backend):
                 right = self.judge(golden, backend)

@@ -130,6 +130,14 @@ ElementReport locate(const GoldenInfo& info, std::int64_t flat) {
   return out;
 }
 
+double max_finite_magnitude(const std::vector<double>& values) {
+  double out = 0;
+  for (double v : values) {
+    if (std::isfinite(v)) out = std::max(out, std::fabs(v));
+  }
+  return out;
+}
+
 double ratio(double gap, double budget) {
   if (gap == 0) return 0;
   return budget > 0 ? gap / budget : kInf;
@@ -221,9 +229,7 @@ TensorComparison compare_tensor(const GoldenInfo& info, const RawTensor& golden,
       out.worst = element();
     }
   }
-  for (double gv : g) {
-    if (std::isfinite(gv)) out.scale = std::max(out.scale, std::fabs(gv));
-  }
+  out.scale = max_finite_magnitude(g);
   out.pass = out.outside == 0;
   if (options.precision) {
     SHARDSIM_ASSERT(info.budget.has_value(), "compare_candidate checked the budgets");
