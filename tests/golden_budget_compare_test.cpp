@@ -273,4 +273,14 @@ TEST_CASE("budget compare: the CLI refuses --precision with tolerances or a wide
   const auto self = cli_test::run_cli("compare " + files + " --precision bf16");
   CHECK(self.exit_code == 0);
   CHECK(self.out.find("0 bug") != std::string::npos);
+  // f16 the same way, from goldens of both narrow formats.
+  const fs::path both = dir.path() / "both";
+  REQUIRE(cli_test::run_cli("run -q " + std::string(SHARDSIM_SOURCE_DIR) +
+                            "/scenarios/layernorm_sequence_sharded.toml --golden " +
+                            cli_test::q(both) + " --dtype bf16,f16")
+              .exit_code == 0);
+  const auto f16 = cli_test::run_cli("compare " + cli_test::q(both) + " " +
+                                     cli_test::q(both / "goldens.safetensors") + " --precision f16");
+  CHECK(f16.exit_code == 0);
+  CHECK(f16.out.find("error budgets of mp256 goldens: 30 noise, 0 bug") != std::string::npos);
 }
