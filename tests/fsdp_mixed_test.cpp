@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "shardsim/compare/compare.hpp"
+#include "shardsim/io.hpp"
 #include "shardsim/narrow.hpp"
 #include "shardsim/runner/runner.hpp"
 #include "shardsim/scenario/scenario.hpp"
@@ -153,5 +155,36 @@ TEST_CASE("fsdp mixed: the gathered copy, the reduce-scatter and the update", "[
     const double param =
         e < 15 ? master[static_cast<std::size_t>(e)] : r.at("input", "b").dense[e - 15];
     CHECK(updated.sharded.local(owner)[e % 5] == param - 0.5 * sum);
+  }
+}
+
+// A correct program passes under every policy the loader takes, in every reduce order: the
+// bundled flat, per_param and tp x dp fsdp blocks with the dtypes added (bf16 alone reduces in
+// bf16; f32 params with a bf16 reduce as FSDP1 allows), at their f32, f64 and mp256 levels. The
+// tp x dp block also all-reduces its tp Partial gradients in param_dtype.
+TEST_CASE("fsdp mixed: the bundled fsdp blocks pass under each policy and reduce order",
+          "[fsdp][mixed][scenario]") {
+  for (const char* name : {"fsdp_flat_mlp", "fsdp_per_param_mlp", "mesh_tp_dp_fsdp_mlp"}) {
+    const std::string path = std::string(SHARDSIM_SOURCE_DIR) + "/scenarios/" + name + ".toml";
+    const std::string text = shardsim::read_file(path);
+    for (const char* dtypes :
+         {", param_dtype = \"bf16\"", ", param_dtype = \"f32\", reduce_dtype = \"bf16\""}) {
+      std::string mixed = text;
+      const std::size_t at = mixed.find(" }", mixed.find("\nfsdp = {"));
+      REQUIRE(at != std::string::npos);
+      mixed.insert(at, dtypes);
+      const shardsim::Scenario s = shardsim::parse_scenario(mixed, path);
+      for (auto order : {shardsim::ReduceOrder::rank, shardsim::ReduceOrder::ring,
+                         shardsim::ReduceOrder::tree}) {
+        shardsim::RunOptions options;
+        options.reduce_order = order;
+        std::vector<shardsim::RunReport> reports;
+        for (const shardsim::Precision& p : s.precisions) {
+          reports.push_back(shardsim::evaluate(s, p, options));
+        }
+        INFO(name << dtypes << " " << shardsim::reduce_order_name(order));
+        CHECK(shardsim::judge(s, reports).pass);
+      }
+    }
   }
 }
