@@ -11,6 +11,7 @@
 #include "shardsim/compare/compare.hpp"
 #include "shardsim/io.hpp"
 #include "shardsim/narrow.hpp"
+#include "shardsim/precision/precision_diff.hpp"
 #include "shardsim/runner/runner.hpp"
 #include "shardsim/scenario/scenario.hpp"
 #include "shardsim/world-inl.hpp"
@@ -187,4 +188,38 @@ TEST_CASE("fsdp mixed: the bundled fsdp blocks pass under each policy and reduce
       }
     }
   }
+}
+
+// `shardsim precision` over f32, f64, mp128: the declared bf16 parameters round at every level,
+// so a gap cannot shrink along the ladder. A correct program's flat gaps are the dtype's
+// rounding (noise, within its 2^-3 everywhere), not bugs; the bf16 reduction where f32 is
+// declared stays a bug at the reduce-scatter it breaks (it fails at f64 and mp128).
+TEST_CASE("fsdp mixed: the precision ladder reads a declared dtype's flat gap as its noise",
+          "[fsdp][mixed][precision]") {
+  using shardsim::Verdict;
+  const auto ladder = [](const std::string& file) {
+    const shardsim::Scenario s =
+        shardsim::load_scenario(std::string(SHARDSIM_SOURCE_DIR) + "/scenarios/" + file);
+    shardsim::PrecisionDiffOptions options;
+    for (const char* level : {"f32", "f64", "mp128"}) {
+      options.levels.push_back(shardsim::parse_precision(level));
+    }
+    return shardsim::precision_diff(s, options);
+  };
+  const shardsim::PrecisionDiff clean = ladder("fsdp_mixed_bf16_mlp.toml");
+  int declared = 0;
+  for (const shardsim::BoundaryDiff& b : clean.boundaries) {
+    INFO(b.entry.op << " -> " << b.entry.tensor << ": " << b.why);
+    CHECK(b.verdict != Verdict::bug);
+    if (b.why.starts_with("flat at the declared fsdp dtype bf16")) ++declared;
+  }
+  CHECK(declared > 0);
+  const shardsim::PrecisionDiff fault = ladder("faults/fsdp_reduce_dtype_bf16.toml");
+  bool found = false;
+  for (const shardsim::BoundaryDiff& b : fault.boundaries) {
+    if (b.entry.op != "reduce_scatter" || b.entry.tensor != "grad(flat_param.o)") continue;
+    found = true;
+    CHECK(b.verdict == Verdict::bug);
+  }
+  CHECK(found);
 }
