@@ -18,10 +18,11 @@ using shardsim::TraceEntry;
 namespace {
 
 // y = x W^T + b on dp = 4 ranks, W [hidden=3, feat=5], b [hidden=3], x one token per rank.
-std::string tiny(const std::string& style, const std::string& extra = "") {
+std::string tiny(const std::string& style, const std::string& extra = "",
+                 const std::string& dtypes = "") {
   return "name = \"tiny\"\nprecisions = [\"f64\"]\ntrain_steps = 1\nlearning_rate = 0.5\n"
          "fsdp = { style = \"" +
-         style + "\" }\n" + extra +
+         style + "\"" + dtypes + " }\n" + extra +
          "[mesh]\ndims = { dp = 4 }\n"
          "[[tensors]]\nname = \"x\"\naxes = [\"batch\", \"seq\", \"feat\"]\nshape = [4, 1, 5]\n"
          "placement = \"Shard(batch)\"\n"
@@ -132,6 +133,35 @@ TEST_CASE("parameter memory per rank, derived by hand", "[fsdp][memory]") {
   };
   check("flat", 40, 160);
   check("per_param", 48, 192);
+}
+
+// Mixed precision on the same f64 run: master shards and gradient shards stay 8 bytes per
+// element; the gathered copy counts param_dtype's bytes; the unsharded gradients param_dtype's
+// (autograd's) plus, when reduce_dtype differs, the reduce_dtype copy the reduce-scatter reads.
+//   bf16 / f32, flat:      gathered 20 x 2 = 40; gradients 20 x (2 + 4) = 120.
+//   bf16 / f32, per_param: gathered 24 x 2 = 48; gradients 24 x (2 + 4) = 144.
+//   f32 alone (reduce_dtype defaults to param_dtype, as in PyTorch), flat: gathered 20 x 4 = 80,
+//   gradients 20 x 4 = 80 (no cast).
+//   f64 on an f64 run is the run's own: the figures of the plain run (160, 160).
+TEST_CASE("parameter memory per rank with param_dtype and reduce_dtype, derived by hand",
+          "[fsdp][memory]") {
+  const auto check = [](const std::string& style, const std::string& dtypes, std::int64_t shard,
+                        std::int64_t gathered, std::int64_t grads) {
+    const Recorder r = replay(tiny(style, "", dtypes));
+    REQUIRE(r.memory.parameters);
+    const shardsim::ParameterMemory& m = *r.memory.parameters;
+    INFO(style << dtypes);
+    CHECK(m.sharded_params == std::vector<std::int64_t>(4, shard));
+    CHECK(m.sharded_grads == std::vector<std::int64_t>(4, shard));
+    CHECK(m.optimizer_state == std::vector<std::int64_t>(4, 0));
+    CHECK(m.gathered_peak == std::vector<std::int64_t>(4, gathered));
+    CHECK(m.unsharded_grads_peak == std::vector<std::int64_t>(4, grads));
+  };
+  const std::string bf16_f32 = ", param_dtype = \"bf16\", reduce_dtype = \"f32\"";
+  check("flat", bf16_f32, 40, 40, 120);
+  check("per_param", bf16_f32, 48, 48, 144);
+  check("flat", ", param_dtype = \"f32\"", 40, 80, 80);
+  check("flat", ", param_dtype = \"f64\"", 40, 160, 160);
 }
 
 // The norm is computed here from the oracle's gradients of W and b (before clipping):

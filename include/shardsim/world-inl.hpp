@@ -155,11 +155,16 @@ std::vector<T> World<T>::reduce_sum(const std::vector<const T*>& addends, std::i
   const int k = static_cast<int>(addends.size());
   SHARDSIM_ASSERT(k == group_size(), "reduce_sum needs one addend per group member");
   std::vector<T> out(static_cast<std::size_t>(n), T(0));
+  // One hop: a + b, rounded by rounding_sums' function when there is one.
+  auto add = [this](T& sum, const T& addend) {
+    sum += addend;
+    if (round_) round_(sum);
+  };
   switch (shared_->order) {
     case ReduceOrder::rank:
       for (std::int64_t e = 0; e < n; ++e) {
         T sum = addends[0][e];
-        for (int r = 1; r < k; ++r) sum += addends[static_cast<std::size_t>(r)][e];
+        for (int r = 1; r < k; ++r) add(sum, addends[static_cast<std::size_t>(r)][e]);
         out[static_cast<std::size_t>(e)] = sum;
       }
       break;
@@ -171,7 +176,7 @@ std::vector<T> World<T>::reduce_sum(const std::vector<const T*>& addends, std::i
         T sum = addends[static_cast<std::size_t>(r)][e];
         for (int hop = 1; hop < k; ++hop) {
           r = (r + 1) % k;
-          sum += addends[static_cast<std::size_t>(r)][e];
+          add(sum, addends[static_cast<std::size_t>(r)][e]);
         }
         out[static_cast<std::size_t>(e)] = sum;
       }
@@ -181,7 +186,9 @@ std::vector<T> World<T>::reduce_sum(const std::vector<const T*>& addends, std::i
       std::function<T(int, int, std::int64_t)> tree_sum = [&](int lo, int hi, std::int64_t e) {
         if (hi - lo == 1) return T(addends[static_cast<std::size_t>(lo)][e]);
         const int mid = lo + (hi - lo + 1) / 2;
-        return T(tree_sum(lo, mid, e) + tree_sum(mid, hi, e));
+        T sum = tree_sum(lo, mid, e);
+        add(sum, tree_sum(mid, hi, e));
+        return sum;
       };
       for (std::int64_t e = 0; e < n; ++e) out[static_cast<std::size_t>(e)] = tree_sum(0, k, e);
       break;

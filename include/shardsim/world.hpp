@@ -70,6 +70,16 @@ class World {
   int coord(int rank) const { return mesh().coord(rank, dim_); }
   int peer(int rank, int coord) const { return mesh().with_coord(rank, dim_, coord); }
 
+  // This world with every sum of its collectives rounded in place by `round` after each addition
+  // (each hop of the reduce order), as a collective that adds in a narrower dtype does (FSDP's
+  // reduce_dtype, sim/runner/fsdp_mixed.hpp); an empty function: none. The addends are the
+  // caller's to round.
+  World rounding_sums(std::function<void(T&)> round) const {
+    World out = *this;
+    out.round_ = std::move(round);
+    return out;
+  }
+
   // The tensor's placement on dim().
   const Placement& placement(const DistTensor<T>& x) const { return x.layout.on(dim_); }
   // A zero tensor laid out as `layout` on this world's mesh.
@@ -140,6 +150,7 @@ class World {
 
   std::shared_ptr<Shared> shared_;
   int dim_ = 0;
+  std::function<void(T&)> round_;  // rounding_sums
 };
 
 extern template class World<float>;
