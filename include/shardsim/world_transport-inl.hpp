@@ -133,7 +133,9 @@ std::vector<Tensor<T>> World<T>::deliver(const std::vector<CallDesc>& calls,
 
 template <typename T>
 DistTensor<T> World<T>::share(const DistTensor<T>& x) const {
-  if (!transport()) return x;
+  // A tensor on a mesh every process holds whole (a checker's, built from metadata alike on every
+  // process, like the dropout repetition verdict) is already everywhere.
+  if (!transport() || x.mesh->holds_all()) return x;
   std::vector<CallDesc> mine;
   for (int r = mesh().held_begin(); r < mesh().held_end(); ++r) {
     mine.push_back({r, "boundary", ScalarTraits<T>::name, x.global, x.layout, x.layout,
@@ -148,7 +150,7 @@ DistTensor<T> World<T>::share(const DistTensor<T>& x) const {
   std::erase_if(calls, [](const CallDesc& c) { return c.rank < 0; });
   rendezvous(everyone, calls);
   DistTensor<T> out{x.name, x.global, x.layout,
-                    std::make_shared<const Mesh>(mesh().held_only(0, size())), {}};
+                    std::make_shared<const Mesh>(x.mesh->held_only(0, size())), {}};
   out.locals.resize(static_cast<std::size_t>(size()));
   for (int r = 0; r < size(); ++r) {
     out.local(r) = holds(r) ? x.local(r) : std::move(remote[static_cast<std::size_t>(r)]);
