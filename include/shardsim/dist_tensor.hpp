@@ -26,6 +26,8 @@ struct DistTensor {
   std::vector<Tensor<T>> locals;
 
   int ranks() const { return static_cast<int>(locals.size()); }
+  // Whether this process holds `rank`'s local (Mesh::holds); a local it does not hold is empty.
+  bool held(int rank) const { return mesh->holds(rank); }
   Tensor<T>& local(int rank) { return locals[static_cast<std::size_t>(rank)]; }
   const Tensor<T>& local(int rank) const { return locals[static_cast<std::size_t>(rank)]; }
   // `rank`'s share of `axis`: global [begin, end) and its local extent (placement.hpp).
@@ -34,13 +36,18 @@ struct DistTensor {
   }
 };
 
-// An empty DistTensor with correctly shaped zero locals.
+// An empty DistTensor with correctly shaped zero locals (for the ranks the mesh holds; the
+// others are empty Tensors, transport.hpp).
 template <typename T>
 DistTensor<T> make_dist(std::string name, const Shape& global, const Layout& layout,
                         std::shared_ptr<const Mesh> mesh) {
   DistTensor<T> out{std::move(name), global, layout, std::move(mesh), {}};
   out.locals.reserve(static_cast<std::size_t>(out.mesh->size()));
   for (int r = 0; r < out.mesh->size(); ++r) {
+    if (!out.mesh->holds(r)) {
+      out.locals.emplace_back();
+      continue;
+    }
     out.locals.emplace_back(local_shape(global, layout, *out.mesh, r));
   }
   return out;
@@ -126,7 +133,7 @@ DistTensor<T> distribute(std::string name, const Tensor<T>& global, const Layout
   std::vector<Slice> whole;
   for (const Axis& axis : global.shape().axes()) whole.push_back({0, axis.extent, axis.extent});
   for (int r = 0; r < out.ranks(); ++r) {
-    bool holds_value = true;
+    bool holds_value = out.held(r);
     for (int d = 0; d < layout.ndim(); ++d) {
       if (layout.on(d).is_partial() && out.mesh->coord(r, d) != 0) holds_value = false;
     }

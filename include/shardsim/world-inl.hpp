@@ -14,11 +14,24 @@
 namespace shardsim {
 
 template <typename T>
-World<T>::World(Mesh mesh, ReduceOrder order, Schedule schedule)
+World<T>::World(Mesh mesh, ReduceOrder order, Schedule schedule,
+                std::shared_ptr<const Transport> transport)
     : shared_(std::make_shared<Shared>()) {
   shared_->visit_order = schedule_order(schedule, mesh.size());
+  if (transport) {
+    const int processes = transport->processes();
+    if (processes > mesh.size()) {
+      throw InputError(std::to_string(processes) + " processes for a mesh of " +
+                       std::to_string(mesh.size()) + " ranks (" + mesh.str() +
+                       "): run with at most as many processes as ranks");
+    }
+    const RankBlock block = rank_block(transport->process(), processes, mesh.size());
+    mesh = mesh.held_only(block.begin, block.end);
+    std::erase_if(shared_->visit_order, [&](int r) { return !mesh.holds(r); });
+  }
   shared_->mesh = std::make_shared<const Mesh>(std::move(mesh));
   shared_->order = order;
+  shared_->transport = std::move(transport);
 }
 
 template <typename T>
@@ -141,6 +154,8 @@ void World<T>::rendezvous(const std::vector<int>& group, const std::vector<CallD
                           describe(odd));
   }
   for (const CallDesc& call : calls) {
+    // A ring hop and a boundary gather move buffers as they are (check_ring, share).
+    if (call.collective == "ring_send_recv" || call.collective == "boundary") continue;
     const Shape expected = local_shape(call.global, call.from, mesh(), call.rank);
     if (!(call.local == expected)) {
       throw RendezvousError("rendezvous mismatch in " + describe(call) + ": rank " +
@@ -200,3 +215,4 @@ std::vector<T> World<T>::reduce_sum(const std::vector<const T*>& addends, std::i
 }  // namespace shardsim
 
 #include "shardsim/world_collectives-inl.hpp"
+#include "shardsim/world_transport-inl.hpp"

@@ -14,6 +14,7 @@
 #include "shardsim/report/report.hpp"
 #include "sim/cli/commands.hpp"
 #include "sim/cli/progress.hpp"
+#include "sim/cli/transport_options.hpp"
 
 namespace po = boost::program_options;
 
@@ -179,13 +180,18 @@ int run_command(const Args& args) {
       "time, printed and added to the report (machine-dependent, so off by default)");
   add_mesh_options(options);
   add_golden_options(options);
+  add_transport_options(options);
   po::variables_map vm;
   if (!parse_scenario_args(args, options, vm, "usage: shardsim run SCENARIO [options]")) return 0;
+  RunOptions run = run_options(vm);
+  run.transport = transport_option(vm);
+  // Over the mpi transport every process runs the same control flow; only process 0 writes the
+  // report, the goldens and stdout.
+  const bool speaker = !run.transport || run.transport->process() == 0;
   const std::optional<GoldenRequest> golden = golden_request(vm);
   check_run_outputs(vm, golden, {vm["scenario"].as<std::string>()});
   const Scenario scenario = load_scenario(vm["scenario"].as<std::string>());
   check_run_outputs(vm, golden, input_paths(scenario));
-  const RunOptions run = run_options(vm);
   const std::vector<Precision> precisions =
       vm.count("precision") ? parse_precision_list("--precision", vm["precision"].as<std::string>())
                             : scenario.precisions;
@@ -209,8 +215,8 @@ int run_command(const Args& args) {
     const RunReport reference =
         golden_run ? reports[*golden_run] : evaluate(scenario, golden->reference, options);
     progress.clear();
-    const GoldenSet set = build_goldens(scenario, reference, golden->options);
-    write_goldens(golden->dir, set, golden->options);
+    const GoldenSet set = speaker ? build_goldens(scenario, reference, golden->options) : GoldenSet{};
+    if (speaker) write_goldens(golden->dir, set, golden->options);
     out << "goldens: " << set.entries.size() << " tensors from the " << golden->reference.name()
         << " run written to " << golden->dir << " ("
         << (golden->options.format == GoldenFormat::npy ? "npy" : "safetensors")
@@ -218,11 +224,14 @@ int run_command(const Args& args) {
   }
   // After a divergence only: the probable causes (diagnosis.hpp).
   const Diagnosis diagnosis = outcome.pass ? Diagnosis{} : diagnose(scenario, reports, run);
-  if (vm.count("report")) {
+  if (vm.count("report") && speaker) {
     const std::string path = vm["report"].as<std::string>();
-    write_file_atomically(path, report_json(scenario, reports, outcome, diagnosis));
+    std::string json = report_json(scenario, reports, outcome, diagnosis);
+    if (run.transport) json = with_transport_field(json, *run.transport, scenario.mesh.ranks());
+    write_file_atomically(path, json);
     out << "report: written to " << path << "\n";
   }
+  if (!speaker) return outcome.matches_expectation ? 0 : 1;
   std::cout << out.str() << format_outcome(scenario, outcome, !vm.count("quiet"))
             << format_diagnosis(diagnosis);
   return outcome.matches_expectation ? 0 : 1;

@@ -193,6 +193,21 @@ std::string report_json(const Scenario& scenario, const std::vector<RunReport>& 
   return root.dump(2) + "\n";
 }
 
+std::string with_transport_field(const std::string& json, const Transport& transport, int ranks) {
+  std::string blocks;
+  for (int p = 0; p < transport.processes(); ++p) {
+    const RankBlock b = rank_block(p, transport.processes(), ranks);
+    blocks += (p ? " | " : "") + std::to_string(b.begin) +
+              (b.end - 1 > b.begin ? "-" + std::to_string(b.end - 1) : std::string());
+  }
+  const std::string line = "  \"transport\": \"" + std::string(transport.name()) + ": " +
+                           std::to_string(transport.processes()) + " process" +
+                           (transport.processes() > 1 ? "es" : "") + " (ranks " + blocks +
+                           "); oracle and comparison on every process; output by process 0\",\n";
+  SHARDSIM_ASSERT(json.starts_with("{\n"), "a report is a JSON object, one key per line");
+  return "{\n" + line + json.substr(2);
+}
+
 std::string format_run_table(const RunReport& r) {
   std::ostringstream out;
   out << "== " << r.precision.name() << " (" << r.significand_bits << "-bit significand), ";

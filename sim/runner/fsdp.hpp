@@ -202,7 +202,7 @@ class Fsdp {
             .tensor = moved_name(name, "replicas"),
             .exact = true,
             .kind = BoundaryKind::check},
-           full, first_replicas(full));
+           full, first_replicas(world_.share(full)));
     world_.for_each_rank([&](int r) {
       copy_overlap(full.local(r), local_box(full, r), shard.local(r), local_box(shard, r));
     });
@@ -289,6 +289,7 @@ class Fsdp {
   void fill_padding(DistTensor<T>& grad) const {
     const T garbage = T(world_.on(spec_->dim).group_size());
     for (int r = 0; r < grad.ranks(); ++r) {
+      if (!grad.held(r)) continue;
       const Slice slice = grad.slice(r, kFlatAxis);
       for (std::int64_t i = slice.valid(); i < slice.local_extent; ++i) grad.local(r)[i] = garbage;
     }

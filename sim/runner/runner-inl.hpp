@@ -92,7 +92,7 @@ class ScenarioRun {
       : scenario_(scenario),
         sink_(sink),
         world_(scenario.mesh.devices, effective_reduce_order(scenario, options),
-               effective_schedule(scenario, options)),
+               effective_schedule(scenario, options), options.transport),
         env_{scenario, world_, {}, {}, {}, storage},
         on_boundary_(options.on_boundary),
         fsdp_(scenario, world_,
@@ -173,7 +173,10 @@ class ScenarioRun {
       if (!oracle) oracle = find_oracle(label, entry, env_.dense);
       if (oracle) check_oracle_finite(*oracle, entry);
     }
-    const bool same = sink_.on_boundary(entry, oracle, tensor);
+    // Over the mpi transport the comparison needs every rank's local: a boundary gather.
+    const bool same = world_.transport()
+                          ? sink_.on_boundary(entry, oracle, world_.share(tensor))
+                          : sink_.on_boundary(entry, oracle, tensor);
     if (on_boundary_) on_boundary_(entry);
     if (same) {
       identical_.insert(label.tensor);
@@ -294,6 +297,7 @@ class ScenarioRun {
       bind_world(i);
       std::vector<std::int64_t> bytes = ops_[i]->saved_bytes(env_);
       if (bytes.empty()) continue;
+      bytes = world_.from_owners(std::move(bytes));  // a rank's figure comes from its process
       for (std::size_t r = 0; r < bytes.size(); ++r) memory.per_rank[r] += bytes[r];
       const StepSpec& spec = scenario_.steps[i];
       memory.steps.push_back({spec.index, std::string(spec.op()), spec.output(), std::move(bytes)});

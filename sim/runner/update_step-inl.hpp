@@ -88,7 +88,7 @@ void ScenarioRun<T>::step_parameter(const TensorSpec& spec) {
     env_.round_to_storage(param->local(r));
   });
   if (has_replicate_dim(param->layout)) {
-    const Tensor<T> reference = first_replicas(*param);
+    const Tensor<T> reference = first_replicas(world_.share(*param));
     emit({.op = "replica_check",
           .tensor = moved_name(name, "replicas"),
           .exact = true,

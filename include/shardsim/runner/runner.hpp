@@ -13,6 +13,7 @@
 #include "shardsim/scenario/scenario.hpp"
 #include "shardsim/storage.hpp"
 #include "shardsim/trace.hpp"
+#include "shardsim/transport.hpp"
 #include "shardsim/world.hpp"
 
 namespace shardsim {
@@ -79,6 +80,9 @@ struct RunOptions {
   // Called after each boundary is recorded, on the calling thread, with its trace entry: the
   // CLI's progress line. Observes only; must not throw.
   std::function<void(const TraceEntry&)> on_boundary;
+  // The mpi transport (transport.hpp): this process runs its block of the ranks and the sink
+  // gets every boundary gathered from all processes. Null: the local transport.
+  std::shared_ptr<const Transport> transport;
 };
 
 // A lower bound on the bytes a run at `precision` holds: every tensor the program defines, once

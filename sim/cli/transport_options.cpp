@@ -1,0 +1,51 @@
+#include "sim/cli/transport_options.hpp"
+
+#include <cstdlib>
+#include <string>
+
+#include "shardsim/error.hpp"
+#include "sim/transport/mpi_transport.hpp"
+
+namespace po = boost::program_options;
+
+namespace shardsim::cli {
+
+void add_transport_options(po::options_description& options) {
+  options.add_options()(
+      "transport", po::value<std::string>(),
+      "local: one process emulates every rank (the default without mpirun); mpi: the ranks are "
+      "spread over the processes mpirun started, in contiguous blocks (the default under mpirun)")(
+      "peer-timeout", po::value<double>(),
+      "mpi: seconds an exchange waits for a silent peer before the job is aborted, exit 4 "
+      "(default 20)");
+}
+
+std::shared_ptr<const Transport> transport_option(const po::variables_map& vm) {
+  const bool launched = launched_by_mpirun();
+  std::string kind = launched ? "mpi" : "local";
+  if (vm.count("transport")) kind = vm["transport"].as<std::string>();
+  if (kind != "local" && kind != "mpi") {
+    throw InputError("--transport: expected local or mpi, got " + quote(kind));
+  }
+  double timeout = 20;
+  if (vm.count("peer-timeout")) {
+    timeout = vm["peer-timeout"].as<double>();
+    if (!(timeout > 0 && timeout <= 86400)) {
+      throw InputError("--peer-timeout: expected seconds in (0, 86400], got " +
+                       std::to_string(timeout));
+    }
+    if (kind != "mpi") throw InputError("--peer-timeout needs --transport mpi");
+  }
+  if (kind == "local") {
+    const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+    if (size && std::string(size) != "1") {
+      throw InputError(std::string("--transport local under mpirun with ") + size +
+                       " processes: each would run the whole scenario and write the same "
+                       "outputs; use --transport mpi (the default under mpirun) or -np 1");
+    }
+    return nullptr;
+  }
+  return make_mpi_transport(timeout);
+}
+
+}  // namespace shardsim::cli
