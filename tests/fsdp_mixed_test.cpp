@@ -15,6 +15,7 @@
 #include "shardsim/runner/runner.hpp"
 #include "shardsim/scenario/scenario.hpp"
 #include "shardsim/world-inl.hpp"
+#include "fsdp_test_support.hpp"
 
 using shardsim::DistTensor;
 using shardsim::Tensor;
@@ -87,35 +88,9 @@ std::string tiny(const std::string& dtypes) {
          "[[steps]]\nop = \"mse_loss\"\ninput = \"y\"\ntarget = \"t\"\noutput = \"loss\"\n";
 }
 
-struct Seen {
-  TraceEntry entry;
-  Tensor<double> dense;
-  DistTensor<double> sharded;
-};
-
-class Recorder final : public shardsim::BoundarySink<double> {
- public:
-  bool on_boundary(const TraceEntry& entry, const Tensor<double>* dense,
-                   const DistTensor<double>& sharded) override {
-    seen.push_back({entry, dense ? *dense : Tensor<double>(), sharded});
-    return false;
-  }
-  const Seen& at(const std::string& op, const std::string& tensor) const {
-    for (const Seen& s : seen) {
-      if (s.entry.op == op && s.entry.tensor == tensor) return s;
-    }
-    FAIL("no boundary " << op << " -> " << tensor);
-    return seen.front();
-  }
-  std::vector<Seen> seen;
-};
-
-Recorder replay(const std::string& text) {
-  const shardsim::Scenario s = shardsim::parse_scenario(text, "tiny.toml");
-  Recorder recorder;
-  shardsim::run_scenario<double>(s, {}, recorder);
-  return recorder;
-}
+using fsdp_test::Recorder;
+using fsdp_test::replay;
+using fsdp_test::Seen;
 
 }  // namespace
 
