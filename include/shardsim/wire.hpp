@@ -23,7 +23,9 @@ class WireWriter {
   explicit WireWriter(std::string& out) : out_(out) {}
   void u64(std::uint64_t v) { out_.append(reinterpret_cast<const char*>(&v), sizeof v); }
   void i64(std::int64_t v) { u64(static_cast<std::uint64_t>(v)); }
-  void bytes(const void* data, std::size_t n) { out_.append(static_cast<const char*>(data), n); }
+  void bytes(const void* data, std::size_t n) {
+    if (n != 0) out_.append(static_cast<const char*>(data), n);  // data() of an empty vector may be null
+  }
   void str(std::string_view s) {
     u64(s.size());
     out_.append(s.data(), s.size());
@@ -60,6 +62,7 @@ class WireReader {
   std::int64_t i64() { return static_cast<std::int64_t>(u64()); }
   void bytes(void* data, std::size_t n) {
     need(n);
+    if (n == 0) return;  // an empty tensor's data() may be null, and memcpy forbids null
     std::memcpy(data, in_.data() + at_, n);
     at_ += n;
   }
