@@ -142,10 +142,15 @@ class World {
   DistTensor<T> redistribute(const DistTensor<T>& in, const Layout& target,
                              const BoundaryLabel& label) const;
 
-  // `x` with every rank's local on every process (a copy, on a mesh that holds every rank): the
-  // boundary gather that hands a boundary to the comparison, and the replica check's reference.
-  // Every process must call it at the same point. Moves no data with the local transport.
-  DistTensor<T> share(const DistTensor<T>& x) const;
+  // `x` with every rank's local on every process (a copy, on a mesh that holds every rank).
+  // With `to_root` only process 0 receives the others' locals (the boundary gather that hands a
+  // boundary to the oracle's comparison on process 0, and the replica checks' reference); every
+  // other process gets `x` back as it is. Every process must call it at the same point (the
+  // rendezvous check runs on all). Moves no data with the local transport.
+  DistTensor<T> share(const DistTensor<T>& x, bool to_root = false) const;
+  // Process 0's `message`, on every process (each passes its own; only process 0's is read).
+  // Every process must call it at the same point. The local transport returns `message`.
+  std::string from_root(std::string message) const;
   // A per-rank figure (one entry per rank) with each rank's entry taken from the process that
   // holds it (the others are ignored): the activation-memory accounting. Every process must call
   // it at the same point; the local transport returns `values` unchanged.

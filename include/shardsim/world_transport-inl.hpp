@@ -132,7 +132,7 @@ std::vector<Tensor<T>> World<T>::deliver(const std::vector<CallDesc>& calls,
 }
 
 template <typename T>
-DistTensor<T> World<T>::share(const DistTensor<T>& x) const {
+DistTensor<T> World<T>::share(const DistTensor<T>& x, bool to_root) const {
   // A tensor on a mesh every process holds whole (a checker's, built from metadata alike on every
   // process, like the dropout repetition verdict) is already everywhere.
   if (!transport() || x.mesh->holds_all()) return x;
@@ -143,12 +143,13 @@ DistTensor<T> World<T>::share(const DistTensor<T>& x) const {
   }
   std::vector<CallDesc> calls;
   std::vector<Tensor<T>> remote = deliver(
-      mine, [&](int r) -> const Tensor<T>& { return x.local(r); }, [](int, int) { return true; },
-      calls);
+      mine, [&](int r) -> const Tensor<T>& { return x.local(r); },
+      [&](int, int p) { return !to_root || p == 0; }, calls);
   std::vector<int> everyone;
   for (int r = 0; r < size(); ++r) everyone.push_back(r);
   std::erase_if(calls, [](const CallDesc& c) { return c.rank < 0; });
   rendezvous(everyone, calls);
+  if (to_root && transport()->process() != 0) return x;
   DistTensor<T> out{x.name, x.global, x.layout,
                     std::make_shared<const Mesh>(x.mesh->held_only(0, size())), {}};
   out.locals.resize(static_cast<std::size_t>(size()));
@@ -156,6 +157,17 @@ DistTensor<T> World<T>::share(const DistTensor<T>& x) const {
     out.local(r) = holds(r) ? x.local(r) : std::move(remote[static_cast<std::size_t>(r)]);
   }
   return out;
+}
+
+template <typename T>
+std::string World<T>::from_root(std::string message) const {
+  if (!transport()) return message;
+  const int processes = transport()->processes();
+  std::vector<std::string> outbox(static_cast<std::size_t>(processes));
+  if (transport()->process() == 0) {
+    for (std::string& m : outbox) m = message;
+  }
+  return transport()->exchange(std::move(outbox))[0];
 }
 
 template <typename T>

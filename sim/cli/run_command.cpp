@@ -222,8 +222,14 @@ int run_command(const Args& args) {
         << (golden->options.format == GoldenFormat::npy ? "npy" : "safetensors")
         << " + manifest.json)\n";
   }
+  // Over mpi the verdict is process 0's (it holds the oracle; the others' reports carry the trace
+  // alone): they leave with its exit code, and the diagnosis reruns on process 0 alone.
+  const int code = exit_code_of_process0(run.transport.get(), outcome.matches_expectation ? 0 : 1);
+  if (!speaker) return code;
+  RunOptions alone = run;
+  alone.transport = nullptr;
   // After a divergence only: the probable causes (diagnosis.hpp).
-  const Diagnosis diagnosis = outcome.pass ? Diagnosis{} : diagnose(scenario, reports, run);
+  const Diagnosis diagnosis = outcome.pass ? Diagnosis{} : diagnose(scenario, reports, alone);
   if (vm.count("report") && speaker) {
     const std::string path = vm["report"].as<std::string>();
     std::string json = report_json(scenario, reports, outcome, diagnosis);
@@ -231,10 +237,9 @@ int run_command(const Args& args) {
     write_file_atomically(path, json);
     out << "report: written to " << path << "\n";
   }
-  if (!speaker) return outcome.matches_expectation ? 0 : 1;
   std::cout << out.str() << format_outcome(scenario, outcome, !vm.count("quiet"))
             << format_diagnosis(diagnosis);
-  return outcome.matches_expectation ? 0 : 1;
+  return code;
 }
 
 namespace {

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "shardsim/error.hpp"
 #include "sim/transport/mpi_transport.hpp"
@@ -46,6 +47,23 @@ std::shared_ptr<const Transport> transport_option(const po::variables_map& vm) {
     return nullptr;
   }
   return make_mpi_transport(timeout);
+}
+
+}  // namespace shardsim::cli
+
+namespace shardsim::cli {
+
+int exit_code_of_process0(const Transport* transport, int code) {
+  if (!transport) return code;
+  std::vector<std::string> outbox(static_cast<std::size_t>(transport->processes()));
+  if (transport->process() == 0) {
+    for (std::string& m : outbox) m = std::to_string(code);
+  }
+  const std::string root = transport->exchange(std::move(outbox))[0];
+  if (root.size() != 1 || root[0] < '0' || root[0] > '9') {
+    throw TransportError("process 0 sent no exit code");
+  }
+  return root[0] - '0';
 }
 
 }  // namespace shardsim::cli

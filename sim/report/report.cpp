@@ -203,7 +203,7 @@ std::string with_transport_field(const std::string& json, const Transport& trans
   const std::string line = "  \"transport\": \"" + std::string(transport.name()) + ": " +
                            std::to_string(transport.processes()) + " process" +
                            (transport.processes() > 1 ? "es" : "") + " (ranks " + blocks +
-                           "); oracle and comparison on every process; output by process 0\",\n";
+                           "); the dense oracle, the comparison and the output on process 0\",\n";
   SHARDSIM_ASSERT(json.starts_with("{\n"), "a report is a JSON object, one key per line");
   return "{\n" + line + json.substr(2);
 }

@@ -117,7 +117,7 @@ class Fsdp {
     const DistTensor<T> full = group.all_gather(cast_shard(name), gather_label(name));
     std::int64_t offset = 0;
     for (const std::string& p : unit->params) {
-      const Shape& shape = env.dense.at(p).shape();
+      const Shape& shape = scenario_.find_tensor(p)->shape;
       env.sharded[p] = unflatten(full, p, shape, offset);
       offset += shape.numel();
       world_.compare_boundary({.op = "unflatten", .tensor = p, .exact = true, .inputs = {name}},
@@ -202,7 +202,7 @@ class Fsdp {
             .tensor = moved_name(name, "replicas"),
             .exact = true,
             .kind = BoundaryKind::check},
-           full, first_replicas(world_.share(full)));
+           full, replica_reference(full, env));
     world_.for_each_rank([&](int r) {
       copy_overlap(full.local(r), local_box(full, r), shard.local(r), local_box(shard, r));
     });
@@ -211,6 +211,12 @@ class Fsdp {
   }
 
  private:
+  // The replica check's reference: the first replica of each group, gathered to the oracle's
+  // process (empty elsewhere).
+  Tensor<T> replica_reference(const DistTensor<T>& full, const StepEnv<T>& env) const {
+    const DistTensor<T> gathered = world_.share(full, /*to_root=*/true);
+    return env.oracle ? first_replicas(gathered) : Tensor<T>();
+  }
   Placement flat_shard() const {
     return Placement::shard(std::string(kFlatAxis), SplitPolicy::padded);
   }

@@ -32,6 +32,7 @@
 #include "sim/runner/clip.hpp"
 #include "sim/runner/fsdp.hpp"
 #include "sim/runner/fsdp_memory.hpp"
+#include "sim/runner/input_notes.hpp"
 #include "sim/runner/release.hpp"
 #include "sim/runner/replicas.hpp"
 #include "sim/runner/runner_faults.hpp"
@@ -40,47 +41,6 @@
 namespace shardsim {
 
 namespace detail {
-
-// An f32 run of F64 file values rounds each once, to nearest (float(double)); a narrow run rounds
-// every input value once to its format (a file's double directly, never through float). The note
-// on the input boundary says how many moved and how far. f64 and mp runs hold file values
-// exactly: no note.
-template <typename T>
-std::vector<std::string> input_rounding_notes(const TensorSpec& spec, const Tensor<T>& stored,
-                                              std::optional<NarrowFormat> storage) {
-  if constexpr (std::is_same_v<T, double> || !std::is_arithmetic_v<T>) {
-    if (!storage) return {};
-  }
-  const bool from_file = spec.init.dist == InitDist::file;
-  if (!storage && !from_file) return {};
-  std::int64_t rounded = 0;
-  std::int64_t overflowed = 0;
-  double max_rel = 0;
-  for (std::int64_t i = 0; i < stored.numel(); ++i) {
-    const auto index = static_cast<std::uint64_t>(i);
-    const double v = from_file ? (*spec.init.values)[index]
-                               : init_value(spec.init, spec.init_seed, index);
-    const double r = ScalarTraits<T>::to_double(stored[i]);
-    if (r == v || (std::isnan(r) && std::isnan(v))) continue;
-    ++rounded;
-    if (std::isinf(r)) {
-      ++overflowed;
-    } else {
-      max_rel = std::max(max_rel, std::fabs(r - v) / std::fabs(v));
-    }
-  }
-  if (rounded == 0) return {};
-  char rel[32];
-  std::snprintf(rel, sizeof rel, "%.2g", max_rel);
-  const std::string count = std::to_string(rounded) + " of " + std::to_string(stored.numel());
-  const std::string format = storage ? narrow_name(*storage) : "f32";
-  const std::string source = from_file ? " " + spec.init.file_dtype + " values from '" +
-                                             spec.init.file + "'"
-                                       : " drawn (f32) values";
-  return {format + " run: " + count + source + " rounded once to nearest " + format +
-          " (max relative change " + rel + ")" +
-          (overflowed ? ", " + std::to_string(overflowed) + " overflowed to inf" : "")};
-}
 
 // One run of a scenario at one precision: the world, the oracle's and the ranks' tensors, the
 // steps, and the trace. run() calls the phases in the order of the header comment.
@@ -101,6 +61,8 @@ class ScenarioRun {
               }) {
     constexpr bool narrow_capable = std::is_same_v<T, float> || std::is_same_v<T, NarrowFloat>;
     SHARDSIM_ASSERT(!storage || narrow_capable, "narrow storage runs compute in float or NarrowFloat");
+    // Over mpi the oracle runs on process 0 alone (step_env.hpp).
+    env_.oracle = !options.transport || options.transport->process() == 0;
     world_.set_hook([this](const BoundaryLabel& label, DistTensor<T>& tensor) {
       return emit(label, tensor, nullptr);
     });
@@ -167,16 +129,8 @@ class ScenarioRun {
     entry.notes = label.notes;
     entry.inputs = label.inputs;
     entry.scenario_step = scenario_step_;
-    Tensor<T> rows;  // a micro-batch's rows of the whole-batch oracle (micro_step-inl.hpp)
-    if (!oracle) {
-      if (micro_ > 0 && whole_rows(label, rows)) oracle = &rows;
-      if (!oracle) oracle = find_oracle(label, entry, env_.dense);
-      if (oracle) check_oracle_finite(*oracle, entry);
-    }
-    // Over the mpi transport the comparison needs every rank's local: a boundary gather.
-    const bool same = world_.transport()
-                          ? sink_.on_boundary(entry, oracle, world_.share(tensor))
-                          : sink_.on_boundary(entry, oracle, tensor);
+    const bool same = world_.transport() ? compare_on_root(label, entry, tensor, oracle)
+                                         : compare(label, entry, tensor, oracle);
     if (on_boundary_) on_boundary_(entry);
     if (same) {
       identical_.insert(label.tensor);
@@ -186,6 +140,23 @@ class ScenarioRun {
     trace_.push_back(std::move(entry));
     return same;
   }
+
+  // Hands the boundary and its oracle tensor to the sink; returns whether it matched bitwise.
+  // `oracle` overrides the dense counterpart.
+  bool compare(const BoundaryLabel& label, const TraceEntry& entry, const DistTensor<T>& tensor,
+               const Tensor<T>* oracle) {
+    Tensor<T> rows;  // a micro-batch's rows of the whole-batch oracle (micro_step-inl.hpp)
+    if (!oracle) {
+      if (micro_ > 0 && whole_rows(label, rows)) oracle = &rows;
+      if (!oracle) oracle = find_oracle(label, entry, env_.dense);
+      if (oracle) check_oracle_finite(*oracle, entry);
+    }
+    return sink_.on_boundary(entry, oracle, tensor);
+  }
+
+  // compare() over the mpi transport (root_compare-inl.hpp).
+  bool compare_on_root(const BoundaryLabel& label, const TraceEntry& entry,
+                       const DistTensor<T>& tensor, const Tensor<T>* oracle);
 
   // A non-finite oracle is no reference (update_step-inl.hpp): bad input, exit 2.
   void check_oracle_finite(const Tensor<T>& oracle, const TraceEntry& entry) const;
@@ -206,7 +177,18 @@ class ScenarioRun {
       }
       std::vector<std::string> notes = input_rounding_notes<T>(spec, global, env_.storage);
       env_.sharded[spec.name] = distribute(spec.name, global, spec.layout, world_.mesh_ptr());
-      env_.dense[spec.name] = std::move(global);
+      // Streamed and micro-batched inputs are kept whole (every process lays out its ranks'
+      // slices of each chunk or micro-batch).
+      std::string whole_axis;
+      if (scenario_.stream) {
+        whole_axis = scenario_.stream->axis;
+      } else if (scenario_.micro_batches >= 2) {
+        whole_axis = std::string(kMicroBatchAxis);
+      }
+      if (!whole_axis.empty() && spec.role != TensorRole::parameter && spec.shape.has(whole_axis)) {
+        whole_.emplace(spec.name, global);
+      }
+      env_.dense[spec.name] = env_.oracle ? std::move(global) : Tensor<T>();
       world_.compare_boundary({.op = "input",
                                .tensor = spec.name,
                                .exact = true,
@@ -215,13 +197,7 @@ class ScenarioRun {
                               env_.sharded[spec.name]);
       apply_ones_init_assumed(scenario_, spec, world_, env_.sharded[spec.name]);
     }
-    if (!scenario_.stream && scenario_.micro_batches < 2) return;
     if (scenario_.stream) chunk_lengths_ = scenario_.stream->chunks;
-    const std::string axis(scenario_.stream ? scenario_.stream->axis : kMicroBatchAxis);
-    for (const TensorSpec& spec : scenario_.tensors) {
-      if (spec.role == TensorRole::parameter || !spec.shape.has(axis)) continue;
-      whole_.emplace(spec.name, env_.dense.at(spec.name));
-    }
   }
 
   // An input value as the run stores it: T(v), except that a narrow float run rounds the
@@ -265,7 +241,7 @@ class ScenarioRun {
       copy_along(full, axis, begin, part, 0, length);
       env_.sharded[name] =
           distribute(name, part, scenario_.find_tensor(name)->layout, world_.mesh_ptr());
-      env_.dense[name] = std::move(part);
+      env_.dense[name] = env_.oracle ? std::move(part) : Tensor<T>();
       world_.compare_boundary(
           {.op = "input", .tensor = name, .exact = true, .kind = BoundaryKind::input},
           env_.sharded[name]);
@@ -274,13 +250,23 @@ class ScenarioRun {
     std::erase_if(env_.sharded, [](const auto& entry) { return is_grad_name(entry.first); });
   }
 
+  // Every step forward. The first pass that reports activation memory records each step's
+  // saved bytes right after its forward. A forward-only run then releases every entry no later
+  // step names (forward_live_names), so it holds one step's tensors at a time, not all.
   void forward() {
+    const bool forward_only = scenario_.train_steps == 0 && scenario_.micro_batches < 2;
+    const bool measure = saved_bytes_.empty() && !whole_pass_;
     for (std::size_t i = 0; i < ops_.size(); ++i) {
       scenario_step_ = static_cast<int>(i);
       bind_world(i);
       fsdp_.gather(static_cast<int>(i), env_);
       ops_[i]->forward(env_);
       fsdp_.release(static_cast<int>(i), env_);
+      if (measure) saved_bytes_.push_back(ops_[i]->saved_bytes(env_));
+      if (!forward_only) continue;
+      const LiveNames live = forward_live_names(scenario_.steps, i + 1, pinned_);
+      std::erase_if(env_.dense, [&](const auto& entry) { return !live.keeps(entry.first); });
+      std::erase_if(env_.sharded, [&](const auto& entry) { return !live.keeps(entry.first); });
     }
     scenario_step_ = -1;
   }
@@ -294,8 +280,7 @@ class ScenarioRun {
     memory.forward_only = scenario_.train_steps == 0;
     memory.per_rank.assign(static_cast<std::size_t>(world_.size()), 0);
     for (std::size_t i = 0; i < ops_.size(); ++i) {
-      bind_world(i);
-      std::vector<std::int64_t> bytes = ops_[i]->saved_bytes(env_);
+      std::vector<std::int64_t> bytes = saved_bytes_[i];  // recorded by forward()
       if (bytes.empty()) continue;
       bytes = world_.from_owners(std::move(bytes));  // a rank's figure comes from its process
       for (std::size_t r = 0; r < bytes.size(); ++r) memory.per_rank[r] += bytes[r];
@@ -349,6 +334,7 @@ class ScenarioRun {
   std::set<std::string> stored_names_;      // narrow runs: what stores_narrow rounds
   std::map<std::string, Tensor<T>> whole_;  // streamed or micro-batched inputs, whole
   std::vector<std::int64_t> chunk_lengths_{0};
+  std::vector<std::vector<std::int64_t>> saved_bytes_;  // per step, from the first measured pass
 
   // Gradient accumulation (micro_step-inl.hpp).
   void run_micro_batched_step();
@@ -380,6 +366,7 @@ class ScenarioRun {
 }  // namespace shardsim
 
 #include "sim/runner/micro_step-inl.hpp"
+#include "sim/runner/root_compare-inl.hpp"
 #include "sim/runner/update_step-inl.hpp"
 
 namespace shardsim {

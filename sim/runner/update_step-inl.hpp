@@ -88,7 +88,9 @@ void ScenarioRun<T>::step_parameter(const TensorSpec& spec) {
     env_.round_to_storage(param->local(r));
   });
   if (has_replicate_dim(param->layout)) {
-    const Tensor<T> reference = first_replicas(world_.share(*param));
+    // The first replica of each group is the reference (gathered to the oracle's process).
+    const DistTensor<T> gathered = world_.share(*param, /*to_root=*/true);
+    const Tensor<T> reference = env_.oracle ? first_replicas(gathered) : Tensor<T>();
     emit({.op = "replica_check",
           .tensor = moved_name(name, "replicas"),
           .exact = true,

@@ -23,7 +23,7 @@ std::string report_json(const Scenario& scenario, const std::vector<RunReport>& 
                         const Outcome& outcome, const Diagnosis& diagnosis);
 // A report of a run over the mpi transport: `json` (report_json) with one more key, on its own
 // line right after the opening brace, e.g.
-//   "transport": "mpi: 2 processes (ranks 0-3 | 4-7); oracle and comparison on every process; output by process 0",
+//   "transport": "mpi: 2 processes (ranks 0-3 | 4-7); the dense oracle, the comparison and the output on process 0",
 // The rest is byte-identical to the local run's report, so deleting that line (tools/digests
 // --launch does) gives the local report. The local transport adds nothing.
 std::string with_transport_field(const std::string& json, const Transport& transport, int ranks);

@@ -80,8 +80,10 @@ struct RunOptions {
   // Called after each boundary is recorded, on the calling thread, with its trace entry: the
   // CLI's progress line. Observes only; must not throw.
   std::function<void(const TraceEntry&)> on_boundary;
-  // The mpi transport (transport.hpp): this process runs its block of the ranks and the sink
-  // gets every boundary gathered from all processes. Null: the local transport.
+  // The mpi transport (transport.hpp): this process runs its block of the ranks. Process 0 runs
+  // the dense oracle and its sink gets every boundary gathered from all processes; the other
+  // processes' sinks get each trace entry alone (no oracle, no locals). Null: the local
+  // transport.
   std::shared_ptr<const Transport> transport;
 };
 

@@ -28,20 +28,24 @@ class DropoutStep final : public StepOp<T> {
     params_.forward_pass = ++forward_passes_;
     const std::string& input = args_.input;
     const std::string& output = args_.output;
-    const Tensor<T>& x = env.dense_at(input);
     const DistTensor<T>& sx = env.sharded_at(input);
-    DropoutFrame whole;
-    whole.global = x.shape();
-    dense_mask_ = dropout_mask(x.shape(), whole, params_, DropoutPolicy::global);
-    Tensor<T> y;
-    dropout_forward(x, dense_mask_, params_.p, y);
+    if (env.oracle) {
+      DropoutFrame whole;
+      whole.global = sx.global;
+      dense_mask_ = dropout_mask(sx.global, whole, params_, DropoutPolicy::global);
+    }
     if (!sx.layout.is_replicate()) {
       // No pair of ranks repeats a mask.
       const int ranks = env.world.size();
-      env.dense[output + ".mask@repetition"] = Tensor<T>(Shape({{"rank", ranks}, {"peer", ranks}}));
+      env.set_dense(output + ".mask@repetition",
+                    [&] { return Tensor<T>(Shape({{"rank", ranks}, {"peer", ranks}})); });
     }
-    env.dense[output + ".mask"] = mask_values<T>(x.shape(), dense_mask_);
-    env.dense[output] = std::move(y);
+    env.set_dense(output + ".mask", [&] { return mask_values<T>(sx.global, dense_mask_); });
+    env.set_dense(output, [&] {
+      Tensor<T> y;
+      dropout_forward(env.dense_at(input), dense_mask_, params_.p, y);
+      return y;
+    });
 
     env.sharded[output] = dropout_sharded(env.world, sx, params_, policy_, output, saved_);
   }
@@ -50,8 +54,8 @@ class DropoutStep final : public StepOp<T> {
     const std::string& input = args_.input;
     const std::string& output = args_.output;
     if (!env.has_grad(output)) return;
-    Tensor<T> dx;
-    dropout_backward(env.dense_at(grad_name(output)), dense_mask_, params_.p, dx);
+    Tensor<T> dx;  // stays the empty placeholder on a process without the oracle
+    if (env.oracle) dropout_backward(env.dense_at(grad_name(output)), dense_mask_, params_.p, dx);
 
     const DistTensor<T>& x = env.sharded_at(input);
     const DistTensor<T>& held = env.sharded_at(grad_name(output));

@@ -58,6 +58,12 @@ struct StepEnv {
   MicroBatch<T> micro;
   // Narrow runs: the storage format (storage.hpp); none for f32, f64 and mp.
   std::optional<NarrowFormat> storage;
+  // Whether this process computes the dense oracle: always over the local transport, only on
+  // process 0 over mpi. A process without it runs its ranks' plans only; its `dense` map holds
+  // the same names as the oracle's, each an empty placeholder, so that every name-driven
+  // decision (has_grad, add_grad's first contribution, releases) is the oracle process's, and
+  // every boundary is gathered to process 0 for the comparison (World::gather_to_root).
+  bool oracle = true;
 
   // Rounds a stored value to the storage format in place: float runs only (a NarrowFloat value
   // is in the format already; wider runs have no storage format).
@@ -75,6 +81,13 @@ struct StepEnv {
     return std::is_same_v<T, float> ? 4 : 8;
   }
   std::int64_t part_bytes() const { return storage ? 4 : activation_bytes(); }
+
+  // Stores the oracle's tensor `name` as `compute()` returns it; a process without the oracle
+  // stores the empty placeholder and computes nothing.
+  template <typename Compute>
+  void set_dense(const std::string& name, Compute&& compute) {
+    dense[name] = oracle ? Tensor<T>(compute()) : Tensor<T>();
+  }
 
   Tensor<T>& dense_at(const std::string& name) { return dense.at(name); }
   DistTensor<T>& sharded_at(const std::string& name) { return sharded.at(name); }
