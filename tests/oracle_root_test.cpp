@@ -117,9 +117,9 @@ TEST_CASE("over 2 and 3 processes the oracle runs on process 0 alone, its compar
   // A training step of each kind of runner path: row-sharded LayerNorm with SGD, streamed ring
   // attention with its KV cache, gradient accumulation (the whole-batch oracle pass), flat FSDP
   // with its gathers and reduce-scatters, and a seeded bug (its divergence found on process 0).
-  for (const char* file : {"layernorm_train_sequence_sharded.toml", "attention_stream_cp2_ring.toml",
-                           "micro_batches_dp_tp_mlp.toml", "fsdp_flat_mlp.toml",
-                           "faults/attention_cache_raw_k.toml"}) {
+  for (const char* file : {"layernorm_train_sequence_sharded.toml",
+                           "attention_stream_cp2_ring.toml", "micro_batches_dp_tp_mlp.toml",
+                           "fsdp_flat_mlp.toml", "faults/attention_cache_raw_k.toml"}) {
     check_oracle_on_root(file, 2);
   }
   check_oracle_on_root("mesh_dp_cp_tp_training.toml", 3);
@@ -128,10 +128,11 @@ TEST_CASE("over 2 and 3 processes the oracle runs on process 0 alone, its compar
 TEST_CASE("over processes an oracle that is not finite is bad input on every process",
           "[transport]") {
   // x = 3e38 everywhere: at f32 LayerNorm's row sum overflows, so the oracle's y.mean is inf on
-  // process 0 (boundaries #0-#2 are the inputs x, ln.weight and ln.bias; #3 is y.mean) (robustness_hostile_test.cpp has the single-process case). Process 1 computes no
-  // oracle; it must raise process 0's error, not wait for a boundary that never comes.
-  std::string text = read_file(std::string(SHARDSIM_SOURCE_DIR) +
-                               "/scenarios/layernorm_sequence_sharded.toml");
+  // process 0 (boundaries #0-#2 are the inputs x, ln.weight and ln.bias; #3 is y.mean;
+  // robustness_hostile_test.cpp has the single-process case). Process 1 computes no oracle; it
+  // must raise process 0's error, not wait for a boundary that never comes.
+  std::string text =
+      read_file(std::string(SHARDSIM_SOURCE_DIR) + "/scenarios/layernorm_sequence_sharded.toml");
   const std::string from = "init = { dist = \"normal\", mean = 0.5, std = 2.0 }";
   REQUIRE(text.find(from) != std::string::npos);
   text.replace(text.find(from), from.size(), "init = { dist = \"constant\", value = 3e38 }");
@@ -152,7 +153,8 @@ TEST_CASE("over processes an oracle that is not finite is bad input on every pro
     });
   }
   for (std::thread& t : threads) t.join();
-  REQUIRE_THAT(errors[0], Catch::Contains("huge.toml: the oracle is not finite at boundary #3 (step 1, chunk 1, "
-                                             "layer_norm -> y.mean) in the f32 run"));
+  REQUIRE_THAT(errors[0],
+               Catch::Contains("huge.toml: the oracle is not finite at boundary #3 "
+                               "(step 1, chunk 1, layer_norm -> y.mean) in the f32 run"));
   REQUIRE(errors[1] == errors[0]);
 }

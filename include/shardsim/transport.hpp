@@ -33,6 +33,10 @@ class Transport {
   virtual std::vector<std::string> exchange(std::vector<std::string> outbox) const = 0;
 };
 
+// Process 0's `message`, on every process (each passes its own; only process 0's is read). Every
+// process must call it at the same point. Without a transport (local) it returns `message`.
+std::string from_process0(const Transport* transport, std::string message);
+
 // The ranks process p holds: [begin, end). Contiguous blocks in rank order, balanced as
 // torch.tensor_split: the first (ranks mod P) processes hold one rank more. 8 ranks over 3
 // processes: 0-2, 3-5, 6-7. REQUIRES: 1 <= processes <= ranks.

@@ -161,13 +161,7 @@ DistTensor<T> World<T>::share(const DistTensor<T>& x, bool to_root) const {
 
 template <typename T>
 std::string World<T>::from_root(std::string message) const {
-  if (!transport()) return message;
-  const int processes = transport()->processes();
-  std::vector<std::string> outbox(static_cast<std::size_t>(processes));
-  if (transport()->process() == 0) {
-    for (std::string& m : outbox) m = message;
-  }
-  return transport()->exchange(std::move(outbox))[0];
+  return from_process0(transport(), std::move(message));
 }
 
 template <typename T>

@@ -55,11 +55,7 @@ namespace shardsim::cli {
 
 int exit_code_of_process0(const Transport* transport, int code) {
   if (!transport) return code;
-  std::vector<std::string> outbox(static_cast<std::size_t>(transport->processes()));
-  if (transport->process() == 0) {
-    for (std::string& m : outbox) m = std::to_string(code);
-  }
-  const std::string root = transport->exchange(std::move(outbox))[0];
+  const std::string root = from_process0(transport, std::to_string(code));
   if (root.size() != 1 || root[0] < '0' || root[0] > '9') {
     throw TransportError("process 0 sent no exit code");
   }

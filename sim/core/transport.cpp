@@ -1,6 +1,7 @@
 #include "shardsim/transport.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "shardsim/error.hpp"
 
@@ -13,6 +14,15 @@ RankBlock rank_block(int process, int processes, int ranks) {
   const int extra = ranks % processes;
   const int begin = process * base + std::min(process, extra);
   return {begin, begin + base + (process < extra ? 1 : 0)};
+}
+
+std::string from_process0(const Transport* transport, std::string message) {
+  if (!transport) return message;
+  std::vector<std::string> outbox(static_cast<std::size_t>(transport->processes()));
+  if (transport->process() == 0) {
+    for (std::string& m : outbox) m = message;
+  }
+  return transport->exchange(std::move(outbox))[0];
 }
 
 int rank_owner(int rank, int processes, int ranks) {

@@ -62,7 +62,7 @@ struct StepEnv {
   // process 0 over mpi. A process without it runs its ranks' plans only; its `dense` map holds
   // the same names as the oracle's, each an empty placeholder, so that every name-driven
   // decision (has_grad, add_grad's first contribution, releases) is the oracle process's, and
-  // every boundary is gathered to process 0 for the comparison (World::gather_to_root).
+  // every boundary is gathered to process 0 for the comparison (World::share with to_root).
   bool oracle = true;
 
   // Rounds a stored value to the storage format in place: float runs only (a NarrowFloat value
