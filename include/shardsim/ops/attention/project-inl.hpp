@@ -78,13 +78,17 @@ void project_heads(const Tensor<T>& x, const Tensor<T>& w, Tensor<T>& y) {
       detail::gather_rows(w, hidden, stride_of(w_shape, "hidden"), y_layout.heads,
                           stride_of(w_shape, "head"), y_layout.dim, stride_of(w_shape, "head_dim"));
   std::vector<T> sums(static_cast<std::size_t>(outputs));  // (head * head_dim)
+  T product = T(0);  // in place (scalar.hpp): no Mp temporary per element
   for (std::int64_t b = 0; b < batch; ++b) {
     for (std::int64_t s = 0; s < seq; ++s) {
-      std::fill(sums.begin(), sums.end(), T(0));
+      for (T& sum : sums) sum = 0;
       for (std::int64_t c = 0; c < hidden; ++c) {
-        const T x_c = x[x_layout.at(b, s, c)];
+        const T& x_c = x[x_layout.at(b, s, c)];
         const T* w_row = w_rows.data() + c * outputs;
-        for (std::int64_t j = 0; j < outputs; ++j) sums[j] += x_c * w_row[j];
+        for (std::int64_t j = 0; j < outputs; ++j) {
+          mul_into(product, x_c, w_row[j]);
+          add_into(sums[j], sums[j], product);
+        }
       }
       for (std::int64_t h = 0; h < y_layout.heads; ++h) {
         for (std::int64_t d = 0; d < y_layout.dim; ++d) {
@@ -105,13 +109,15 @@ void project_heads_backward(const Tensor<T>& dy, const Tensor<T>& x, const Tenso
   const detail::WeightStrides w_layout(w.shape());
   SHARDSIM_ASSERT(dw.shape() == w.shape(), "project_heads_backward: dw must be shaped like w");
   dx = Tensor<T>(x_shape);
+  T sum = T(0), product = T(0);  // in place (scalar.hpp): no Mp temporary per element
   for (std::int64_t b = 0; b < y_layout.batch; ++b) {
     for (std::int64_t s = 0; s < y_layout.positions; ++s) {
       for (std::int64_t c = 0; c < hidden; ++c) {
-        T sum = T(0);
+        sum = 0;
         for (std::int64_t h = 0; h < y_layout.heads; ++h) {
           for (std::int64_t d = 0; d < y_layout.dim; ++d) {
-            sum += dy[y_layout.at(b, s, h, d)] * w[w_layout.at(c, h, d)];
+            mul_into(product, dy[y_layout.at(b, s, h, d)], w[w_layout.at(c, h, d)]);
+            add_into(sum, sum, product);
           }
         }
         dx[x_layout.at(b, s, c)] = sum;
@@ -121,13 +127,15 @@ void project_heads_backward(const Tensor<T>& dy, const Tensor<T>& x, const Tenso
   for (std::int64_t c = 0; c < hidden; ++c) {
     for (std::int64_t h = 0; h < y_layout.heads; ++h) {
       for (std::int64_t d = 0; d < y_layout.dim; ++d) {
-        T sum = T(0);
+        sum = 0;
         for (std::int64_t b = 0; b < y_layout.batch; ++b) {
           for (std::int64_t s = 0; s < y_layout.positions; ++s) {
-            sum += x[x_layout.at(b, s, c)] * dy[y_layout.at(b, s, h, d)];
+            mul_into(product, x[x_layout.at(b, s, c)], dy[y_layout.at(b, s, h, d)]);
+            add_into(sum, sum, product);
           }
         }
-        dw[w_layout.at(c, h, d)] += sum;
+        T& dw_chd = dw[w_layout.at(c, h, d)];
+        add_into(dw_chd, dw_chd, sum);
       }
     }
   }
@@ -147,14 +155,18 @@ void project_out(const Tensor<T>& attn, const Tensor<T>& wo, Tensor<T>& y) {
       detail::gather_rows(wo, attn_layout.heads, stride_of(w_shape, "head"), attn_layout.dim,
                           stride_of(w_shape, "head_dim"), hidden, stride_of(w_shape, "hidden"));
   std::vector<T> sums(static_cast<std::size_t>(hidden));  // (hidden)
+  T product = T(0);  // in place (scalar.hpp): no Mp temporary per element
   for (std::int64_t b = 0; b < attn_layout.batch; ++b) {
     for (std::int64_t s = 0; s < attn_layout.positions; ++s) {
-      std::fill(sums.begin(), sums.end(), T(0));
+      for (T& sum : sums) sum = 0;
       for (std::int64_t h = 0; h < attn_layout.heads; ++h) {
         for (std::int64_t d = 0; d < attn_layout.dim; ++d) {
-          const T attn_hd = attn[attn_layout.at(b, s, h, d)];
+          const T& attn_hd = attn[attn_layout.at(b, s, h, d)];
           const T* w_row = w_rows.data() + (h * attn_layout.dim + d) * hidden;
-          for (std::int64_t c = 0; c < hidden; ++c) sums[c] += attn_hd * w_row[c];
+          for (std::int64_t c = 0; c < hidden; ++c) {
+            mul_into(product, attn_hd, w_row[c]);
+            add_into(sums[c], sums[c], product);
+          }
         }
       }
       for (std::int64_t c = 0; c < hidden; ++c) y[y_layout.at(b, s, c)] = sums[c];
@@ -171,13 +183,15 @@ void project_out_backward(const Tensor<T>& dy, const Tensor<T>& attn, const Tens
   const detail::WeightStrides w_layout(wo.shape());
   SHARDSIM_ASSERT(dwo.shape() == wo.shape(), "project_out_backward: dwo must be shaped like wo");
   dattn = Tensor<T>(attn.shape());
+  T sum = T(0), product = T(0);  // in place (scalar.hpp): no Mp temporary per element
   for (std::int64_t b = 0; b < attn_layout.batch; ++b) {
     for (std::int64_t s = 0; s < attn_layout.positions; ++s) {
       for (std::int64_t h = 0; h < attn_layout.heads; ++h) {
         for (std::int64_t d = 0; d < attn_layout.dim; ++d) {
-          T sum = T(0);
+          sum = 0;
           for (std::int64_t c = 0; c < hidden; ++c) {
-            sum += dy[y_layout.at(b, s, c)] * wo[w_layout.at(c, h, d)];
+            mul_into(product, dy[y_layout.at(b, s, c)], wo[w_layout.at(c, h, d)]);
+            add_into(sum, sum, product);
           }
           dattn[attn_layout.at(b, s, h, d)] = sum;
         }
@@ -187,13 +201,15 @@ void project_out_backward(const Tensor<T>& dy, const Tensor<T>& attn, const Tens
   for (std::int64_t h = 0; h < attn_layout.heads; ++h) {
     for (std::int64_t d = 0; d < attn_layout.dim; ++d) {
       for (std::int64_t c = 0; c < hidden; ++c) {
-        T sum = T(0);
+        sum = 0;
         for (std::int64_t b = 0; b < attn_layout.batch; ++b) {
           for (std::int64_t s = 0; s < attn_layout.positions; ++s) {
-            sum += attn[attn_layout.at(b, s, h, d)] * dy[y_layout.at(b, s, c)];
+            mul_into(product, attn[attn_layout.at(b, s, h, d)], dy[y_layout.at(b, s, c)]);
+            add_into(sum, sum, product);
           }
         }
-        dwo[w_layout.at(c, h, d)] += sum;
+        T& dwo_chd = dwo[w_layout.at(c, h, d)];
+        add_into(dwo_chd, dwo_chd, sum);
       }
     }
   }
