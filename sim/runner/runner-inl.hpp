@@ -60,7 +60,8 @@ class ScenarioRun {
                 emit(label, x, &ref);
               }) {
     constexpr bool narrow_capable = std::is_same_v<T, float> || std::is_same_v<T, NarrowFloat>;
-    SHARDSIM_ASSERT(!storage || narrow_capable, "narrow storage runs compute in float or NarrowFloat");
+    SHARDSIM_ASSERT(!storage || narrow_capable,
+                    "narrow storage runs compute in float or NarrowFloat");
     // Over mpi the oracle runs on process 0 alone (step_env.hpp).
     env_.oracle = !options.transport || options.transport->process() == 0;
     world_.set_hook([this](const BoundaryLabel& label, DistTensor<T>& tensor) {
@@ -167,28 +168,41 @@ class ScenarioRun {
   // A note on the input boundary counts the values that moved. Streamed inputs and targets are
   // also kept whole, to be sliced per chunk (load_chunk).
   void load_inputs() {
+    // Streamed and micro-batched inputs are kept whole (every process lays out its ranks'
+    // slices of each chunk or micro-batch).
+    std::string whole_axis;
+    if (scenario_.stream) {
+      whole_axis = scenario_.stream->axis;
+    } else if (scenario_.micro_batches >= 2) {
+      whole_axis = std::string(kMicroBatchAxis);
+    }
     for (const TensorSpec& spec : scenario_.tensors) {
-      Tensor<T> global(spec.shape);
       const bool from_file = spec.init.dist == InitDist::file;
-      for (std::int64_t i = 0; i < global.numel(); ++i) {
+      auto drawn = [&](std::int64_t i) {  // the stored value at global flat index i
         const auto index = static_cast<std::uint64_t>(i);
-        global[i] = stored_input(from_file ? (*spec.init.values)[index]
-                                           : init_value(spec.init, spec.init_seed, index));
+        return stored_input(from_file ? (*spec.init.values)[index]
+                                      : init_value(spec.init, spec.init_seed, index));
+      };
+      const bool keep_whole =
+          !whole_axis.empty() && spec.role != TensorRole::parameter && spec.shape.has(whole_axis);
+      std::vector<std::string> notes;
+      if (env_.oracle || keep_whole) {
+        Tensor<T> global(spec.shape);
+        for (std::int64_t i = 0; i < global.numel(); ++i) global[i] = drawn(i);
+        notes = input_rounding_notes<T>(
+            spec, global.numel(), [&](std::int64_t i) -> const T& { return global[i]; },
+            env_.storage);
+        env_.sharded[spec.name] = distribute(spec.name, global, spec.layout, world_.mesh_ptr());
+        if (keep_whole) whole_.emplace(spec.name, global);
+        env_.dense[spec.name] = env_.oracle ? std::move(global) : Tensor<T>();
+      } else {
+        // A process without the oracle draws only its ranks' elements (the same values, by
+        // global index), never the global tensor; its notes are the oracle process's.
+        notes = input_rounding_notes<T>(spec, spec.shape.numel(), drawn, env_.storage);
+        env_.sharded[spec.name] =
+            distribute_generated<T>(spec.name, spec.shape, spec.layout, world_.mesh_ptr(), drawn);
+        env_.dense[spec.name] = Tensor<T>();
       }
-      std::vector<std::string> notes = input_rounding_notes<T>(spec, global, env_.storage);
-      env_.sharded[spec.name] = distribute(spec.name, global, spec.layout, world_.mesh_ptr());
-      // Streamed and micro-batched inputs are kept whole (every process lays out its ranks'
-      // slices of each chunk or micro-batch).
-      std::string whole_axis;
-      if (scenario_.stream) {
-        whole_axis = scenario_.stream->axis;
-      } else if (scenario_.micro_batches >= 2) {
-        whole_axis = std::string(kMicroBatchAxis);
-      }
-      if (!whole_axis.empty() && spec.role != TensorRole::parameter && spec.shape.has(whole_axis)) {
-        whole_.emplace(spec.name, global);
-      }
-      env_.dense[spec.name] = env_.oracle ? std::move(global) : Tensor<T>();
       world_.compare_boundary({.op = "input",
                                .tensor = spec.name,
                                .exact = true,
@@ -204,7 +218,8 @@ class ScenarioRun {
   // double once to its format (float(v) first could round twice).
   T stored_input(double value) const {
     if constexpr (std::is_same_v<T, float>) {
-      if (env_.storage) return narrow_to_float(*env_.storage, narrow_from_double(*env_.storage, value));
+      if (env_.storage)
+        return narrow_to_float(*env_.storage, narrow_from_double(*env_.storage, value));
     }
     return T(value);
   }
@@ -287,8 +302,7 @@ class ScenarioRun {
       const StepSpec& spec = scenario_.steps[i];
       memory.steps.push_back({spec.index, std::string(spec.op()), spec.output(), std::move(bytes)});
     }
-    if (fsdp_.on())
-      memory.parameters = fsdp_parameter_memory(scenario_, env_.activation_bytes());
+    if (fsdp_.on()) memory.parameters = fsdp_parameter_memory(scenario_, env_.activation_bytes());
     sink_.on_activation_memory(memory);
   }
 
