@@ -86,7 +86,7 @@ void linear_backward(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T>& w
     for (std::int64_t row = 0; row < rows; ++row) {
       const std::int64_t o = row / xv.inner;
       const std::int64_t j = row % xv.inner;
-      const T& g = dy[yv.flat(o, k, j)];
+      const T g = dy[yv.flat(o, k, j)];  // a copy: stores into dW cannot alias it
       if (dbias) add_into((*dbias)[k], (*dbias)[k], g);
       if (!dweight) continue;
       for (std::int64_t i = 0; i < xv.extent; ++i) {

@@ -43,12 +43,12 @@ void rms_norm_apply(const Tensor<T>& x, const Tensor<T>* weight, const RmsNormSa
     constexpr int n = detail::rows_in<decltype(block)>;
     for (int q = 0; q < n; ++q) {
       const T rrms = saved.rrms[block.row(q)];  // a local copy: stores into y cannot alias it
+      T out = T(0);  // in place (scalar.hpp): no Mp temporary per element
       for (std::int64_t i = 0; i < valid; ++i) {
-        // In place (scalar.hpp): y's elements are kept across calls (prepare_output), so an Mp
-        // run allocates nothing per element.
-        T& out = y[block.at(q, i)];
-        mul_into(out, x[block.at(q, i)], rrms);
+        const std::int64_t at = block.at(q, i);
+        mul_into(out, x[at], rrms);
         if (weight) mul_into(out, out, (*weight)[i]);
+        y[at] = out;
       }
       for (std::int64_t i = valid; i < view.extent; ++i) y[block.at(q, i)] = T(0);
     }

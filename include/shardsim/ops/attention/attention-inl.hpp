@@ -237,7 +237,7 @@ void attention_forward(const Tensor<T>& q, const std::vector<std::int64_t>& q_po
       weighted_sum.resize(static_cast<std::size_t>(q_layout.dim), T(0));
       for (T& sum_d : weighted_sum) sum_d = 0;
       for (std::size_t n = 0; n < keys.size(); ++n) {
-        const T& weight = weights[n];
+        const T weight = weights[n];  // a copy: stores into weighted_sum cannot alias it
         const T* value = v.data() + k_layout.at(b, keys[n], h, 0);
         for (std::int64_t d = 0; d < q_layout.dim; ++d) {
           mul_into(product, weight, value[d * k_layout.dim_stride]);

@@ -83,7 +83,7 @@ void project_heads(const Tensor<T>& x, const Tensor<T>& w, Tensor<T>& y) {
     for (std::int64_t s = 0; s < seq; ++s) {
       for (T& sum : sums) sum = 0;
       for (std::int64_t c = 0; c < hidden; ++c) {
-        const T& x_c = x[x_layout.at(b, s, c)];
+        const T x_c = x[x_layout.at(b, s, c)];  // a copy: stores into sums cannot alias it
         const T* w_row = w_rows.data() + c * outputs;
         for (std::int64_t j = 0; j < outputs; ++j) {
           mul_into(product, x_c, w_row[j]);
@@ -161,7 +161,7 @@ void project_out(const Tensor<T>& attn, const Tensor<T>& wo, Tensor<T>& y) {
       for (T& sum : sums) sum = 0;
       for (std::int64_t h = 0; h < attn_layout.heads; ++h) {
         for (std::int64_t d = 0; d < attn_layout.dim; ++d) {
-          const T& attn_hd = attn[attn_layout.at(b, s, h, d)];
+          const T attn_hd = attn[attn_layout.at(b, s, h, d)];  // a copy, as x_c above
           const T* w_row = w_rows.data() + (h * attn_layout.dim + d) * hidden;
           for (std::int64_t c = 0; c < hidden; ++c) {
             mul_into(product, attn_hd, w_row[c]);
