@@ -135,8 +135,7 @@ void check_run_outputs(const po::variables_map& vm, const std::optional<GoldenRe
 }
 
 // Runs every precision, writing each table to `out`, and returns the reports. The first run's
-// trace checks the [expect] names, so a misnamed expectation is bad input (exit 2) rather than
-// an unmet one.
+// trace checks the [expect] names: a misnamed expectation is bad input (exit 2), not unmet.
 std::vector<RunReport> run_precisions(const Scenario& scenario,
                                       const std::vector<Precision>& precisions,
                                       const RunOptions& run, const po::variables_map& vm,
@@ -185,6 +184,7 @@ int run_command(const Args& args) {
   if (!parse_scenario_args(args, options, vm, "usage: shardsim run SCENARIO [options]")) return 0;
   RunOptions run = run_options(vm);
   run.transport = transport_option(vm);
+  run.distributed_oracle = distributed_oracle_option(vm);
   // Over the mpi transport every process runs the same control flow; only process 0 writes the
   // report, the goldens and stdout.
   const bool speaker = !run.transport || run.transport->process() == 0;
@@ -192,6 +192,7 @@ int run_command(const Args& args) {
   check_run_outputs(vm, golden, {vm["scenario"].as<std::string>()});
   const Scenario scenario = load_scenario(vm["scenario"].as<std::string>());
   check_run_outputs(vm, golden, input_paths(scenario));
+  check_oracle_option(run, scenario, golden.has_value());
   const std::vector<Precision> precisions =
       vm.count("precision") ? parse_precision_list("--precision", vm["precision"].as<std::string>())
                             : scenario.precisions;
@@ -215,7 +216,8 @@ int run_command(const Args& args) {
     const RunReport reference =
         golden_run ? reports[*golden_run] : evaluate(scenario, golden->reference, options);
     progress.clear();
-    const GoldenSet set = speaker ? build_goldens(scenario, reference, golden->options) : GoldenSet{};
+    const GoldenSet set =
+        speaker ? build_goldens(scenario, reference, golden->options) : GoldenSet{};
     if (speaker) write_goldens(golden->dir, set, golden->options);
     out << "goldens: " << set.entries.size() << " tensors from the " << golden->reference.name()
         << " run written to " << golden->dir << " ("
@@ -233,7 +235,7 @@ int run_command(const Args& args) {
   if (vm.count("report") && speaker) {
     const std::string path = vm["report"].as<std::string>();
     std::string json = report_json(scenario, reports, outcome, diagnosis);
-    if (run.transport) json = with_transport_field(json, *run.transport, scenario.mesh.ranks());
+    if (run.transport) json = with_transport_field(json, *run.transport, scenario, run);
     write_file_atomically(path, json);
     out << "report: written to " << path << "\n";
   }

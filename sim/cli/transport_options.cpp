@@ -1,10 +1,12 @@
 #include "sim/cli/transport_options.hpp"
 
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "shardsim/error.hpp"
+#include "shardsim/report/report.hpp"
 #include "sim/transport/mpi_transport.hpp"
 
 namespace po = boost::program_options;
@@ -18,7 +20,36 @@ void add_transport_options(po::options_description& options) {
       "spread over the processes mpirun started, in contiguous blocks (the default under mpirun)")(
       "peer-timeout", po::value<double>(),
       "mpi: seconds an exchange waits for a silent peer before the job is aborted, exit 4 "
-      "(default 20)");
+      "(default 20)")(
+      "oracle", po::value<std::string>(),
+      "root: the dense oracle on process 0 (the default); distributed: every process computes "
+      "the oracle on its block of batch rows (forward-only scenarios; README)");
+}
+
+bool distributed_oracle_option(const po::variables_map& vm) {
+  if (!vm.count("oracle")) return false;
+  const std::string kind = vm["oracle"].as<std::string>();
+  if (kind != "root" && kind != "distributed") {
+    throw InputError("--oracle: expected root or distributed, got " + quote(kind));
+  }
+  return kind == "distributed";
+}
+
+void check_oracle_option(const RunOptions& run, const Scenario& scenario, bool golden) {
+  if (!run.distributed_oracle) return;
+  if (golden) {
+    throw InputError(
+        "--oracle distributed does not write goldens: a golden is a global tensor, "
+        "which the oracle's row blocks never assemble; use --oracle root");
+  }
+  check_distributed_oracle(scenario, run.transport ? run.transport->processes() : 1);
+}
+
+std::string with_transport_field(const std::string& json, const Transport& transport,
+                                 const Scenario& scenario, const RunOptions& run) {
+  std::optional<std::int64_t> rows;
+  if (run.distributed_oracle) rows = oracle_rows_extent(scenario);
+  return shardsim::with_transport_field(json, transport, scenario.mesh.ranks(), rows);
 }
 
 std::shared_ptr<const Transport> transport_option(const po::variables_map& vm) {

@@ -62,8 +62,18 @@ class ScenarioRun {
     constexpr bool narrow_capable = std::is_same_v<T, float> || std::is_same_v<T, NarrowFloat>;
     SHARDSIM_ASSERT(!storage || narrow_capable,
                     "narrow storage runs compute in float or NarrowFloat");
-    // Over mpi the oracle runs on process 0 alone (step_env.hpp).
-    env_.oracle = !options.transport || options.transport->process() == 0;
+    // Over mpi the oracle runs on process 0 alone (step_env.hpp), or with --oracle distributed
+    // on every process, each on its rows of the batch axis (oracle_rows.hpp).
+    const Transport* transport = options.transport.get();
+    process0_ = !transport || transport->process() == 0;
+    env_.oracle = process0_;
+    if (options.distributed_oracle && transport) {
+      check_distributed_oracle(scenario, transport->processes());
+      env_.rows =
+          oracle_rows(oracle_rows_extent(scenario), transport->process(), transport->processes());
+      oracle_exchange_elements_ = options.oracle_exchange_elements;
+      env_.oracle = true;
+    }
     world_.set_hook([this](const BoundaryLabel& label, DistTensor<T>& tensor) {
       return emit(label, tensor, nullptr);
     });
@@ -158,6 +168,14 @@ class ScenarioRun {
   // compare() over the mpi transport (root_compare-inl.hpp).
   bool compare_on_root(const BoundaryLabel& label, const TraceEntry& entry,
                        const DistTensor<T>& tensor, const Tensor<T>* oracle);
+  // compare_on_root() of a boundary whose oracle is in row blocks (--oracle distributed).
+  bool compare_blocks(const BoundaryLabel& label, const TraceEntry& entry,
+                      const DistTensor<T>& tensor);
+  // The first non-finite element of an oracle tensor (flat), or -1.
+  static std::int64_t first_not_finite(const Tensor<T>& oracle);
+  // The error for a non-finite oracle at element `flat` of a tensor of shape `shape`.
+  InputError oracle_not_finite(const TraceEntry& entry, const Shape& shape,
+                               std::int64_t flat) const;
 
   // A non-finite oracle is no reference (update_step-inl.hpp): bad input, exit 2.
   void check_oracle_finite(const Tensor<T>& oracle, const TraceEntry& entry) const;
@@ -167,62 +185,15 @@ class ScenarioRun {
   // to nearest. A narrow run rounds every value once to its format (a file's double directly).
   // A note on the input boundary counts the values that moved. Streamed inputs and targets are
   // also kept whole, to be sliced per chunk (load_chunk).
-  void load_inputs() {
-    // Streamed and micro-batched inputs are kept whole (every process lays out its ranks'
-    // slices of each chunk or micro-batch).
-    std::string whole_axis;
-    if (scenario_.stream) {
-      whole_axis = scenario_.stream->axis;
-    } else if (scenario_.micro_batches >= 2) {
-      whole_axis = std::string(kMicroBatchAxis);
-    }
-    for (const TensorSpec& spec : scenario_.tensors) {
-      const bool from_file = spec.init.dist == InitDist::file;
-      auto drawn = [&](std::int64_t i) {  // the stored value at global flat index i
-        const auto index = static_cast<std::uint64_t>(i);
-        return stored_input(from_file ? (*spec.init.values)[index]
-                                      : init_value(spec.init, spec.init_seed, index));
-      };
-      const bool keep_whole =
-          !whole_axis.empty() && spec.role != TensorRole::parameter && spec.shape.has(whole_axis);
-      std::vector<std::string> notes;
-      if (env_.oracle || keep_whole) {
-        Tensor<T> global(spec.shape);
-        for (std::int64_t i = 0; i < global.numel(); ++i) global[i] = drawn(i);
-        notes = input_rounding_notes<T>(
-            spec, global.numel(), [&](std::int64_t i) -> const T& { return global[i]; },
-            env_.storage);
-        env_.sharded[spec.name] = distribute(spec.name, global, spec.layout, world_.mesh_ptr());
-        if (keep_whole) whole_.emplace(spec.name, global);
-        env_.dense[spec.name] = env_.oracle ? std::move(global) : Tensor<T>();
-      } else {
-        // A process without the oracle draws only its ranks' elements (the same values, by
-        // global index), never the global tensor; its notes are the oracle process's.
-        notes = input_rounding_notes<T>(spec, spec.shape.numel(), drawn, env_.storage);
-        env_.sharded[spec.name] =
-            distribute_generated<T>(spec.name, spec.shape, spec.layout, world_.mesh_ptr(), drawn);
-        env_.dense[spec.name] = Tensor<T>();
-      }
-      world_.compare_boundary({.op = "input",
-                               .tensor = spec.name,
-                               .exact = true,
-                               .kind = BoundaryKind::input,
-                               .notes = std::move(notes)},
-                              env_.sharded[spec.name]);
-      apply_ones_init_assumed(scenario_, spec, world_, env_.sharded[spec.name]);
-    }
-    if (scenario_.stream) chunk_lengths_ = scenario_.stream->chunks;
-  }
+  void load_inputs();
+
+  // This process's rows of a global oracle tensor under --oracle distributed (oracle_rows.hpp);
+  // otherwise, or for a tensor without the batch axis, the tensor itself.
+  Tensor<T> oracle_rows_of(Tensor<T> global) const;
 
   // An input value as the run stores it: T(v), except that a narrow float run rounds the
   // double once to its format (float(v) first could round twice).
-  T stored_input(double value) const {
-    if constexpr (std::is_same_v<T, float>) {
-      if (env_.storage)
-        return narrow_to_float(*env_.storage, narrow_from_double(*env_.storage, value));
-    }
-    return T(value);
-  }
+  T stored_input(double value) const;
 
   void make_steps() {
     for (const StepSpec& spec : scenario_.steps) ops_.push_back(make_step_op<T>(spec, scenario_));
@@ -246,24 +217,7 @@ class ScenarioRun {
   // for the oracle, laid out over the ranks with the tensor's placement (an input boundary of
   // that chunk). Without [stream] there is one chunk and nothing is sliced. Then the previous
   // chunk's gradients are dropped.
-  void load_chunk() {
-    std::int64_t begin = 0;
-    for (int i = 1; i < chunk_; ++i) begin += chunk_lengths_[static_cast<std::size_t>(i - 1)];
-    const std::int64_t length = chunk_lengths_[static_cast<std::size_t>(chunk_ - 1)];
-    for (const auto& [name, full] : whole_) {
-      const std::string& axis = scenario_.stream->axis;
-      Tensor<T> part(full.shape().with_extent(axis, length));
-      copy_along(full, axis, begin, part, 0, length);
-      env_.sharded[name] =
-          distribute(name, part, scenario_.find_tensor(name)->layout, world_.mesh_ptr());
-      env_.dense[name] = env_.oracle ? std::move(part) : Tensor<T>();
-      world_.compare_boundary(
-          {.op = "input", .tensor = name, .exact = true, .kind = BoundaryKind::input},
-          env_.sharded[name]);
-    }
-    std::erase_if(env_.dense, [](const auto& entry) { return is_grad_name(entry.first); });
-    std::erase_if(env_.sharded, [](const auto& entry) { return is_grad_name(entry.first); });
-  }
+  void load_chunk();
 
   // Every step forward. The first pass that reports activation memory records each step's
   // saved bytes right after its forward. A forward-only run then releases every entry no later
@@ -334,6 +288,8 @@ class ScenarioRun {
 
   const Scenario& scenario_;
   BoundarySink<T>& sink_;
+  bool process0_ = true;  // this process writes the trace's values: the local one, or mpi's 0
+  std::int64_t oracle_exchange_elements_ = 0;  // RunOptions::oracle_exchange_elements
   World<T> world_;
   StepEnv<T> env_;
   std::function<void(const TraceEntry&)> on_boundary_;  // RunOptions::on_boundary
@@ -379,6 +335,7 @@ class ScenarioRun {
 
 }  // namespace shardsim
 
+#include "sim/runner/inputs-inl.hpp"
 #include "sim/runner/micro_step-inl.hpp"
 #include "sim/runner/root_compare-inl.hpp"
 #include "sim/runner/update_step-inl.hpp"

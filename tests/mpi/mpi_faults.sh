@@ -34,6 +34,18 @@ case $check in
     run_job -np 2 "$bin" run scenarios/attention_stream_cp2_ring.toml --transport local
     [[ $status -eq 2 ]] || { cat "$scratch/err" >&2; fail "--transport local under mpirun exited $status"; }
     expect_lines "error: --transport local under mpirun with 2 processes" 2
+    # --oracle distributed: attention training is refused on every process (its weight
+    # gradients total every row before they are added); with --golden too; a bad --oracle value.
+    run_job -np 2 "$bin" run scenarios/attention_train_sgd_ring.toml --oracle distributed --report "$scratch/r.json"
+    [[ $status -eq 2 ]] || { cat "$scratch/err" >&2; fail "--oracle distributed on attention training exited $status"; }
+    for p in 0 1; do expect_lines "process $p: scenarios/attention_train_sgd_ring.toml:[0-9:]* steps\[0\] (sliding_window_attention): --oracle distributed: in training, attention's weight gradients" 1; done
+    run_job -np 2 "$bin" run tests/mpi/distributed_mlp_sp.toml --oracle distributed --golden "$scratch/g"
+    [[ $status -eq 2 ]] || { cat "$scratch/err" >&2; fail "--oracle distributed --golden exited $status"; }
+    expect_lines "error: process [01]: --oracle distributed does not write goldens" 2
+    run_job -np 2 "$bin" run tests/mpi/distributed_mlp_sp.toml --oracle rows
+    [[ $status -eq 2 ]] || { cat "$scratch/err" >&2; fail "--oracle rows exited $status"; }
+    expect_lines "error: process [01]: --oracle: expected root or distributed, got 'rows'" 2
+    [[ -z "$(ls -A "$scratch" | grep -v '^out$\|^err$')" ]] || { ls -la "$scratch" >&2; fail "a refused run wrote output"; }
     echo "mpi_test errors: ok" ;;
   killed)
     # Process 1 crashes (SIGKILL) at its 30th exchange: mpirun ends the job and says which.

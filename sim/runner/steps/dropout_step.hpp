@@ -29,18 +29,29 @@ class DropoutStep final : public StepOp<T> {
     const std::string& input = args_.input;
     const std::string& output = args_.output;
     const DistTensor<T>& sx = env.sharded_at(input);
+    const Shape dense_shape = env.dense_shape(sx.global);  // a row block under --oracle distributed
     if (env.oracle) {
-      DropoutFrame whole;
+      DropoutFrame whole;  // the oracle's mask: by global index, rows included
       whole.global = sx.global;
-      dense_mask_ = dropout_mask(sx.global, whole, params_, DropoutPolicy::global);
+      if (!(dense_shape == sx.global)) {
+        for (const Axis& axis : sx.global.axes()) {
+          const bool cut = axis.name == env.rows->axis;
+          whole.box.push_back(
+              {.begin = cut ? env.rows->begin : 0,
+               .end = cut ? env.rows->end : axis.extent,
+               .local_extent = cut ? env.rows->end - env.rows->begin : axis.extent});
+        }
+      }
+      dense_mask_ = dropout_mask(dense_shape, whole, params_, DropoutPolicy::global);
     }
     if (!sx.layout.is_replicate()) {
       // No pair of ranks repeats a mask.
       const int ranks = env.world.size();
-      env.set_dense(output + ".mask@repetition",
-                    [&] { return Tensor<T>(Shape({{"rank", ranks}, {"peer", ranks}})); });
+      env.set_dense(output + ".mask@repetition", [&] {
+        return Tensor<T>(Shape({{"rank", ranks}, {"peer", ranks}}));
+      });
     }
-    env.set_dense(output + ".mask", [&] { return mask_values<T>(sx.global, dense_mask_); });
+    env.set_dense(output + ".mask", [&] { return mask_values<T>(dense_shape, dense_mask_); });
     env.set_dense(output, [&] {
       Tensor<T> y;
       dropout_forward(env.dense_at(input), dense_mask_, params_.p, y);

@@ -144,14 +144,17 @@ class LayerNormStep final : public StepOp<T> {
         {.op = backward_label(OpKind::layer_norm), .exact = dx_exact, .inputs = dx_inputs});
   }
 
-  // The oracle's gradients of x, the weight and the bias (the last two empty when absent).
+  // The oracle's gradients of x, the weight and the bias (the last two empty when absent); dw
+  // and db sum the rows in ascending order (chain_rows under --oracle distributed).
   void dense_backward(StepEnv<T>& env, Tensor<T>& dx, Tensor<T>& dw, Tensor<T>& db) const {
     const Tensor<T>* w = env.dense_opt(args_.weight);
     const Tensor<T>* b = env.dense_opt(args_.bias);
     if (w) dw = Tensor<T>(w->shape());
     if (b) db = Tensor<T>(b->shape());
-    layer_norm_backward(env.dense_at(grad_name(args_.output)), env.dense_at(args_.input), w,
-                        dense_saved_, params_, dx, w ? &dw : nullptr, b ? &db : nullptr);
+    env.chain_rows({w ? &dw : nullptr, b ? &db : nullptr}, nullptr, [&] {
+      layer_norm_backward(env.dense_at(grad_name(args_.output)), env.dense_at(args_.input), w,
+                          dense_saved_, params_, dx, w ? &dw : nullptr, b ? &db : nullptr);
+    });
   }
 
   // Backward works from x, the saved statistics and grad(OUT): OUT itself may be released first.

@@ -49,8 +49,11 @@ class LinearStep final : public StepOp<T> {
       const Tensor<T>& w = env.dense_at(weight);
       dw = Tensor<T>(w.shape());
       if (has_bias) db = Tensor<T>(env.dense_at(bias).shape());
-      linear_backward(env.dense_at(grad_name(output)), env.dense_at(input), w, params_, dx, &dw,
-                      has_bias ? &db : nullptr);
+      // dW and db sum the rows in ascending order (chain_rows under --oracle distributed).
+      env.chain_rows({&dw, has_bias ? &db : nullptr}, nullptr, [&] {
+        linear_backward(env.dense_at(grad_name(output)), env.dense_at(input), w, params_, dx, &dw,
+                        has_bias ? &db : nullptr);
+      });
     }
 
     // Sharded.

@@ -30,10 +30,16 @@ class MseLossStep final : public StepOp<T> {
     const std::string& output = args_.output;
     T sum = T(0);
     std::int64_t count = 0;
-    frame_ = LocalFrame{.batch_begin = env.micro.begin};
+    // The oracle's rows: a micro-batch's, or this process's under --oracle distributed, whose
+    // sums continue the previous process's (chain_rows).
+    frame_ = LocalFrame{.batch_begin = env.rows ? env.rows->begin : env.micro.begin};
     if (env.oracle) {
-      masked_mse_partial(env.dense_at(args_.input), env.dense_at(args_.target), params_, frame_,
-                         sum, count);
+      Tensor<T> carried(Shape(), {sum});
+      env.chain_rows({&carried}, &count, [&] {
+        masked_mse_partial(env.dense_at(args_.input), env.dense_at(args_.target), params_, frame_,
+                           carried[0], count, /*carry=*/true);
+      });
+      sum = carried[0];
     }
     env.set_dense(part_name(output, loss_parts::sum), [&] { return Tensor<T>(Shape(), {sum}); });
     env.set_dense(part_name(output, loss_parts::valid_tokens),

@@ -53,7 +53,10 @@ class RmsNormStep final : public StepOp<T> {
     Tensor<T> dw;
     if (env.oracle) {
       if (w) dw = Tensor<T>(w->shape());
-      rms_norm_backward(dy, x, w, dense_saved_, params_, dx, w ? &dw : nullptr);
+      // dw sums the rows in ascending order (chain_rows under --oracle distributed).
+      env.chain_rows({w ? &dw : nullptr}, nullptr, [&] {
+        rms_norm_backward(dy, x, w, dense_saved_, params_, dx, w ? &dw : nullptr);
+      });
     }
 
     DistTensor<T> sdy = env.sharded_at(grad_name(output));
