@@ -4,9 +4,10 @@
 // Every process computes the oracle on its own block of rows of the batch axis (kOracleRowsAxis):
 // contiguous, in process order, balanced as torch.tensor_split (8 rows over 3 processes: 0-2,
 // 3-5, 6-7). Tensors without that axis (parameters, a dropout's repetition table) are whole on
-// every process. The ops a forward-only scenario may hold compute each batch row from that row
-// alone, so a block's values are bitwise the rows of the whole oracle: no sum crosses a batch row
-// (check_distributed_oracle refuses everything else). At a boundary whose tensor has the axis,
+// every process. The ops allowed compute each batch row from that row alone, so a block's values
+// are bitwise the rows of the whole oracle; the sums that do cross rows (a loss, the parameter
+// gradients in training) are carried from block to block in row order (StepEnv::chain_rows), and
+// check_distributed_oracle refuses everything else. At a boundary whose tensor has the axis,
 // process 0 compares group of rows by group (OracleBlockFeed): the rows' owner sends its oracle
 // values of them, and every process the values its ranks hold in them, so no process holds more
 // than its own rows of the oracle and one group in transit.
