@@ -116,7 +116,9 @@ class Comparator final : public BoundarySink<T> {
             } else {
               sum = own[k];
               for (std::size_t m = 1; m < members.size(); ++m) {
-                sum += block.pieces[static_cast<std::size_t>(members[m])][k];
+                const std::vector<T>& addends = block.pieces[static_cast<std::size_t>(members[m])];
+                SHARDSIM_ASSERT(k < addends.size(), "a block's addends are shorter than its rows");
+                sum += addends[k];
               }
               visit(r, local_flat, global_flat, sum);
             }
