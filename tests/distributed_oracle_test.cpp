@@ -30,8 +30,8 @@ std::string source(const std::string& path) {
 }
 
 // Runs `scenario` at T over `processes` threads with the distributed oracle; returns process
-// 0's results and every process's trace length. An error on any process is rethrown (process
-// 0's first) after all threads end.
+// 0's results, after requiring that no process failed and every process traced as many
+// boundaries. With `errors`: returns nothing and hands back each process's error text instead.
 // `elements`: RunOptions::oracle_exchange_elements (1: one batch row per exchange).
 template <typename T>
 std::vector<BoundaryResult> run_distributed(const Scenario& scenario, const char* precision,
@@ -100,6 +100,7 @@ void require_same(const std::vector<BoundaryResult>& got, const std::vector<Boun
     REQUIRE(g.first_bad->dense == w.first_bad->dense);
     REQUIRE(g.first_bad->sharded == w.first_bad->sharded);
     REQUIRE(g.first_bad->dense_text == w.first_bad->dense_text);
+    REQUIRE(g.first_bad->sharded_text == w.first_bad->sharded_text);
     REQUIRE(g.first_bad->reason == w.first_bad->reason);
   }
 }

@@ -229,6 +229,10 @@ class Comparator final : public BoundarySink<T> {
           if (!represents_value(sharded, r)) continue;
           const std::vector<int> members = partial_members(sharded, r);
           const std::size_t n = block.pieces[static_cast<std::size_t>(r)].size();
+          for (int m : members) {
+            SHARDSIM_ASSERT(block.pieces[static_cast<std::size_t>(m)].size() == n,
+                            "a block's addends differ in length");
+          }
           for (std::size_t e = 0; e < n; ++e) {
             double sum = 0;
             for (int m : members) {

@@ -31,9 +31,7 @@ void ScenarioRun<T>::load_inputs() {
     if (env_.rows && env_.rows->applies(spec.shape) && !keep_whole) {
       // --oracle distributed: the oracle's rows of the input, and the ranks' elements, each
       // drawn by its global index.
-      Tensor<T> rows(env_.rows->of(spec.shape));
-      const RowsIndex index(spec.shape, *env_.rows);
-      for (std::int64_t i = 0; i < rows.numel(); ++i) rows[i] = drawn(index.to_global(i));
+      Tensor<T> rows = rows_tensor<T>(spec.shape, *env_.rows, drawn);
       notes = input_rounding_notes<T>(spec, spec.shape.numel(), drawn, env_.storage);
       env_.sharded[spec.name] =
           distribute_generated<T>(spec.name, spec.shape, spec.layout, world_.mesh_ptr(), drawn);
@@ -69,10 +67,8 @@ void ScenarioRun<T>::load_inputs() {
 template <typename T>
 Tensor<T> ScenarioRun<T>::oracle_rows_of(Tensor<T> global) const {
   if (!env_.rows || !env_.rows->applies(global.shape())) return global;
-  Tensor<T> rows(env_.rows->of(global.shape()));
-  const RowsIndex index(global.shape(), *env_.rows);
-  for (std::int64_t i = 0; i < rows.numel(); ++i) rows[i] = global[index.to_global(i)];
-  return rows;
+  return rows_tensor<T>(global.shape(), *env_.rows,
+                        [&](std::int64_t flat) -> const T& { return global[flat]; });
 }
 
 template <typename T>

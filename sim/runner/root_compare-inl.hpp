@@ -163,11 +163,9 @@ class BlockExchange final : public OracleBlockFeed<T> {
 
   // This process's oracle values of `rows` (a part of its own rows), as a tensor of their shape.
   Tensor<T> own_rows(const OracleRows& rows) const {
-    Tensor<T> out(rows.of(tensor_.global));
-    const RowsIndex part(tensor_.global, rows);
     const RowsIndex own(tensor_.global, own_);
-    for (std::int64_t i = 0; i < out.numel(); ++i) out[i] = rows_[own.to_block(part.to_global(i))];
-    return out;
+    return rows_tensor<T>(tensor_.global, rows,
+                          [&](std::int64_t flat) -> const T& { return rows_[own.to_block(flat)]; });
   }
 
   const Transport& transport_;

@@ -42,10 +42,12 @@ struct OracleRows {
 // REQUIRES: 0 <= process < processes <= extent.
 OracleRows oracle_rows(std::int64_t extent, int process, int processes);
 
-// Throws InputError, naming the scenario file, when `scenario` cannot run with
-// --oracle distributed over `processes` processes: training, micro-batches or fsdp; [stream]
-// on the batch axis; a loss; a norm over the batch axis; an input without the batch axis, or
-// inputs with different extents of it; fewer batch rows than processes.
+// Throws InputError, naming the scenario file (and the step, located), when `scenario` cannot run
+// with --oracle distributed over `processes` processes: micro-batches or fsdp; [stream] on the
+// batch axis; attention in training; a loss whose batch_axis is another axis; a norm over the
+// batch axis; an input without the batch axis, or inputs with different extents of it; the batch
+// axis not leading with a loss or training (carried sums need batch-major row order); fewer
+// batch rows than processes.
 void check_distributed_oracle(const Scenario& scenario, int processes);
 
 // The batch axis' extent: that of the scenario's inputs. REQUIRES: check_distributed_oracle passed.
@@ -77,6 +79,16 @@ struct RowsIndex {
     return (outer * rows + row_of(global_flat) - begin) * inner + global_flat % inner;
   }
 };
+
+// The rows `rows` of a tensor of shape `global` as a tensor of their own shape (rows.of(global)):
+// element i is at(its global flat index).
+template <typename T, typename At>
+Tensor<T> rows_tensor(const Shape& global, const OracleRows& rows, At at) {
+  Tensor<T> out(rows.of(global));
+  const RowsIndex index(global, rows);
+  for (std::int64_t i = 0; i < out.numel(); ++i) out[i] = at(index.to_global(i));
+  return out;
+}
 
 // for_each_valid (dist_tensor.hpp) restricted to the positions whose global row on `axis` (an
 // index into `box`) lies in [begin, end): f(local_flat, global_flat), row-major local order.
@@ -118,7 +130,8 @@ void for_each_valid_in_rows(const Shape& local, const std::vector<Slice>& box, c
 template <typename T>
 struct OracleBlock {
   OracleRows rows;
-  const Tensor<T>* dense = nullptr;  // the oracle's rows (rows.of(global)); null in a pass without
+  // The oracle's values of the rows (shape rows.of(global)); null in a pass without them.
+  const Tensor<T>* dense = nullptr;
   // Per rank: the values its local holds in these rows, in for_each_valid_in_rows order.
   std::vector<std::vector<T>> pieces;
 };
