@@ -54,11 +54,49 @@ TEST_CASE("fsdp: one unit per step that names parameters, in declaration order",
   CHECK(s.fsdp->units[0].params == std::vector<std::string>{"w", "b"});
 }
 
+TEST_CASE("fsdp: param_dtype and reduce_dtype (MixedPrecision), and their tolerance", "[fsdp]") {
+  const auto none = shardsim::parse_scenario(scenario("fsdp = { style = \"flat\" }"), "f.toml");
+  CHECK(!none.fsdp->param_dtype);
+  CHECK(!none.fsdp->reduce_dtype);
+  const auto s = shardsim::parse_scenario(
+      scenario("fsdp = { style = \"per_param\", param_dtype = \"bf16\", reduce_dtype = \"f32\" }"),
+      "f.toml");
+  REQUIRE(s.fsdp->param_dtype);
+  REQUIRE(s.fsdp->reduce_dtype);
+  CHECK(s.fsdp->param_dtype->name() == "bf16");
+  CHECK(s.fsdp->reduce_dtype->name() == "f32");
+  // The default rtol is the larger of the run's 2^(16 - bits) and 2^(5 - bits) of every dtype
+  // narrower than the run: bf16 (8 bits) gives 2^-3 at f32, f64 and mp256; the f32 reduce is
+  // the run's own at f32 and adds 2^(5 - 24) = 2^-19 at f64, below bf16's.
+  using shardsim::parse_precision;
+  CHECK(s.rtol(parse_precision("f32")).to_double() == 0x1p-3);
+  CHECK(s.rtol(parse_precision("f64")).to_double() == 0x1p-3);
+  CHECK(s.rtol(parse_precision("mp256")).to_double() == 0x1p-3);
+  const auto f32_reduce = shardsim::parse_scenario(
+      scenario("fsdp = { style = \"flat\", reduce_dtype = \"f32\" }"), "f.toml");
+  CHECK(f32_reduce.rtol(parse_precision("f32")).to_double() == 0x1p-8);   // 2^(16 - 24)
+  CHECK(f32_reduce.rtol(parse_precision("f64")).to_double() == 0x1p-19);  // 2^(5 - 24)
+  CHECK(f32_reduce.rtol(parse_precision("mp128")).to_double() == 0x1p-19);
+  const auto f16 = shardsim::parse_scenario(
+      scenario("fsdp = { style = \"flat\", param_dtype = \"f16\" }\n[tolerance]\nf64 = 1e-9"),
+      "f.toml");
+  CHECK(f16.rtol(parse_precision("f32")).to_double() == 0x1p-6);  // 2^(5 - 11)
+  CHECK(f16.rtol(parse_precision("f64")).to_double() == 1e-9);    // [tolerance] overrides
+}
+
 TEST_CASE("fsdp: every refused form is a located error", "[fsdp]") {
-  refused(scenario("fsdp = { style = \"flat\", param_dtype = \"bf16\" }"),
-          "f.toml:3:40: fsdp.param_dtype: param_dtype (FSDP MixedPrecision) is not supported yet");
-  refused(scenario("fsdp = { style = \"flat\", reduce_dtype = \"f32\" }"),
-          "fsdp.reduce_dtype: reduce_dtype (FSDP MixedPrecision) is not supported yet");
+  refused(scenario("fsdp = { style = \"flat\", param_dtype = \"bf61\" }"),
+          "f.toml:3:40: fsdp.param_dtype: unknown dtype 'bf61' (known: bf16, f16, f32, f64; mp "
+          "levels are run precisions, not storage dtypes); did you mean 'bf16'?");
+  refused(scenario("fsdp = { style = \"flat\", reduce_dtype = \"mp256\" }"),
+          "fsdp.reduce_dtype: unknown dtype 'mp256'");
+  refused(scenario("fsdp = { style = \"flat\", reduce_dtype = 32 }"), "fsdp.reduce_dtype");
+  refused(scenario("fsdp = { style = \"flat\" }\nfaults = [\"fsdp_reduce_dtype_bf16\"]"),
+          "faults[0]: fault 'fsdp_reduce_dtype_bf16' reduces in bf16 where the scenario declares "
+          "a wider reduce_dtype: give fsdp.reduce_dtype = \"f32\"");
+  refused(scenario("fsdp = { style = \"flat\", reduce_dtype = \"bf16\" }\n"
+                   "faults = [\"fsdp_reduce_dtype_bf16\"]"),
+          "fault 'fsdp_reduce_dtype_bf16' reduces in bf16 where the scenario declares");
   refused(scenario("fsdp = { style = \"flatt\" }"), "fsdp.style: unknown style 'flatt'");
   refused(scenario("fsdp = { dim = \"dp\" }"), "fsdp: missing required key 'style'");
   refused(scenario("fsdp = { style = \"flat\", dim = \"pd\" }"),

@@ -10,6 +10,7 @@
 #include "shardsim/compare/compare.hpp"
 #include "shardsim/runner/runner.hpp"
 #include "shardsim/scenario/scenario.hpp"
+#include "fsdp_test_support.hpp"
 
 using shardsim::DistTensor;
 using shardsim::Tensor;
@@ -18,10 +19,11 @@ using shardsim::TraceEntry;
 namespace {
 
 // y = x W^T + b on dp = 4 ranks, W [hidden=3, feat=5], b [hidden=3], x one token per rank.
-std::string tiny(const std::string& style, const std::string& extra = "") {
+std::string tiny(const std::string& style, const std::string& extra = "",
+                 const std::string& dtypes = "") {
   return "name = \"tiny\"\nprecisions = [\"f64\"]\ntrain_steps = 1\nlearning_rate = 0.5\n"
          "fsdp = { style = \"" +
-         style + "\" }\n" + extra +
+         style + "\"" + dtypes + " }\n" + extra +
          "[mesh]\ndims = { dp = 4 }\n"
          "[[tensors]]\nname = \"x\"\naxes = [\"batch\", \"seq\", \"feat\"]\nshape = [4, 1, 5]\n"
          "placement = \"Shard(batch)\"\n"
@@ -35,37 +37,9 @@ std::string tiny(const std::string& style, const std::string& extra = "") {
          "[[steps]]\nop = \"mse_loss\"\ninput = \"y\"\ntarget = \"t\"\noutput = \"loss\"\n";
 }
 
-struct Seen {
-  TraceEntry entry;
-  Tensor<double> dense;
-  DistTensor<double> sharded;
-};
-
-class Recorder final : public shardsim::BoundarySink<double> {
- public:
-  bool on_boundary(const TraceEntry& entry, const Tensor<double>* dense,
-                   const DistTensor<double>& sharded) override {
-    seen.push_back({entry, dense ? *dense : Tensor<double>(), sharded});
-    return false;
-  }
-  void on_activation_memory(const shardsim::ActivationMemory& m) override { memory = m; }
-  const Seen& at(const std::string& op, const std::string& tensor) const {
-    for (const Seen& s : seen) {
-      if (s.entry.op == op && s.entry.tensor == tensor) return s;
-    }
-    FAIL("no boundary " << op << " -> " << tensor);
-    return seen.front();
-  }
-  std::vector<Seen> seen;
-  shardsim::ActivationMemory memory;
-};
-
-Recorder replay(const std::string& text) {
-  const shardsim::Scenario s = shardsim::parse_scenario(text, "tiny.toml");
-  Recorder recorder;
-  shardsim::run_scenario<double>(s, {}, recorder);
-  return recorder;
-}
+using fsdp_test::Recorder;
+using fsdp_test::replay;
+using fsdp_test::Seen;
 
 // concat(W row-major, b): the flat parameter's 18 values.
 std::vector<double> flat_values(const Recorder& r, const std::string& op) {
@@ -132,6 +106,35 @@ TEST_CASE("parameter memory per rank, derived by hand", "[fsdp][memory]") {
   };
   check("flat", 40, 160);
   check("per_param", 48, 192);
+}
+
+// Mixed precision on the same f64 run: master shards and gradient shards stay 8 bytes per
+// element; the gathered copy counts param_dtype's bytes; the unsharded gradients param_dtype's
+// (autograd's) plus, when reduce_dtype differs, the reduce_dtype copy the reduce-scatter reads.
+//   bf16 / f32, flat:      gathered 20 x 2 = 40; gradients 20 x (2 + 4) = 120.
+//   bf16 / f32, per_param: gathered 24 x 2 = 48; gradients 24 x (2 + 4) = 144.
+//   f32 alone (reduce_dtype defaults to param_dtype, as in PyTorch), flat: gathered 20 x 4 = 80,
+//   gradients 20 x 4 = 80 (no cast).
+//   f64 on an f64 run is the run's own: the figures of the plain run (160, 160).
+TEST_CASE("parameter memory per rank with param_dtype and reduce_dtype, derived by hand",
+          "[fsdp][memory]") {
+  const auto check = [](const std::string& style, const std::string& dtypes, std::int64_t shard,
+                        std::int64_t gathered, std::int64_t grads) {
+    const Recorder r = replay(tiny(style, "", dtypes));
+    REQUIRE(r.memory.parameters);
+    const shardsim::ParameterMemory& m = *r.memory.parameters;
+    INFO(style << dtypes);
+    CHECK(m.sharded_params == std::vector<std::int64_t>(4, shard));
+    CHECK(m.sharded_grads == std::vector<std::int64_t>(4, shard));
+    CHECK(m.optimizer_state == std::vector<std::int64_t>(4, 0));
+    CHECK(m.gathered_peak == std::vector<std::int64_t>(4, gathered));
+    CHECK(m.unsharded_grads_peak == std::vector<std::int64_t>(4, grads));
+  };
+  const std::string bf16_f32 = ", param_dtype = \"bf16\", reduce_dtype = \"f32\"";
+  check("flat", bf16_f32, 40, 40, 120);
+  check("per_param", bf16_f32, 48, 48, 144);
+  check("flat", ", param_dtype = \"f32\"", 40, 80, 80);
+  check("flat", ", param_dtype = \"f64\"", 40, 160, 160);
 }
 
 // The norm is computed here from the oracle's gradients of W and b (before clipping):

@@ -1,10 +1,12 @@
 // Tests for placement.hpp: split policies, local<->global identity, parsing.
+#include "shardsim/placement.hpp"
+
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <vector>
 
+#include "shardsim/dist_tensor.hpp"
 #include "shardsim/error.hpp"
-#include "shardsim/placement.hpp"
 
 using shardsim::Placement;
 using shardsim::shard_slices;
@@ -29,8 +31,7 @@ using Sizes = std::vector<std::int64_t>;
 
 }  // namespace
 
-TEST_CASE("chunk split is torch.chunk: c = ceil(n/k), trailing ranks may be empty",
-          "[placement]") {
+TEST_CASE("chunk split is torch.chunk: c = ceil(n/k), trailing ranks may be empty", "[placement]") {
   // 13/4: c = 4 -> [0,4) [4,8) [8,12) [12,13).
   const auto s13 = shard_slices(13, 4, SplitPolicy::chunk);
   CHECK(valid_sizes(s13) == Sizes{4, 4, 4, 1});
@@ -44,8 +45,7 @@ TEST_CASE("chunk split is torch.chunk: c = ceil(n/k), trailing ranks may be empt
   CHECK(valid_sizes(shard_slices(0, 3, SplitPolicy::chunk)) == Sizes{0, 0, 0});
 }
 
-TEST_CASE("balanced split is torch.tensor_split: the first n%k ranks get one more",
-          "[placement]") {
+TEST_CASE("balanced split is torch.tensor_split: the first n%k ranks get one more", "[placement]") {
   // 13 = 4*3 + 1: one rank gets 4, the rest 3.
   const auto s13 = shard_slices(13, 4, SplitPolicy::balanced);
   CHECK(valid_sizes(s13) == Sizes{4, 3, 3, 3});
@@ -55,8 +55,7 @@ TEST_CASE("balanced split is torch.tensor_split: the first n%k ranks get one mor
   CHECK(valid_sizes(shard_slices(3, 4, SplitPolicy::balanced)) == Sizes{1, 1, 1, 0});
 }
 
-TEST_CASE("padded split: every rank holds c positions, those past n are padding",
-          "[placement]") {
+TEST_CASE("padded split: every rank holds c positions, those past n are padding", "[placement]") {
   // 13/4: c = 4, padded length 16; rank 3 holds global 12 plus 3 pad positions.
   const auto s13 = shard_slices(13, 4, SplitPolicy::padded);
   CHECK(local_extents(s13) == Sizes{4, 4, 4, 4});
@@ -220,4 +219,49 @@ TEST_CASE("zigzag share: local<->global identity, owner, labels", "[placement]")
   CHECK(zigzag == Placement::shard("seq", SplitPolicy::zigzag));
   CHECK(zigzag.str() == "Shard(seq, zigzag)");
   CHECK(shardsim::local_shape(shardsim::Shape({{"seq", 13}}), zigzag, 2, 0).extent("seq") == 5);
+}
+
+// A process of the mpi transport without the oracle draws only its ranks' input elements
+// (distribute_generated, runner load_inputs). Its locals must be those distribute() gives from
+// the global tensor: every split policy (padding left zero, zigzag's two runs), a 2-D mesh with a
+// Partial dim (only coordinate 0 holds the value), and a mesh restricted to a process's block of
+// ranks (held_only). The value of element i is i + 1, so a misplaced element cannot pass.
+TEST_CASE("distribute_generated lays out the locals distribute gives from the global tensor",
+          "[placement]") {
+  using shardsim::Layout;
+  using shardsim::Mesh;
+  using shardsim::Shape;
+  using shardsim::Tensor;
+  const Shape shape({{"batch", 2}, {"seq", 13}, {"hidden", 3}});
+  Tensor<double> global(shape);
+  for (std::int64_t i = 0; i < global.numel(); ++i) global[i] = double(i + 1);
+  auto value = [](std::int64_t i) { return double(i + 1); };
+  const Mesh mesh_2d({{"dp", 2}, {"cp", 3}});
+  const std::vector<std::pair<Mesh, Layout>> cases = {
+      {Mesh(4), Layout({Placement::shard("seq")})},
+      {Mesh(4), Layout({Placement::shard("seq", SplitPolicy::balanced)})},
+      {Mesh(4), Layout({Placement::shard("seq", SplitPolicy::padded)})},
+      {Mesh(3), Layout({Placement::shard("seq", SplitPolicy::zigzag)})},
+      {Mesh(5), Layout({Placement::shard("hidden")})},
+      {Mesh(2), Layout({Placement::replicate()})},
+      {mesh_2d, Layout({Placement::shard("batch"), Placement::shard("seq", SplitPolicy::padded)})},
+      {mesh_2d, Layout({Placement::partial(), Placement::shard("seq", SplitPolicy::zigzag)})},
+      {mesh_2d.held_only(2, 5),
+       Layout({Placement::shard("batch"), Placement::shard("seq", SplitPolicy::balanced)})},
+  };
+  for (const auto& [mesh, layout] : cases) {
+    auto shared = std::make_shared<const Mesh>(mesh);
+    const auto expected = shardsim::distribute("x", global, layout, shared);
+    const auto drawn = shardsim::distribute_generated<double>("x", shape, layout, shared, value);
+    REQUIRE(drawn.ranks() == expected.ranks());
+    for (int r = 0; r < expected.ranks(); ++r) {
+      INFO("layout " << layout.str() << ", rank " << r);
+      REQUIRE(drawn.held(r) == expected.held(r));
+      if (!expected.held(r)) continue;
+      REQUIRE(drawn.local(r).shape() == expected.local(r).shape());
+      for (std::int64_t i = 0; i < expected.local(r).numel(); ++i) {
+        REQUIRE(drawn.local(r)[i] == expected.local(r)[i]);
+      }
+    }
+  }
 }

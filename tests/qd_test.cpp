@@ -79,6 +79,15 @@ TEST_CASE("qd: rounding to f64, f32, bf16, f16 rounds the whole sum, as MPFR doe
   CHECK(round_to_narrow(Qd(qd_real(1.0 + 0x1p-8, -0x1p-70, 0, 0)), NarrowFormat::bf16) == 0x3f80);
   CHECK(round_to_narrow(Qd(qd_real(1.0 + 0x1p-11, 0x1p-70, 0, 0)), NarrowFormat::f16) == 0x3c01);
   CHECK(round_to_narrow(Qd(qd_real(1.0 + 0x1p-11, 0, 0, 0)), NarrowFormat::f16) == 0x3c00);
+  // A zero keeps its sign in every format (summing -0 + 0 + 0 + 0 would give +0): goldens store
+  // it, as rounding MPFR's -0 does.
+  CHECK(std::signbit(round_to_f64(Qd(-0.0))));
+  CHECK(std::signbit(round_to_f32(Qd(-0.0))));
+  CHECK(round_to_narrow(Qd(-0.0), NarrowFormat::bf16) == 0x8000);
+  CHECK(round_to_narrow(Qd(-0.0), NarrowFormat::f16) == 0x8000);
+  CHECK(std::signbit(round_to_f64(Dd(-0.0))));
+  CHECK_FALSE(std::signbit(round_to_f64(Qd(0.0))));
+  CHECK(round_to_narrow(Qd(0.0), NarrowFormat::bf16) == 0x0000);
   // A value whose terms overlap (not QD-normalized) takes the MPFR path and is still right.
   CHECK(round_to_f64(Qd(qd_real(1.0, 1.0, 0x1p-60, 0))) == 2.0);
 

@@ -14,7 +14,9 @@ using shardsim::InputError;
 using shardsim::kUlpNaN;
 using shardsim::Mp;
 using shardsim::parse_precision;
+using shardsim::round_to_f64;
 using shardsim::ScalarKind;
+using shardsim::set_mp_precision;
 using shardsim::ulp_distance;
 
 TEST_CASE("parse_precision accepts f32, f64 and mp<bits> with 64 <= bits", "[scalar]") {
@@ -184,4 +186,32 @@ TEST_CASE("add_into, sub_into, mul_into on Mp equal Boost's operators, aliasing 
   float f = 0;
   shardsim::mul_into(f, 0.1f, 3.0f);
   CHECK(f == 0.1f * 3.0f);
+}
+
+// IEEE 754 (section 6.3): under round to nearest an exact difference x - x is +0, and a - b with
+// a = +0, b = -0 is +0, with a = -0, b = +0 is -0. Boost's et_off operator-(const number&,
+// number&&) computes -(b - a) instead, which turns the first case into -0; mp.hpp's overload for Mp
+// subtracts in order. Each case is checked against double arithmetic (the same operation at f64,
+// which rounds to nearest in hardware) with the right operand an rvalue, as in `p - lr * g` (an
+// SGD step on a zero padding slot) or `dnorm - norm * mean` (RMSNorm backward on a masked row).
+TEST_CASE("mp subtraction of an rvalue gives IEEE signs of zero, as f64 does", "[scalar]") {
+  set_mp_precision(256);
+  const double cases[][2] = {{0.0, 0.0},   {0.5, 0.5},   {0.0, -0.0}, {-0.0, 0.0},
+                             {-0.0, -0.0}, {-2.5, -2.5}, {0.75, 0.25}};
+  for (const auto& c : cases) {
+    const double a = c[0];
+    const double b = c[1];
+    const Mp ma(a);
+    const Mp one(1);
+    const Mp from_rvalue = ma - Mp(b) * one;  // the right operand is an rvalue
+    const Mp from_lvalues = ma - Mp(b);       // Mp(b) is an rvalue too
+    const Mp mb(b);
+    const Mp both_lvalues = ma - mb;
+    const double expected = a - b;
+    INFO(a << " - " << b);
+    for (const Mp* r : {&from_rvalue, &from_lvalues, &both_lvalues}) {
+      CHECK(round_to_f64(*r) == expected);
+      CHECK(static_cast<bool>(signbit(*r)) == std::signbit(expected));
+    }
+  }
 }

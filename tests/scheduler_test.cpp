@@ -64,17 +64,17 @@ TEST_CASE("the schedules under test visit the ranks in different orders", "[sche
 
 TEST_CASE("reports are byte-identical under every schedule except for the schedule field",
           "[scheduler]") {
-  const char* scenario_name = GENERATE("layernorm_sequence_sharded.toml", "layernorm_padded.toml",
-                                       "layernorm_redistribute.toml",
-                                       // N-D meshes: dp x tp, cp x tp, dp x cp x tp; the
-                                       // zigzag ring on cp ships blocks and dK/dV by send/recv.
-                                       "mesh_dp_tp_mlp_sequence_parallel.toml",
-                                       "mesh_cp_tp_block.toml", "mesh_dp_cp_tp_training.toml",
-                                       "mesh_cp_tp_zigzag_training.toml",
-                                       // gradient accumulation over 2 micro-batches on dp x tp
-                                       "micro_batches_dp_tp_mlp.toml",
-                                       // FSDP: flat units, and per_param under tp x dp.
-                                       "fsdp_flat_mlp.toml", "mesh_tp_dp_fsdp_mlp.toml");
+  const char* scenario_name = GENERATE(
+      "layernorm_sequence_sharded.toml", "layernorm_padded.toml", "layernorm_redistribute.toml",
+      // N-D meshes: dp x tp, cp x tp, dp x cp x tp; the
+      // zigzag ring on cp ships blocks and dK/dV by send/recv.
+      "mesh_dp_tp_mlp_sequence_parallel.toml", "mesh_cp_tp_block.toml",
+      "mesh_dp_cp_tp_training.toml", "mesh_cp_tp_zigzag_training.toml",
+      // gradient accumulation over 2 micro-batches on dp x tp
+      "micro_batches_dp_tp_mlp.toml",
+      // FSDP: flat units, and per_param under tp x dp;
+      // mixed precision (hop-rounded reduce-scatters).
+      "fsdp_flat_mlp.toml", "mesh_tp_dp_fsdp_mlp.toml", "fsdp_mixed_bf16_mlp.toml");
   INFO(scenario_name);
   const shardsim::Scenario scenario = shardsim::load_scenario(scenario_path(scenario_name));
   std::string reference;

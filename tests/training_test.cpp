@@ -264,3 +264,36 @@ TEST_CASE("during backward the runner releases exactly what no remaining step re
   CHECK(none.keeps("grad(ln.bias)"));
   CHECK(none.keeps("x"));
 }
+
+TEST_CASE("a forward-only run releases each entry once no later step names it",
+          "[training][memory]") {
+  // mlp_sequence_parallel's steps: 0 layer_norm(x) -> ln, 1 redistribute(ln) -> ln.full,
+  // 2 linear(ln.full, fc1.*) -> h, 3 gelu(h) -> a, 4 linear(a, fc2.*) -> o, 5 redistribute(o)
+  // -> o.seq, 6 dropout(o.seq) -> d, 7 add(d, x) -> ... . The rule is read off the spec: after
+  // step i ran forward, an entry stays if it is pinned or derives from a name of steps i+1...
+  const shardsim::Scenario sc = scenario("mlp_sequence_parallel.toml");
+  REQUIRE(sc.steps.size() >= 8);
+  const std::set<std::string> pinned{"x", "ln.weight", "ln.bias"};
+  // After layer_norm: the redistribute still reads ln (and ln's statistics derive from it).
+  const shardsim::LiveNames after_norm = shardsim::forward_live_names(sc.steps, 1, pinned);
+  CHECK(after_norm.keeps("ln"));
+  CHECK(after_norm.keeps("ln.rstd"));
+  CHECK(after_norm.keeps("x"));
+  // After the redistribute: ln is read by no later step, so it and its statistics go; the
+  // gathered ln.full stays for the column-parallel linear.
+  const shardsim::LiveNames after_gather = shardsim::forward_live_names(sc.steps, 2, pinned);
+  CHECK_FALSE(after_gather.keeps("ln"));
+  CHECK_FALSE(after_gather.keeps("ln.mean"));
+  CHECK(after_gather.keeps("ln.full"));
+  CHECK(after_gather.keeps("ln.weight"));  // pinned
+  // After gelu: h is gone, a stays for the row-parallel linear.
+  const shardsim::LiveNames after_gelu = shardsim::forward_live_names(sc.steps, 4, pinned);
+  CHECK_FALSE(after_gelu.keeps("h"));
+  CHECK_FALSE(after_gelu.keeps("ln.full"));
+  CHECK(after_gelu.keeps("a"));
+  // No gradient is ever live in a forward-only run, and after the last step only pinned ones.
+  CHECK_FALSE(after_gelu.keeps("grad(a)"));
+  const shardsim::LiveNames done = shardsim::forward_live_names(sc.steps, sc.steps.size(), pinned);
+  CHECK_FALSE(done.keeps("a"));
+  CHECK(done.keeps("x"));
+}

@@ -140,6 +140,9 @@ class GoldenTensor:
         self.global_shape = dict(info["global_shape"])
         self.boundary = dict(info["boundary"])
         self.ranks = info["ranks"]          # every rank's local shape, offset and slice
+        # BF16/F16 goldens: the error budget of correct programs, {"normwise": x, "ulp": n}
+        # (README "Error budgets"); None for other dtypes and manifests without budgets.
+        self.budget = info.get("budget")
         # The parameters of the op (or update) that recorded this boundary, defaults filled in,
         # e.g. {"eps": 1e-05, "axis": "hidden", ...}; None for inputs.
         self.params = boundary_params

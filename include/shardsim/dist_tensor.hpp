@@ -26,6 +26,8 @@ struct DistTensor {
   std::vector<Tensor<T>> locals;
 
   int ranks() const { return static_cast<int>(locals.size()); }
+  // Whether this process holds `rank`'s local (Mesh::holds); a local it does not hold is empty.
+  bool held(int rank) const { return mesh->holds(rank); }
   Tensor<T>& local(int rank) { return locals[static_cast<std::size_t>(rank)]; }
   const Tensor<T>& local(int rank) const { return locals[static_cast<std::size_t>(rank)]; }
   // `rank`'s share of `axis`: global [begin, end) and its local extent (placement.hpp).
@@ -34,13 +36,18 @@ struct DistTensor {
   }
 };
 
-// An empty DistTensor with correctly shaped zero locals.
+// An empty DistTensor with correctly shaped zero locals (for the ranks the mesh holds; the
+// others are empty Tensors, transport.hpp).
 template <typename T>
 DistTensor<T> make_dist(std::string name, const Shape& global, const Layout& layout,
                         std::shared_ptr<const Mesh> mesh) {
   DistTensor<T> out{std::move(name), global, layout, std::move(mesh), {}};
   out.locals.reserve(static_cast<std::size_t>(out.mesh->size()));
   for (int r = 0; r < out.mesh->size(); ++r) {
+    if (!out.mesh->holds(r)) {
+      out.locals.emplace_back();
+      continue;
+    }
     out.locals.emplace_back(local_shape(global, layout, *out.mesh, r));
   }
   return out;
@@ -126,11 +133,60 @@ DistTensor<T> distribute(std::string name, const Tensor<T>& global, const Layout
   std::vector<Slice> whole;
   for (const Axis& axis : global.shape().axes()) whole.push_back({0, axis.extent, axis.extent});
   for (int r = 0; r < out.ranks(); ++r) {
-    bool holds_value = true;
+    bool holds_value = out.held(r);
     for (int d = 0; d < layout.ndim(); ++d) {
       if (layout.on(d).is_partial() && out.mesh->coord(r, d) != 0) holds_value = false;
     }
     if (holds_value) copy_overlap(global, whole, out.local(r), local_box(out, r));
+  }
+  return out;
+}
+
+// distribute() of the tensor whose element at global flat (row-major) index i is value(i), drawing
+// only the elements the held ranks store: a process of the mpi transport without the oracle never
+// builds the global tensor. The locals are those distribute(name, global, ...) gives: the same
+// holders, padding left zero. `value` is called once per stored element (a replicated element
+// once per rank that stores it).
+template <typename T, typename F>
+DistTensor<T> distribute_generated(std::string name, const Shape& global, const Layout& layout,
+                                   std::shared_ptr<const Mesh> mesh, F&& value) {
+  DistTensor<T> out = make_dist<T>(std::move(name), global, layout, std::move(mesh));
+  const std::size_t axes = global.rank();
+  std::vector<std::int64_t> stride(axes, 1);  // the global tensor's row-major strides
+  for (std::size_t a = axes; a-- > 1;) stride[a - 1] = stride[a] * global[a].extent;
+  for (int r = 0; r < out.ranks(); ++r) {
+    bool holds_value = out.held(r);
+    for (int d = 0; d < layout.ndim(); ++d) {
+      if (layout.on(d).is_partial() && out.mesh->coord(r, d) != 0) holds_value = false;
+    }
+    if (!holds_value) continue;
+    Tensor<T>& local = out.local(r);
+    const std::vector<Slice> box = local_box(out, r);
+    // Per axis, the global position of each local position (-1: padding).
+    std::vector<std::vector<std::int64_t>> position(axes);
+    for (std::size_t a = 0; a < axes; ++a) {
+      position[a].assign(static_cast<std::size_t>(local.shape()[a].extent), -1);
+      for (const SliceRun& run : slice_runs(box[a])) {
+        for (std::int64_t g = run.begin; g < run.end; ++g) {
+          position[a][static_cast<std::size_t>(run.local + g - run.begin)] = g;
+        }
+      }
+    }
+    std::vector<std::int64_t> index(axes, 0);  // the local multi-index of `flat`
+    for (std::int64_t flat = 0; flat < local.numel(); ++flat) {
+      std::int64_t at = 0;
+      bool real = true;
+      for (std::size_t a = 0; a < axes && real; ++a) {
+        const std::int64_t g = position[a][static_cast<std::size_t>(index[a])];
+        real = g >= 0;
+        at += g * stride[a];
+      }
+      if (real) local[flat] = value(at);
+      for (std::size_t a = axes; a-- > 0;) {
+        if (++index[a] < local.shape()[a].extent) break;
+        index[a] = 0;
+      }
+    }
   }
   return out;
 }

@@ -45,7 +45,8 @@
   X(fsdp_grad_local_mean)           \
   X(fsdp_full_param_step)           \
   X(fsdp_clip_padding)              \
-  X(fsdp_stale_shard)
+  X(fsdp_stale_shard)               \
+  X(fsdp_reduce_dtype_bf16)
 
 namespace shardsim {
 

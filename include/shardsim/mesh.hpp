@@ -58,11 +58,22 @@ class Mesh {
 
   std::string str() const;         // "dp=2, cp=2, tp=2"
   std::string coords_str(int rank) const;  // "dp=0, cp=1, tp=1"
-  friend bool operator==(const Mesh&, const Mesh&) = default;
+  // The ranks this process holds (transport.hpp): [held_begin, held_end), every rank unless a
+  // transport spreads the mesh over processes. A DistTensor allocates only held ranks' locals.
+  // Not part of the mesh's identity (operator== ignores it).
+  bool holds(int rank) const { return rank >= held_begin_ && rank < held_end_; }
+  bool holds_all() const { return held_begin_ == 0 && held_end_ == size_; }
+  int held_begin() const { return held_begin_; }
+  int held_end() const { return held_end_; }
+  // This mesh, held in part. REQUIRES: 0 <= begin <= end <= size().
+  Mesh held_only(int begin, int end) const;
+  friend bool operator==(const Mesh& a, const Mesh& b) { return a.dims_ == b.dims_; }
 
  private:
   std::vector<MeshDim> dims_;
   int size_ = 1;
+  int held_begin_ = 0;
+  int held_end_ = 1;
 };
 
 enum class ReduceOrder { rank, ring, tree };

@@ -10,6 +10,7 @@
 
 #include <boost/multiprecision/mpfr.hpp>
 #include <cstdint>
+#include <utility>
 
 #include "shardsim/narrow.hpp"
 #include "shardsim/scalar.hpp"
@@ -65,3 +66,18 @@ inline void mul_into<Mp>(Mp& out, const Mp& a, const Mp& b) {
 }
 
 }  // namespace shardsim
+
+namespace boost::multiprecision {
+
+// IEEE 754 subtraction for an rvalue right operand. Boost's et_off operator-(const number& a,
+// number&& b) reuses b's storage by computing -(b - a) (boost/multiprecision/detail/
+// no_et_ops.hpp): when a == b that is -0, where a - b under round to nearest is +0 (as at f32 and
+// f64, and as MPFR's mpfr_sub gives). This exact-type overload, preferred by overload resolution
+// over Boost's template, subtracts in order into b's storage, at b's precision as Boost does: the
+// same value, and the sign of an exact zero that IEEE arithmetic gives.
+inline shardsim::Mp operator-(const shardsim::Mp& a, shardsim::Mp&& b) {
+  mpfr_sub(b.backend().data(), a.backend().data(), b.backend().data(), MPFR_RNDN);
+  return std::move(b);
+}
+
+}  // namespace boost::multiprecision

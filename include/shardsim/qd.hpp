@@ -74,6 +74,7 @@ class Expansion {
  public:
   static constexpr int kTerms = Ops::terms;
   static constexpr unsigned kBits = Ops::bits;
+  using Raw = R;  // dd_real or qd_real
 
   Expansion() = default;
   // From any arithmetic value through double: exact for floats, doubles and integers below 2^53.
@@ -208,19 +209,19 @@ double ulp_distance_expansion(const Expansion<R>& a, const Expansion<R>& b);
 
 template <typename R>
 inline Expansion<R>::operator double() const {
-  return round_to_f64(*this);
+  return round_to_f64<R>(*this);
 }
 template <typename R>
 inline Expansion<R>::operator float() const {
-  return round_to_f32(*this);
+  return round_to_f32<R>(*this);
 }
 
 template <typename R>
 struct ScalarTraits<Expansion<R>> {
   static constexpr const char* name = detail::ExpansionOps<R>::name;
-  static double to_double(const Expansion<R>& v) { return round_to_f64(v); }
+  static double to_double(const Expansion<R>& v) { return round_to_f64<R>(v); }
   static double ulp(const Expansion<R>& a, const Expansion<R>& b) {
-    return ulp_distance_expansion(a, b);
+    return ulp_distance_expansion<R>(a, b);
   }
   // The same terms and the same sign of zero. (Two different term lists could in principle sum
   // to the same value; the same operations in the same order give the same terms.)
@@ -233,7 +234,18 @@ struct ScalarTraits<Expansion<R>> {
 
 template <typename R>
 struct std::numeric_limits<shardsim::Expansion<R>> {
+  // Complete enough for generic code that inspects it (Boost.Multiprecision's conversion traits
+  // weigh Mp's converting constructor wherever mp.hpp is visible): a binary floating type with
+  // double's exponent range and the expansion's significand bits.
   static constexpr bool is_specialized = true;
+  static constexpr bool is_signed = true;
+  static constexpr bool is_integer = false;
+  static constexpr bool is_exact = false;
+  static constexpr int radix = 2;
+  static constexpr int digits = static_cast<int>(shardsim::Expansion<R>::kBits);
+  static constexpr int digits10 = digits * 301 / 1000;
+  static constexpr int min_exponent = std::numeric_limits<double>::min_exponent;
+  static constexpr int max_exponent = std::numeric_limits<double>::max_exponent;
   static constexpr bool has_infinity = true;
   static constexpr bool has_quiet_NaN = true;
   static shardsim::Expansion<R> infinity() { return std::numeric_limits<double>::infinity(); }

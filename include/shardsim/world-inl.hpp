@@ -14,11 +14,24 @@
 namespace shardsim {
 
 template <typename T>
-World<T>::World(Mesh mesh, ReduceOrder order, Schedule schedule)
+World<T>::World(Mesh mesh, ReduceOrder order, Schedule schedule,
+                std::shared_ptr<const Transport> transport)
     : shared_(std::make_shared<Shared>()) {
   shared_->visit_order = schedule_order(schedule, mesh.size());
+  if (transport) {
+    const int processes = transport->processes();
+    if (processes > mesh.size()) {
+      throw InputError(std::to_string(processes) + " processes for a mesh of " +
+                       std::to_string(mesh.size()) + " ranks (" + mesh.str() +
+                       "): run with at most as many processes as ranks");
+    }
+    const RankBlock block = rank_block(transport->process(), processes, mesh.size());
+    mesh = mesh.held_only(block.begin, block.end);
+    std::erase_if(shared_->visit_order, [&](int r) { return !mesh.holds(r); });
+  }
   shared_->mesh = std::make_shared<const Mesh>(std::move(mesh));
   shared_->order = order;
+  shared_->transport = std::move(transport);
 }
 
 template <typename T>
@@ -141,6 +154,8 @@ void World<T>::rendezvous(const std::vector<int>& group, const std::vector<CallD
                           describe(odd));
   }
   for (const CallDesc& call : calls) {
+    // A ring hop and a boundary gather move buffers as they are (check_ring, share).
+    if (call.collective == "ring_send_recv" || call.collective == "boundary") continue;
     const Shape expected = local_shape(call.global, call.from, mesh(), call.rank);
     if (!(call.local == expected)) {
       throw RendezvousError("rendezvous mismatch in " + describe(call) + ": rank " +
@@ -155,11 +170,16 @@ std::vector<T> World<T>::reduce_sum(const std::vector<const T*>& addends, std::i
   const int k = static_cast<int>(addends.size());
   SHARDSIM_ASSERT(k == group_size(), "reduce_sum needs one addend per group member");
   std::vector<T> out(static_cast<std::size_t>(n), T(0));
+  // One hop: a + b, rounded by rounding_sums' function when there is one.
+  auto add = [this](T& sum, const T& addend) {
+    sum += addend;
+    if (round_) round_(sum);
+  };
   switch (shared_->order) {
     case ReduceOrder::rank:
       for (std::int64_t e = 0; e < n; ++e) {
         T sum = addends[0][e];
-        for (int r = 1; r < k; ++r) sum += addends[static_cast<std::size_t>(r)][e];
+        for (int r = 1; r < k; ++r) add(sum, addends[static_cast<std::size_t>(r)][e]);
         out[static_cast<std::size_t>(e)] = sum;
       }
       break;
@@ -171,7 +191,7 @@ std::vector<T> World<T>::reduce_sum(const std::vector<const T*>& addends, std::i
         T sum = addends[static_cast<std::size_t>(r)][e];
         for (int hop = 1; hop < k; ++hop) {
           r = (r + 1) % k;
-          sum += addends[static_cast<std::size_t>(r)][e];
+          add(sum, addends[static_cast<std::size_t>(r)][e]);
         }
         out[static_cast<std::size_t>(e)] = sum;
       }
@@ -181,7 +201,9 @@ std::vector<T> World<T>::reduce_sum(const std::vector<const T*>& addends, std::i
       std::function<T(int, int, std::int64_t)> tree_sum = [&](int lo, int hi, std::int64_t e) {
         if (hi - lo == 1) return T(addends[static_cast<std::size_t>(lo)][e]);
         const int mid = lo + (hi - lo + 1) / 2;
-        return T(tree_sum(lo, mid, e) + tree_sum(mid, hi, e));
+        T sum = tree_sum(lo, mid, e);
+        add(sum, tree_sum(mid, hi, e));
+        return sum;
       };
       for (std::int64_t e = 0; e < n; ++e) out[static_cast<std::size_t>(e)] = tree_sum(0, k, e);
       break;
@@ -193,3 +215,4 @@ std::vector<T> World<T>::reduce_sum(const std::vector<const T*>& addends, std::i
 }  // namespace shardsim
 
 #include "shardsim/world_collectives-inl.hpp"
+#include "shardsim/world_transport-inl.hpp"

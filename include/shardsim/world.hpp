@@ -14,6 +14,16 @@
 // dim. Sums follow the world's reduce order (rank, ring or tree; mesh.hpp gives each exactly)
 // over a group's members in coordinate order, computed once per group and copied, so every
 // member receives bitwise the same result.
+//
+// Over a transport (transport.hpp) of P processes every process runs the same control flow and
+// holds a contiguous block of the ranks (rank_block): for_each_rank visits only its own ranks, a
+// DistTensor allocates only their locals (the others stay empty), and each collective first
+// delivers, from the processes that hold them, exactly the members' buffers of the groups this
+// process has a member in (all_reduce, reduce_scatter, all_gather, all_to_all: the whole group;
+// broadcast: the root's; a ring hop: the previous member's), then computes as in one process with
+// the same reduce order, for its own members only. So results are bitwise those of one process.
+// Every process sends every process the calls of its ranks, so each runs the rendezvous check of
+// every group and a mismatch throws the same RendezvousError on all of them.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +36,7 @@
 #include "shardsim/dist_tensor.hpp"
 #include "shardsim/mesh.hpp"
 #include "shardsim/trace.hpp"
+#include "shardsim/transport.hpp"
 
 namespace shardsim {
 
@@ -49,8 +60,10 @@ class World {
   // goes on with the rounded values.
   using Hook = std::function<bool(const BoundaryLabel&, DistTensor<T>&)>;
 
-  // Collectives run on dim 0 until on() picks another.
-  World(Mesh mesh, ReduceOrder order, Schedule schedule);
+  // Collectives run on dim 0 until on() picks another. With a transport this process holds the
+  // ranks of its rank_block; throws InputError when there are more processes than ranks.
+  World(Mesh mesh, ReduceOrder order, Schedule schedule,
+        std::shared_ptr<const Transport> transport = nullptr);
   // The 1-D mesh of `ranks` ranks. REQUIRES: ranks >= 1.
   World(int ranks, ReduceOrder order, Schedule schedule);
 
@@ -60,6 +73,9 @@ class World {
   ReduceOrder reduce_order() const { return shared_->order; }
   const std::vector<int>& order() const { return shared_->visit_order; }
   void set_hook(Hook hook) { shared_->hook = std::move(hook); }
+  // Null for the local transport (one process holds every rank).
+  const Transport* transport() const { return shared_->transport.get(); }
+  bool holds(int rank) const { return mesh().holds(rank); }
 
   // This world bound to mesh dim `dim`: the same ranks, hook and orders; its collectives run in
   // the groups of `dim`. REQUIRES: 0 <= dim < mesh().ndim().
@@ -69,6 +85,16 @@ class World {
   // `rank`'s coordinate on dim(), and the member of its group at coordinate `coord`.
   int coord(int rank) const { return mesh().coord(rank, dim_); }
   int peer(int rank, int coord) const { return mesh().with_coord(rank, dim_, coord); }
+
+  // This world with every sum of its collectives rounded in place by `round` after each addition
+  // (each hop of the reduce order), as a collective that adds in a narrower dtype does (FSDP's
+  // reduce_dtype, sim/runner/fsdp_mixed.hpp); an empty function: none. The addends are the
+  // caller's to round.
+  World rounding_sums(std::function<void(T&)> round) const {
+    World out = *this;
+    out.round_ = std::move(round);
+    return out;
+  }
 
   // The tensor's placement on dim().
   const Placement& placement(const DistTensor<T>& x) const { return x.layout.on(dim_); }
@@ -116,6 +142,20 @@ class World {
   DistTensor<T> redistribute(const DistTensor<T>& in, const Layout& target,
                              const BoundaryLabel& label) const;
 
+  // `x` with every rank's local on every process (a copy, on a mesh that holds every rank).
+  // With `to_root` only process 0 receives the others' locals (the boundary gather that hands a
+  // boundary to the oracle's comparison on process 0, and the replica checks' reference); every
+  // other process gets `x` back as it is. Every process must call it at the same point (the
+  // rendezvous check runs on all). Moves no data with the local transport.
+  DistTensor<T> share(const DistTensor<T>& x, bool to_root = false) const;
+  // Process 0's `message`, on every process (each passes its own; only process 0's is read).
+  // Every process must call it at the same point. The local transport returns `message`.
+  std::string from_root(std::string message) const;
+  // A per-rank figure (one entry per rank) with each rank's entry taken from the process that
+  // holds it (the others are ignored): the activation-memory accounting. Every process must call
+  // it at the same point; the local transport returns `values` unchanged.
+  std::vector<std::int64_t> from_owners(std::vector<std::int64_t> values) const;
+
   // Checks that the members of one group (listed by coordinate) made the same call; throws
   // RendezvousError naming the ranks otherwise.
   void rendezvous(const std::vector<int>& group, const std::vector<CallDesc>& calls) const;
@@ -130,16 +170,40 @@ class World {
     ReduceOrder order;
     std::vector<int> visit_order;
     Hook hook;
+    std::shared_ptr<const Transport> transport;
   };
 
+  // Whether rank r's buffer goes to process p.
+  using Wants = std::function<bool(int rank, int process)>;
   // Checks one group's calls of `collective` from `in`'s layout to `to`.
   void check_group(std::string_view collective, const std::vector<int>& group,
                    const DistTensor<T>& in, const Layout& to) const;
+  // Before a collective: checks every group's calls (across processes over a transport) and
+  // returns, by rank, the locals of `in` this process does not hold but its groups need (empty
+  // with the local transport). input(in, remote, r) reads member r's buffer either way.
+  std::vector<Tensor<T>> fetch(const DistTensor<T>& in, std::string_view collective,
+                               const Layout& to) const;
+  static const Tensor<T>& input(const DistTensor<T>& in, const std::vector<Tensor<T>>& remote,
+                                int rank) {
+    return remote.empty() || in.held(rank) ? in.local(rank)
+                                           : remote[static_cast<std::size_t>(rank)];
+  }
+  // Whether this process holds a member of `group`.
+  bool serves(const std::vector<int>& group) const;
+  // One exchange over the transport: sends this process's `calls` to every process and each
+  // held rank's tensor (tensor(r)) to the processes `wants` names; returns every process's calls
+  // (by rank) in `all_calls` and the tensors received, by rank.
+  std::vector<Tensor<T>> deliver(const std::vector<CallDesc>& calls,
+                                 const std::function<const Tensor<T>&(int rank)>& tensor,
+                                 const Wants& wants, std::vector<CallDesc>& all_calls) const;
+  // The ring hop's check: every member sends a block with its group's first member's axes.
+  void check_ring(const std::vector<Shape>& shapes) const;
   void report(BoundaryLabel label, std::string_view default_op, const DistTensor<T>& in,
               DistTensor<T>& out) const;
 
   std::shared_ptr<Shared> shared_;
   int dim_ = 0;
+  std::function<void(T&)> round_;  // rounding_sums
 };
 
 extern template class World<float>;

@@ -16,11 +16,12 @@ DistTensor<T> World<T>::all_gather(const DistTensor<T>& in, const BoundaryLabel&
                     "all_gather: a later dim shards the same axis");
   }
   DistTensor<T> out = make(in.name, in.global, in.layout.with(dim_, Placement::replicate()));
+  const std::vector<Tensor<T>> remote = fetch(in, "all_gather", out.layout);
   for (const std::vector<int>& group : mesh().groups(dim_)) {
-    check_group("all_gather", group, in, out.layout);
     for (int q : group) {
+      if (!holds(q)) continue;
       const std::vector<Slice> to = local_box(out, q);
-      for (int r : group) copy_overlap(in.local(r), local_box(in, r), out.local(q), to);
+      for (int r : group) copy_overlap(input(in, remote, r), local_box(in, r), out.local(q), to);
     }
   }
   report(label, "all_gather", in, out);
@@ -31,13 +32,16 @@ template <typename T>
 DistTensor<T> World<T>::all_reduce(const DistTensor<T>& in, const BoundaryLabel& label) const {
   SHARDSIM_ASSERT(placement(in).is_partial(), "all_reduce needs a Partial input");
   DistTensor<T> out = make(in.name, in.global, in.layout.with(dim_, Placement::replicate()));
+  const std::vector<Tensor<T>> remote = fetch(in, "all_reduce", out.layout);
   for (const std::vector<int>& group : mesh().groups(dim_)) {
-    check_group("all_reduce", group, in, out.layout);
+    if (!serves(group)) continue;
     std::vector<const T*> addends;
-    for (int r : group) addends.push_back(in.local(r).data());
-    const std::int64_t n = in.local(group.front()).numel();
+    for (int r : group) addends.push_back(input(in, remote, r).data());
+    const std::int64_t n = input(in, remote, group.front()).numel();
     std::vector<T> sum = reduce_sum(addends, n);
-    for (int r : group) out.local(r).values() = sum;
+    for (int r : group) {
+      if (holds(r)) out.local(r).values() = sum;
+    }
   }
   report(label, "all_reduce", in, out);
   return out;
@@ -49,14 +53,17 @@ DistTensor<T> World<T>::reduce_scatter(const DistTensor<T>& in, const Placement&
   SHARDSIM_ASSERT(placement(in).is_partial() && target.is_shard(),
                   "reduce_scatter goes Partial -> Shard");
   DistTensor<T> out = make(in.name, in.global, in.layout.with(dim_, target));
+  const std::vector<Tensor<T>> remote = fetch(in, "reduce_scatter", out.layout);
   for (const std::vector<int>& group : mesh().groups(dim_)) {
-    check_group("reduce_scatter", group, in, out.layout);
+    if (!serves(group)) continue;
     std::vector<const T*> addends;
-    for (int r : group) addends.push_back(in.local(r).data());
-    const Tensor<T>& first = in.local(group.front());
+    for (int r : group) addends.push_back(input(in, remote, r).data());
+    const Tensor<T>& first = input(in, remote, group.front());
     const Tensor<T> reduced(first.shape(), reduce_sum(addends, first.numel()));
     const std::vector<Slice> from = local_box(in, group.front());
-    for (int q : group) copy_overlap(reduced, from, out.local(q), local_box(out, q));
+    for (int q : group) {
+      if (holds(q)) copy_overlap(reduced, from, out.local(q), local_box(out, q));
+    }
   }
   report(label, "reduce_scatter", in, out);
   return out;
@@ -69,12 +76,13 @@ DistTensor<T> World<T>::all_to_all(const DistTensor<T>& in, const Placement& tar
   SHARDSIM_ASSERT(from.is_shard() && target.is_shard() && from.axis != target.axis,
                   "all_to_all goes Shard(a) -> Shard(b), a != b");
   DistTensor<T> out = make(in.name, in.global, in.layout.with(dim_, target));
+  const std::vector<Tensor<T>> remote = fetch(in, "all_to_all", out.layout);
   for (const std::vector<int>& group : mesh().groups(dim_)) {
-    check_group("all_to_all", group, in, out.layout);
     // Member q receives from each member r the block (from axis: r's piece, to axis: q's).
     for (int q : group) {
+      if (!holds(q)) continue;
       const std::vector<Slice> to = local_box(out, q);
-      for (int r : group) copy_overlap(in.local(r), local_box(in, r), out.local(q), to);
+      for (int r : group) copy_overlap(input(in, remote, r), local_box(in, r), out.local(q), to);
     }
   }
   report(label, "all_to_all", in, out);
@@ -87,9 +95,11 @@ DistTensor<T> World<T>::broadcast(const DistTensor<T>& in, int root,
   SHARDSIM_ASSERT(placement(in).is_replicate() && root >= 0 && root < group_size(),
                   "broadcast needs a Replicate input and a coordinate of the group");
   DistTensor<T> out = make(in.name, in.global, in.layout);
+  const std::vector<Tensor<T>> remote = fetch(in, "broadcast", out.layout);
   for (const std::vector<int>& group : mesh().groups(dim_)) {
-    check_group("broadcast", group, in, out.layout);
-    for (int r : group) out.local(r) = in.local(group[static_cast<std::size_t>(root)]);
+    for (int r : group) {
+      if (holds(r)) out.local(r) = input(in, remote, group[static_cast<std::size_t>(root)]);
+    }
   }
   report(label, "broadcast", in, out);
   return out;
@@ -101,27 +111,39 @@ std::vector<Tensor<T>> World<T>::ring_send_recv(const std::vector<Tensor<T>>& bl
     throw RendezvousError("ring_send_recv: " + std::to_string(blocks.size()) + " blocks for " +
                           std::to_string(size()) + " ranks");
   }
+  // The member of rank r's group at the next coordinate: r's block goes to it.
+  auto next = [&](int r) { return peer(r, (coord(r) + 1) % group_size()); };
+  std::vector<Tensor<T>> remote;
+  std::vector<Shape> shapes;
+  if (transport()) {
+    std::vector<CallDesc> mine;
+    for (int r = mesh().held_begin(); r < mesh().held_end(); ++r) {
+      mine.push_back({r, "ring_send_recv", ScalarTraits<T>::name, Shape(), Layout(), Layout(),
+                      blocks[static_cast<std::size_t>(r)].shape()});
+    }
+    const int processes = transport()->processes();
+    std::vector<CallDesc> calls;
+    remote = deliver(
+        mine, [&](int r) -> const Tensor<T>& { return blocks[static_cast<std::size_t>(r)]; },
+        [&](int r, int p) { return rank_owner(next(r), processes, size()) == p; }, calls);
+    for (const std::vector<int>& group : mesh().groups(dim_)) {
+      std::vector<CallDesc> of_group;
+      for (int r : group) {
+        if (calls[static_cast<std::size_t>(r)].rank >= 0) of_group.push_back(calls[static_cast<std::size_t>(r)]);
+      }
+      rendezvous(group, of_group);
+    }
+    for (const CallDesc& c : calls) shapes.push_back(c.local);
+  } else {
+    for (const Tensor<T>& b : blocks) shapes.push_back(b.shape());
+  }
+  check_ring(shapes);
   std::vector<Tensor<T>> received(blocks.size());
-  for (const std::vector<int>& group : mesh().groups(dim_)) {
-    const Shape& first = blocks[static_cast<std::size_t>(group.front())].shape();
-    std::string differ;
-    for (int r : group) {
-      const Shape& mine = blocks[static_cast<std::size_t>(r)].shape();
-      bool same = mine.rank() == first.rank();
-      for (std::size_t a = 0; same && a < mine.rank(); ++a) same = mine[a].name == first[a].name;
-      if (!same) differ += (differ.empty() ? "" : ",") + std::to_string(r);
-    }
-    if (!differ.empty()) {
-      throw RendezvousError("rendezvous mismatch in ring_send_recv<" +
-                            std::string(ScalarTraits<T>::name) + ">: rank " +
-                            std::to_string(group.front()) + " sends " + first.str() +
-                            " but ranks " + differ + " send blocks with other axes");
-    }
-    const int k = static_cast<int>(group.size());
-    for (int c = 0; c < k; ++c) {
-      received[static_cast<std::size_t>(group[static_cast<std::size_t>((c + 1) % k)])] =
-          blocks[static_cast<std::size_t>(group[static_cast<std::size_t>(c)])];
-    }
+  for (int r = 0; r < size(); ++r) {
+    const int to = next(r);
+    if (!holds(to)) continue;
+    received[static_cast<std::size_t>(to)] =
+        holds(r) ? blocks[static_cast<std::size_t>(r)] : std::move(remote[static_cast<std::size_t>(r)]);
   }
   return received;
 }
@@ -179,6 +201,7 @@ void zero_padding(DistTensor<T>& tensor) {
   }
   if (!padded) return;
   for (int r = 0; r < tensor.ranks(); ++r) {
+    if (!tensor.held(r)) continue;
     Tensor<T>& local = tensor.local(r);
     for (const Axis& axis : tensor.global.axes()) {
       const Slice slice = tensor.slice(r, axis.name);

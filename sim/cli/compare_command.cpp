@@ -1,4 +1,5 @@
 // shardsim compare GOLDEN CANDIDATE [--rtol R] [--atol A] [--max-ulp U] [--map GOLDEN=CANDIDATE]
+//                  [--precision bf16|f16]
 #include <boost/program_options.hpp>
 #include <cmath>
 #include <iostream>
@@ -18,7 +19,10 @@ constexpr const char* kCompareUsage =
     "  GOLDEN     a directory written by 'shardsim run --golden' (manifest.json + goldens)\n"
     "  CANDIDATE  a safetensors file, or a directory of .npy files (named like the goldens'\n"
     "             npy files), written by the backend under test\n"
-    "exit codes: 0 every compared tensor within tolerance; 1 some outside; 2 bad input\n";
+    "  --precision bf16|f16 judges the goldens of that format against the error budgets of\n"
+    "             correct programs instead of tolerances: each tensor noise or bug\n"
+    "exit codes: 0 every compared tensor within tolerance (--precision: noise); 1 some outside\n"
+    "            (a bug); 2 bad input\n";
 
 double non_negative(const po::variables_map& vm, const char* flag) {
   const double v = vm[flag].as<double>();
@@ -35,6 +39,8 @@ int compare_command(const Args& args) {
   options.add_options()("rtol", po::value<double>(), "relative tolerance (see README)")(
       "atol", po::value<double>(), "absolute tolerance")(
       "max-ulp", po::value<double>(), "also accept elements within this many ULPs")(
+      "precision", po::value<std::string>(),
+      "bf16 or f16: judge against the goldens' error budgets (noise or bug), not tolerances")(
       "map", po::value<std::vector<std::string>>()->composing(),
       "GOLDEN_NAME=CANDIDATE_NAME, repeatable (split at the first '=' outside [...])")("help,h", "show this help");
   po::options_description all;
@@ -57,6 +63,20 @@ int compare_command(const Args& args) {
   if (vm.count("rtol")) compare.rtol = non_negative(vm, "rtol");
   if (vm.count("atol")) compare.atol = non_negative(vm, "atol");
   if (vm.count("max-ulp")) compare.max_ulp = non_negative(vm, "max-ulp");
+  if (vm.count("precision")) {
+    const std::string name = vm["precision"].as<std::string>();
+    if (name != "bf16" && name != "f16") {
+      throw InputError("--precision: expected bf16 or f16 (the narrow precisions with error "
+                       "budgets), got " + quote(name));
+    }
+    for (const char* flag : {"rtol", "atol", "max-ulp"}) {
+      if (vm.count(flag)) {
+        throw InputError(std::string("--precision judges against error budgets; it takes no --") +
+                         flag);
+      }
+    }
+    compare.precision = name == "bf16" ? NarrowFormat::bf16 : NarrowFormat::f16;
+  }
   if (vm.count("map")) {
     for (const std::string& pair : vm["map"].as<std::vector<std::string>>()) {
       // Golden names hold '=' inside their [SLICE]: split at the first '=' outside brackets.

@@ -2,8 +2,10 @@
 //
 // Every failure ends here as one line on stderr that starts "shardsim: error: " and an exit code:
 // 2 for bad input or usage (InputError, option errors, out of memory, a path the filesystem
-// refuses), 1 for a collective whose members disagree (a finding about the program), 3 for an
-// internal error. Nothing escapes as an uncaught exception (which would abort).
+// refuses, a collective whose members disagree), 1 for an unexpected divergence, 3 for an
+// internal error, 4 when a peer process of an mpi run died or fell silent (the whole job is then
+// aborted: MPI_Abort). Nothing escapes as an uncaught exception (which would abort). Under
+// mpirun every process that fails prints its own line, prefixed "process P: ".
 #include <boost/program_options/errors.hpp>
 #include <cstdio>
 #include <exception>
@@ -13,7 +15,9 @@
 #include "shardsim/error.hpp"
 #include "shardsim/report/report.hpp"
 #include "shardsim/scenario/scenario.hpp"
+#include "shardsim/transport.hpp"
 #include "sim/cli/commands.hpp"
+#include "sim/transport/mpi_transport.hpp"
 
 namespace {
 
@@ -32,7 +36,8 @@ constexpr const char* kUsage =
     "  help [COMMAND]                                         this text, or a command's options\n"
     "\n"
     "exit codes: 0 outcome matches the scenario's [expect]; 1 unexpected divergence;\n"
-    "            2 bad input or usage; 3 internal error\n"
+    "            2 bad input, usage or a collective mismatch; 3 internal error;\n"
+    "            4 a peer process of an mpi run died or hung\n"
     "run 'shardsim help COMMAND' (or 'shardsim COMMAND --help') for a command's options.\n";
 
 struct Command {
@@ -83,7 +88,8 @@ int dispatch(const std::string& name, const shardsim::cli::Args& args) {
 int fail(const std::string& message, int code) {
   constexpr std::size_t kLimit = 4000;
   std::string line = message.size() > kLimit ? message.substr(0, kLimit) + "..." : message;
-  std::fprintf(stderr, "shardsim: error: %s\n", line.c_str());
+  std::fprintf(stderr, "shardsim: error: %s%s\n", shardsim::mpi_process_prefix().c_str(),
+               line.c_str());
   return code;
 }
 
@@ -103,7 +109,10 @@ int main(int argc, char** argv) {
   } catch (const boost::program_options::error& e) {
     return fail(command + ": " + e.what() + " (see 'shardsim help " + command + "')", 2);
   } catch (const RendezvousError& e) {
-    return fail(std::string("collective mismatch: ") + e.what(), 1);
+    return fail(std::string("collective mismatch: ") + e.what(), 2);
+  } catch (const TransportError& e) {
+    fail(std::string("transport: ") + e.what() + "; no output was written", 4);
+    abort_mpi_job(4);
   } catch (const InternalError& e) {
     return fail(std::string("internal error (please report it): ") + e.what(), 3);
   } catch (const std::bad_alloc&) {

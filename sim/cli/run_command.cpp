@@ -4,7 +4,6 @@
 #include <boost/program_options.hpp>
 #include <charconv>
 #include <chrono>
-#include <cstdio>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -14,6 +13,7 @@
 #include "shardsim/report/report.hpp"
 #include "sim/cli/commands.hpp"
 #include "sim/cli/progress.hpp"
+#include "sim/cli/transport_options.hpp"
 
 namespace po = boost::program_options;
 
@@ -134,8 +134,7 @@ void check_run_outputs(const po::variables_map& vm, const std::optional<GoldenRe
 }
 
 // Runs every precision, writing each table to `out`, and returns the reports. The first run's
-// trace checks the [expect] names, so a misnamed expectation is bad input (exit 2) rather than
-// an unmet one.
+// trace checks the [expect] names: a misnamed expectation is bad input (exit 2), not unmet.
 std::vector<RunReport> run_precisions(const Scenario& scenario,
                                       const std::vector<Precision>& precisions,
                                       const RunOptions& run, const po::variables_map& vm,
@@ -179,13 +178,20 @@ int run_command(const Args& args) {
       "time, printed and added to the report (machine-dependent, so off by default)");
   add_mesh_options(options);
   add_golden_options(options);
+  add_transport_options(options);
   po::variables_map vm;
   if (!parse_scenario_args(args, options, vm, "usage: shardsim run SCENARIO [options]")) return 0;
+  RunOptions run = run_options(vm);
+  run.transport = transport_option(vm);
+  run.distributed_oracle = distributed_oracle_option(vm);
+  // Over the mpi transport every process runs the same control flow; only process 0 writes the
+  // report, the goldens and stdout.
+  const bool speaker = !run.transport || run.transport->process() == 0;
   const std::optional<GoldenRequest> golden = golden_request(vm);
   check_run_outputs(vm, golden, {vm["scenario"].as<std::string>()});
   const Scenario scenario = load_scenario(vm["scenario"].as<std::string>());
   check_run_outputs(vm, golden, input_paths(scenario));
-  const RunOptions run = run_options(vm);
+  check_oracle_option(run, scenario, golden.has_value());
   const std::vector<Precision> precisions =
       vm.count("precision") ? parse_precision_list("--precision", vm["precision"].as<std::string>())
                             : scenario.precisions;
@@ -200,8 +206,7 @@ int run_command(const Args& args) {
       run_precisions(scenario, precisions, run, vm, golden, golden_run, out);
   const Outcome outcome = judge(scenario, reports);
   if (golden) {
-    // The goldens come from the replay's run at the reference precision, or from one extra run
-    // at that precision (not judged: the verdict is the replay's).
+    // Goldens: from the replay's run at the reference precision, or one extra (unjudged) run.
     RunOptions options = run;
     options.capture_tensors = true;
     ProgressLine progress(!vm.count("quiet"));
@@ -209,25 +214,34 @@ int run_command(const Args& args) {
     const RunReport reference =
         golden_run ? reports[*golden_run] : evaluate(scenario, golden->reference, options);
     progress.clear();
-    const GoldenSet set = build_goldens(scenario, reference, golden->options);
-    write_goldens(golden->dir, set, golden->options);
-    // A dd/qd reference says which goldens an exact reference could round differently.
+    const GoldenSet set =
+        speaker ? build_goldens(scenario, reference, golden->options) : GoldenSet{};
+    if (speaker) write_goldens(golden->dir, set, golden->options);
+    // dd/qd references: the goldens an exact reference could round differently.
     for (const std::string& warning : set.warnings) std::cerr << "warning: " << warning << "\n";
     out << "goldens: " << set.entries.size() << " tensors from the " << golden->reference.name()
         << " run written to " << golden->dir << " ("
         << (golden->options.format == GoldenFormat::npy ? "npy" : "safetensors")
         << " + manifest.json)\n";
   }
+  // Over mpi the verdict is process 0's (it holds the oracle; the others' reports carry the trace
+  // alone): they leave with its exit code, and the diagnosis reruns on process 0 alone.
+  const int code = exit_code_of_process0(run.transport.get(), outcome.matches_expectation ? 0 : 1);
+  if (!speaker) return code;
+  RunOptions alone = run;
+  alone.transport = nullptr;
   // After a divergence only: the probable causes (diagnosis.hpp).
-  const Diagnosis diagnosis = outcome.pass ? Diagnosis{} : diagnose(scenario, reports, run);
-  if (vm.count("report")) {
+  const Diagnosis diagnosis = outcome.pass ? Diagnosis{} : diagnose(scenario, reports, alone);
+  if (vm.count("report") && speaker) {
     const std::string path = vm["report"].as<std::string>();
-    write_file_atomically(path, report_json(scenario, reports, outcome, diagnosis));
+    std::string json = report_json(scenario, reports, outcome, diagnosis);
+    if (run.transport) json = with_transport_field(json, *run.transport, scenario, run);
+    write_file_atomically(path, json);
     out << "report: written to " << path << "\n";
   }
   std::cout << out.str() << format_outcome(scenario, outcome, !vm.count("quiet"))
             << format_diagnosis(diagnosis);
-  return outcome.matches_expectation ? 0 : 1;
+  return code;
 }
 
 namespace {

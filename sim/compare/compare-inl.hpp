@@ -1,6 +1,7 @@
 // The comparator: a BoundarySink that measures every boundary against the oracle.
 #pragma once
 
+#include <climits>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -10,65 +11,9 @@
 #include "shardsim/compare/compare.hpp"
 #include "shardsim/narrow_float.hpp"
 #include "shardsim/scalar.hpp"
+#include "sim/compare/capture-inl.hpp"
 
 namespace shardsim {
-
-// Converts a tensor's values once to f32, f64, bf16 and f16 with correct rounding (and, at mp, dd
-// and qd, to exact text). The mp branch is only instantiated where mp.hpp and mp_exact.hpp are
-// included (compare_mp.cpp), the NarrowFloat one where narrow_float.hpp is (compare_narrow.cpp),
-// the dd/qd one where qd_exact.hpp is (compare_qd.cpp). A dd/qd value near a rounding midpoint of
-// a golden format (qd_exact.hpp) is flagged in near_midpoint.
-template <typename T>
-CapturedValues capture_values(const Tensor<T>& tensor) {
-  CapturedValues out;
-  const auto n = static_cast<std::size_t>(tensor.numel());
-  out.f32.reserve(n);
-  out.f64.reserve(n);
-  out.bf16.reserve(n);
-  out.f16.reserve(n);
-  // dd/qd: a value below the error budget times the tensor's largest magnitude may be the residue
-  // of a cancellation (a mathematical zero), whose relative error is unbounded: flagged as well.
-  [[maybe_unused]] double residue = 0;
-  if constexpr (kIsExpansion<T>) {
-    for (const T& v : tensor.values()) {
-      const double m = std::fabs(static_cast<double>(v.term(0)));
-      if (std::isfinite(m)) residue = std::max(residue, m);
-    }
-    if (n > 0) residue = std::ldexp(residue, golden_error_budget_log2(tensor.values().front()));
-  }
-  for (const T& v : tensor.values()) {
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-      out.f32.push_back(static_cast<float>(v));  // IEEE conversion: round to nearest even
-      out.f64.push_back(v);
-      out.bf16.push_back(narrow_from_double(NarrowFormat::bf16, v));
-      out.f16.push_back(narrow_from_double(NarrowFormat::f16, v));
-    } else if constexpr (std::is_same_v<T, NarrowFloat>) {
-      out.f32.push_back(v.value());
-      out.f64.push_back(v.value());
-      out.bf16.push_back(narrow_from_float(NarrowFormat::bf16, v.value()));
-      out.f16.push_back(narrow_from_float(NarrowFormat::f16, v.value()));
-    } else if constexpr (kIsExpansion<T>) {
-      out.f32.push_back(round_to_f32(v));
-      out.f64.push_back(round_to_f64(v));
-      out.bf16.push_back(round_to_narrow(v, NarrowFormat::bf16));
-      out.f16.push_back(round_to_narrow(v, NarrowFormat::f16));
-      out.exact.push_back(expansion_exact_text(v));
-      std::uint8_t flags = near_midpoint_flags(v);
-      if (v.term(0) != 0 && std::fabs(v.term(0)) <= residue) flags = 0xf;  // every format
-      if (flags) {
-        out.near_midpoint.resize(n, 0);
-        out.near_midpoint[out.f64.size() - 1] = flags;
-      }
-    } else {
-      out.f32.push_back(round_to_f32(v));
-      out.f64.push_back(round_to_f64(v));
-      out.bf16.push_back(round_to_narrow(v, NarrowFormat::bf16));
-      out.f16.push_back(round_to_narrow(v, NarrowFormat::f16));
-      out.exact.push_back(mp_exact_text(v));
-    }
-  }
-  return out;
-}
 
 template <typename T>
 class Comparator final : public BoundarySink<T> {
@@ -98,6 +43,18 @@ class Comparator final : public BoundarySink<T> {
     return identical;
   }
 
+  bool on_boundary_blocks(const TraceEntry& entry, const DistTensor<T>& sharded,
+                          OracleBlockFeed<T>& feed) override {
+    SHARDSIM_ASSERT(!capture_, "a distributed oracle's boundaries are not captured");
+    BoundaryResult result;
+    result.entry = entry;
+    result.rtol = rtol_;
+    measure_blocks(sharded, feed, result);
+    const bool identical = result.status == Status::exact;
+    results_.push_back(std::move(result));
+    return identical;
+  }
+
   std::vector<BoundaryResult>& results() { return results_; }
 
   void on_activation_memory(const ActivationMemory& memory) override { activation_ = memory; }
@@ -112,9 +69,9 @@ class Comparator final : public BoundarySink<T> {
     const T* sharded;
   };
 
-  // Visits every compared element: (rank, global flat index, sharded value). Padding is
-  // skipped; a Replicate dim's copies are each visited; the addends of Partial dims are summed
-  // in rank order first, and the sum is visited at the rank that stands for it
+  // Visits every compared element: (rank, local flat index, global flat index, sharded value).
+  // Padding is skipped; a Replicate dim's copies are each visited; the addends of Partial dims
+  // are summed in rank order first, and the sum is visited at the rank that stands for it
   // (represents_value).
   template <typename Visit>
   static void for_each_element(const DistTensor<T>& sharded, Tensor<T>& partial_sum, Visit visit) {
@@ -132,54 +89,97 @@ class Comparator final : public BoundarySink<T> {
       }
       for_each_valid(local->shape(), local_box(sharded, r), sharded.global,
                      [&](std::int64_t local_flat, std::int64_t global_flat) {
-                       visit(r, global_flat, (*local)[local_flat]);
+                       visit(r, local_flat, global_flat, (*local)[local_flat]);
                      });
     }
   }
 
-  void measure(const Tensor<T>& dense, const DistTensor<T>& sharded, BoundaryResult& result) {
-    SHARDSIM_ASSERT(dense.shape() == sharded.global, "boundary shape differs from the oracle's");
-    Magnitude scale;
-    for (std::int64_t e = 0; e < dense.numel(); ++e) {
-      const Magnitude d = magnitude_of(dense[e]);
-      if (d.is_finite()) raise(scale, d);
+  // The same visit over one block of rows of a distributed oracle (oracle_rows.hpp): the ranks'
+  // values come from the block's pieces, the addends of a Partial value summed in the same order.
+  template <typename Visit>
+  static void for_each_element_in(const DistTensor<T>& sharded, const OracleBlock<T>& block,
+                                  Visit visit) {
+    const std::size_t axis = sharded.global.position(block.rows.axis);
+    for (int r = 0; r < sharded.ranks(); ++r) {
+      if (!represents_value(sharded, r)) continue;
+      const std::vector<int> members = partial_members(sharded, r);
+      const std::vector<T>& own = block.pieces[static_cast<std::size_t>(members.front())];
+      std::size_t k = 0;
+      T sum;
+      for_each_valid_in_rows(
+          local_shape(sharded.global, sharded.layout, *sharded.mesh, r), local_box(sharded, r),
+          sharded.global, axis, block.rows.begin, block.rows.end,
+          [&](std::int64_t local_flat, std::int64_t global_flat) {
+            SHARDSIM_ASSERT(k < own.size(), "a block's piece is shorter than its rows");
+            if (members.size() == 1) {
+              visit(r, local_flat, global_flat, own[k]);
+            } else {
+              sum = own[k];
+              for (std::size_t m = 1; m < members.size(); ++m) {
+                const std::vector<T>& addends = block.pieces[static_cast<std::size_t>(members[m])];
+                SHARDSIM_ASSERT(k < addends.size(), "a block's addends are shorter than its rows");
+                sum += addends[k];
+              }
+              visit(r, local_flat, global_flat, sum);
+            }
+            ++k;
+          });
     }
-    result.scale = scale;
-    const Magnitude allowed = rtol_ * noise_scale(scale, sharded, result.entry);
+  }
+
+  // The running verdict of one boundary's elements. Elements may arrive out of the visit order
+  // (a distributed oracle's blocks): the first divergence is the smallest (rank, local flat).
+  struct Tally {
+    BoundaryResult& result;
+    Magnitude allowed;
     bool all_identical = true;
     bool all_within = true;
     std::optional<Divergence> first_not_identical;
     std::optional<Divergence> first_outside;
-    Tensor<T> partial_sum;
-    for_each_element(sharded, partial_sum, [&](int rank, std::int64_t flat, const T& s) {
-      const T& d = dense[flat];
-      if (Traits::identical(s, d)) return;
-      const ElementError err = element_error(s, d);
-      raise(result.max_abs, err.abs);
-      raise(result.max_rel, err.rel);
-      result.max_ulp = std::max(result.max_ulp, ulp(s, d, result.entry.narrow));
-      if (all_identical) {
-        all_identical = false;
-        first_not_identical = divergence_at(
-            dense, rank, flat, s,
-            err.reason == "NaN" ? "NaN, which never matches"
-                                : "not bitwise equal at a boundary that claims exactness");
+    std::pair<int, std::int64_t> not_identical_at{INT_MAX, 0};
+    std::pair<int, std::int64_t> outside_at{INT_MAX, 0};
+  };
+
+  // One element: rank `rank`'s value `s` at its local position `local_flat` against the dense
+  // value `d` at `global_flat` of the boundary's global shape `global`.
+  void tally(Tally& t, const Shape& global, int rank, std::int64_t local_flat,
+             std::int64_t global_flat, const T& s, const T& d) const {
+    if (Traits::identical(s, d)) return;
+    BoundaryResult& result = t.result;
+    const ElementError err = element_error(s, d);
+    raise(result.max_abs, err.abs);
+    raise(result.max_rel, err.rel);
+    result.max_ulp = std::max(result.max_ulp, ulp(s, d, result.entry.narrow));
+    const std::pair<int, std::int64_t> at{rank, local_flat};
+    t.all_identical = false;
+    if (at < t.not_identical_at) {
+      t.not_identical_at = at;
+      t.first_not_identical = divergence_at(
+          global, global_flat, d, rank, s,
+          err.reason == "NaN" ? "NaN, which never matches"
+                              : "not bitwise equal at a boundary that claims exactness");
+    }
+    if (!(err.abs <= t.allowed)) {
+      t.all_within = false;
+      if (at < t.outside_at) {
+        t.outside_at = at;
+        t.first_outside = divergence_at(global, global_flat, d, rank, s, err.reason);
       }
-      if (!(err.abs <= allowed)) {
-        if (all_within) first_outside = divergence_at(dense, rank, flat, s, err.reason);
-        all_within = false;
-      }
-    });
-    if (all_identical) {
+    }
+  }
+
+  void conclude(Tally& t) const {
+    BoundaryResult& result = t.result;
+    if (t.all_identical) {
       result.status = Status::exact;
     } else if (result.entry.exact) {
       result.status = Status::fail;
-      result.first_bad = first_not_identical;
-    } else if (all_within) {
+      result.first_bad = t.first_not_identical;
+    } else if (t.all_within) {
       result.status = Status::within;
     } else {
       result.status = Status::fail;
-      result.first_bad = first_outside;
+      result.first_bad = t.first_outside;
     }
     if (result.first_bad) {
       Divergence& div = *result.first_bad;
@@ -193,20 +193,86 @@ class Comparator final : public BoundarySink<T> {
     }
   }
 
+  void measure(const Tensor<T>& dense, const DistTensor<T>& sharded, BoundaryResult& result) {
+    SHARDSIM_ASSERT(dense.shape() == sharded.global, "boundary shape differs from the oracle's");
+    Magnitude scale;
+    for (std::int64_t e = 0; e < dense.numel(); ++e) {
+      const Magnitude d = magnitude_of(dense[e]);
+      if (d.is_finite()) raise(scale, d);
+    }
+    result.scale = scale;
+    const bool partial = sharded.layout.has_partial();
+    Tally t{result,
+            rtol_ * noise_scale(scale, partial, partial ? partial_addend_scale(sharded) : 0.0,
+                                result.entry)};
+    Tensor<T> partial_sum;
+    for_each_element(sharded, partial_sum,
+                     [&](int rank, std::int64_t local_flat, std::int64_t flat, const T& s) {
+                       tally(t, dense.shape(), rank, local_flat, flat, s, dense[flat]);
+                     });
+    conclude(t);
+  }
+
+  // measure() over a distributed oracle's blocks. The scale is the feed's largest |value| (the
+  // magnitude of the largest value is the largest magnitude: rounding is monotone).
+  void measure_blocks(const DistTensor<T>& sharded, OracleBlockFeed<T>& feed,
+                      BoundaryResult& result) {
+    Magnitude scale;
+    if (const T* max = feed.max_abs()) scale = magnitude_of(*max);
+    result.scale = scale;
+    const bool partial = sharded.layout.has_partial();
+    double own = 0;
+    if (partial) {
+      // partial_addend_scale, block by block: max over elements of sum |addend|.
+      feed.stream(false, [&](const OracleBlock<T>& block) {
+        for (int r = 0; r < sharded.ranks(); ++r) {
+          if (!represents_value(sharded, r)) continue;
+          const std::vector<int> members = partial_members(sharded, r);
+          const std::size_t n = block.pieces[static_cast<std::size_t>(r)].size();
+          for (int m : members) {
+            SHARDSIM_ASSERT(block.pieces[static_cast<std::size_t>(m)].size() == n,
+                            "a block's addends differ in length");
+          }
+          for (std::size_t e = 0; e < n; ++e) {
+            double sum = 0;
+            for (int m : members) {
+              sum += std::fabs(Traits::to_double(block.pieces[static_cast<std::size_t>(m)][e]));
+            }
+            if (std::isfinite(sum)) own = std::max(own, sum);
+          }
+        }
+      });
+    }
+    Tally t{result, rtol_ * noise_scale(scale, partial, own, result.entry)};
+    feed.stream(true, [&](const OracleBlock<T>& block) {
+      SHARDSIM_ASSERT(block.dense && block.dense->shape() == block.rows.of(sharded.global),
+                      "a block's shape differs from its rows of the boundary");
+      const RowsIndex index(sharded.global, block.rows);
+      for_each_element_in(sharded, block,
+                          [&](int rank, std::int64_t local_flat, std::int64_t flat, const T& s) {
+                            tally(t, sharded.global, rank, local_flat, flat, s,
+                                  (*block.dense)[index.to_block(flat)]);
+                          });
+    });
+    conclude(t);
+  }
+
   // The noise scale: a value computed from a sum of Partial addends carries the rounding of the
   // addends' magnitudes, not of the (possibly cancelled) result's, so the tolerance is relative
   // to the larger of max |d| (`scale`) and the largest sum of absolute addends of any Partial
   // input (addend_scale). Without it a correct reduction of cancelling gradients (training near
   // convergence) fails a tolerance relative to its tiny result. A Partial boundary records its
   // own addend scale for the boundaries that read it.
-  Magnitude noise_scale(Magnitude scale, const DistTensor<T>& sharded, const TraceEntry& entry) {
+  // `own`: the boundary's own partial_addend_scale when it is `partial`.
+  Magnitude noise_scale(Magnitude scale, bool partial, double own_addends,
+                        const TraceEntry& entry) {
     Magnitude noise = scale;
     for (const std::string& input : entry.inputs) {
       auto found = addend_scale_.find(input);
       if (found != addend_scale_.end()) raise(noise, found->second);
     }
-    if (sharded.layout.has_partial()) {
-      const Magnitude own = Magnitude::of(partial_addend_scale(sharded));
+    if (partial) {
+      const Magnitude own = Magnitude::of(own_addends);
       raise(noise, own);
       addend_scale_[entry.tensor] = own;
     }
@@ -219,30 +285,8 @@ class Comparator final : public BoundarySink<T> {
     if (into < value) into = value;
   }
 
-  // |v| and |s - d| (the difference rounded once in T, as the kernels subtract), each rounded to
-  // 53 bits with an unbounded exponent: at mp they do not underflow.
-  static Magnitude magnitude_of(const T& v) {
-    if constexpr (std::is_floating_point_v<T>) {
-      return Magnitude::of(static_cast<double>(v));
-    } else if constexpr (std::is_same_v<T, NarrowFloat>) {
-      return Magnitude::of(static_cast<double>(static_cast<float>(v)));
-    } else if constexpr (kIsExpansion<T>) {
-      return expansion_magnitude(v);
-    } else {
-      return mp_magnitude(v);
-    }
-  }
-  static Magnitude abs_difference(const T& s, const T& d) {
-    if constexpr (std::is_floating_point_v<T>) {
-      return Magnitude::of(static_cast<double>(T(s - d)));
-    } else if constexpr (std::is_same_v<T, NarrowFloat>) {
-      return Magnitude::of(static_cast<double>(static_cast<float>(T(s - d))));
-    } else if constexpr (kIsExpansion<T>) {
-      return expansion_abs_difference(s, d);
-    } else {
-      return mp_abs_difference(s, d);
-    }
-  }
+  static Magnitude magnitude_of(const T& v) { return value_magnitude(v); }
+  static Magnitude abs_difference(const T& s, const T& d) { return value_abs_difference(s, d); }
 
   // The error of one sharded value `s` against its dense value `d` (not bitwise equal).
   // rel = abs / |d|: inf for d = 0, NaN (ignored by raise) for an infinite or NaN d.
@@ -270,16 +314,17 @@ class Comparator final : public BoundarySink<T> {
     return err;
   }
 
-  // The divergence at dense element `flat` (rank `rank` holds `s`), located by named axes.
-  static Divergence divergence_at(const Tensor<T>& dense, int rank, std::int64_t flat, const T& s,
-                                  std::string why) {
+  // The divergence at element `flat` of a tensor of shape `global` (dense value `d`; rank `rank`
+  // holds `s`), located by named axes.
+  static Divergence divergence_at(const Shape& global, std::int64_t flat, const T& d, int rank,
+                                  const T& s, std::string why) {
     Divergence div;
     div.rank = rank;
-    const std::vector<std::int64_t> index = unflatten(dense.shape(), flat);
+    const std::vector<std::int64_t> index = unflatten(global, flat);
     for (std::size_t a = 0; a < index.size(); ++a) {
-      div.index.emplace_back(dense.shape()[a].name, index[a]);
+      div.index.emplace_back(global[a].name, index[a]);
     }
-    set_values(div, dense[flat], s);
+    set_values(div, d, s);
     div.reason = std::move(why);
     return div;
   }
@@ -333,29 +378,6 @@ class Comparator final : public BoundarySink<T> {
   ActivationMemory activation_;
 };
 
-template <typename T>
-RunReport evaluate_at(const Scenario& scenario, const Precision& precision,
-                      unsigned significand_bits, const RunOptions& options) {
-  std::optional<NarrowFormat> storage;
-  if (precision.is_narrow()) storage = narrow_format(precision);
-  Comparator<T> comparator(scenario.rtol(precision), options.capture_tensors, storage);
-  run_scenario<T>(scenario, options, comparator, storage);
-  RunReport report;
-  report.scenario = scenario.name;
-  report.precision = precision;
-  if (storage) report.accumulate = options.accumulate.value_or(scenario.accumulate);
-  report.significand_bits = significand_bits;
-  report.reduce_order = effective_reduce_order(scenario, options);
-  report.schedule = effective_schedule(scenario, options);
-  report.boundaries = std::move(comparator.results());
-  report.activation = std::move(comparator.activation());
-  for (const BoundaryResult& b : report.boundaries) {
-    if (b.status == Status::fail) {
-      report.pass = false;
-      if (!report.first_divergence) report.first_divergence = b.first_bad;
-    }
-  }
-  return report;
-}
-
 }  // namespace shardsim
+
+#include "sim/compare/evaluate-inl.hpp"

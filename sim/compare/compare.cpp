@@ -32,12 +32,22 @@ RunReport evaluate(const Scenario& scenario, const Precision& precision,
     case ScalarKind::qd: return detail::evaluate_qd(scenario, options);
     case ScalarKind::bf16:
     case ScalarKind::f16:
-      // Not modelled yet: where a micro-batch's or an FSDP unit's values would be stored
-      // (accumulated gradients, gathered copies, param_dtype/reduce_dtype).
-      if (scenario.micro_batches >= 2 || scenario.fsdp) {
-        throw InputError(scenario.file + ": " + precision.name() + " runs of a scenario with " +
-                         (scenario.fsdp ? "fsdp" : "micro_batches >= 2") +
-                         " are not supported yet; run it at f32, f64 or mp");
+      // Not modelled: where a micro-batch's values would be stored (accumulated gradients);
+      // and a narrow run stores every parameter and its update in its format, where FSDP keeps
+      // master shards in f32: bf16 FSDP is fsdp.param_dtype on an f32 run (README "Mixed
+      // precision (param_dtype, reduce_dtype)").
+      if (scenario.fsdp) {
+        throw InputError(scenario.file + ": " + precision.name() +
+                         " runs of an fsdp scenario are not supported: a " + precision.name() +
+                         " run stores every parameter and its update in " + precision.name() +
+                         ", where FSDP keeps f32 master shards; model FSDP mixed precision "
+                         "with fsdp = { ..., param_dtype = \"" +
+                         precision.name() + "\" } on an f32 run");
+      }
+      if (scenario.micro_batches >= 2) {
+        throw InputError(scenario.file + ": " + precision.name() +
+                         " runs of a scenario with micro_batches >= 2 are not supported yet; "
+                         "run it at f32, f64 or mp");
       }
       if (options.accumulate.value_or(scenario.accumulate) == Accumulate::storage) {
         return detail::evaluate_narrow_storage(scenario, precision, options);

@@ -85,6 +85,15 @@ Mesh::Mesh(std::vector<MeshDim> dims) : dims_(std::move(dims)) {
     }
     size_ *= dims_[d].size;
   }
+  held_end_ = size_;
+}
+
+Mesh Mesh::held_only(int begin, int end) const {
+  SHARDSIM_ASSERT(0 <= begin && begin <= end && end <= size_, "held ranks inside the mesh");
+  Mesh out = *this;
+  out.held_begin_ = begin;
+  out.held_end_ = end;
+  return out;
 }
 
 int Mesh::find_dim(std::string_view name) const {

@@ -75,8 +75,12 @@ Split split(const Terms& x) {
   return {s, e, tail > 0 ? 1.0 : (tail < 0 ? -1.0 : 0.0)};
 }
 
+// A zero expansion keeps its sign: QD keeps it in the leading term (-0 = (-0, 0, 0, 0)), and
+// summing the terms would give -0 + 0 = +0.
+bool is_zero(const Terms& x) { return x[0] == 0 && x[1] == 0 && x[2] == 0 && x[3] == 0; }
+
 double rn_terms(const Terms& x) {
-  if (!std::isfinite(x[0])) return x[0];
+  if (!std::isfinite(x[0]) || is_zero(x)) return x[0];
   bool inexact = false;
   if (!fast_path(x)) return mpfr_rounded_sum(x, MPFR_RNDN, inexact);
   const Split p = split(x);
@@ -88,7 +92,7 @@ double rn_terms(const Terms& x) {
 }
 
 double ro_terms(const Terms& x) {
-  if (!std::isfinite(x[0])) return x[0];
+  if (!std::isfinite(x[0]) || is_zero(x)) return x[0];
   bool inexact = false;
   if (!fast_path(x)) {
     double z = mpfr_rounded_sum(x, MPFR_RNDZ, inexact);

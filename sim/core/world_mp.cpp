@@ -1,5 +1,6 @@
 // The Mp instantiation of the world, in its own translation unit (invariant 6, README "Invariants").
 #include "shardsim/mp.hpp"
+#include "shardsim/wire_mp.hpp"
 #include "shardsim/world-inl.hpp"
 
 namespace shardsim {

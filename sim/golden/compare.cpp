@@ -1,5 +1,6 @@
 #include "shardsim/golden/golden_compare.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -25,6 +26,7 @@ struct Tolerance {
 };
 
 Tolerance tolerance_for(format::Dtype dtype, const CompareOptions& options) {
+  if (options.precision) return {0, 0, std::nullopt};  // judged by the budget instead
   if (options.rtol || options.atol || options.max_ulp) {
     return {options.rtol.value_or(0), options.atol.value_or(0), options.max_ulp};
   }
@@ -128,6 +130,33 @@ ElementReport locate(const GoldenInfo& info, std::int64_t flat) {
   return out;
 }
 
+double max_finite_magnitude(const std::vector<double>& values) {
+  double out = 0;
+  for (double v : values) {
+    if (std::isfinite(v)) out = std::max(out, std::fabs(v));
+  }
+  return out;
+}
+
+double ratio(double gap, double budget) {
+  if (gap == 0) return 0;
+  return budget > 0 ? gap / budget : kInf;
+}
+
+// The candidate's gaps (measured as a budget is: budget.hpp) against the budget.
+BudgetJudgement judge_budget(NarrowFormat format, const TensorBudget& budget,
+                             const TensorComparison& t) {
+  BudgetJudgement out;
+  out.budget = budget;
+  out.allowed_normwise = allowed_normwise(format, budget.normwise);
+  const double normwise = t.max_abs == 0 ? 0 : (t.scale > 0 ? t.max_abs / t.scale : kInf);
+  out.gap = TensorBudget{normwise, t.max_ulp};
+  out.normwise_ratio = ratio(out.gap.normwise, budget.normwise);
+  out.ulp_ratio = ratio(out.gap.ulp, budget.ulp);
+  out.noise = out.gap.normwise <= out.allowed_normwise;
+  return out;
+}
+
 TensorComparison compare_tensor(const GoldenInfo& info, const RawTensor& golden,
                                 const RawTensor& candidate, const CompareOptions& options) {
   TensorComparison out;
@@ -152,7 +181,9 @@ TensorComparison compare_tensor(const GoldenInfo& info, const RawTensor& golden,
   }
   const std::vector<double> g = raw_values(golden);
   const std::vector<double> c = raw_values(candidate);
-  double worst_ulp = -1;
+  // The worst element: the largest ULP distance; with --precision the largest |c - g|, the
+  // element that sets the normwise gap the verdict reads (first of ties).
+  double worst_key = -1;
   for (std::size_t e = 0; e < g.size(); ++e) {
     const double gv = g[e];
     const double cv = c[e];
@@ -193,37 +224,46 @@ TensorComparison compare_tensor(const GoldenInfo& info, const RawTensor& golden,
         out.nonfinite_examples.push_back(element());
       }
     }
-    if (ulp > worst_ulp) {
-      worst_ulp = ulp;
+    if (const double key = options.precision ? abs_err : ulp; key > worst_key) {
+      worst_key = key;
       out.worst = element();
     }
   }
+  out.scale = max_finite_magnitude(g);
   out.pass = out.outside == 0;
+  if (options.precision) {
+    SHARDSIM_ASSERT(info.budget.has_value(), "compare_candidate checked the budgets");
+    out.budget = judge_budget(*options.precision, *info.budget, out);
+    out.pass = out.budget->noise;
+  }
   return out;
 }
 
-std::string num(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
+format::Dtype dtype_of(NarrowFormat format) {
+  return format == NarrowFormat::bf16 ? format::Dtype::bf16 : format::Dtype::f16;
 }
 
-std::string metric(double v) {
-  if (v == 0) return "0";
-  if (std::isinf(v)) return "inf";
-  char buf[40];
-  std::snprintf(buf, sizeof buf, v >= 1e6 || v < 1e-3 ? "%.2e" : "%.4g", v);
-  return buf;
-}
-
-std::string element_str(const ElementReport& r) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < r.index.size(); ++i) {
-    out += (i ? ", " : "") + r.index[i].first + "=" + std::to_string(r.index[i].second);
+// --precision needs goldens of that format with budgets: bad input otherwise.
+void check_budgets(const GoldenDir& golden, NarrowFormat format) {
+  const std::string name = format == NarrowFormat::bf16 ? "bf16" : "f16";
+  const std::string manifest = golden.path + "/manifest.json";
+  const bool present = std::any_of(golden.infos.begin(), golden.infos.end(),
+                                   [&](const GoldenInfo& i) { return i.dtype == dtype_of(format); });
+  if (!present) {
+    throw InputError(manifest + ": --precision " + name + ": the goldens have no " + name +
+                     " tensors; write them with 'shardsim run SCENARIO --golden DIR --dtype " +
+                     name + "' (or --dtype all)");
   }
-  return out + "] " + r.owner;
+  if (!golden.has_budgets) {
+    throw InputError(manifest + ": --precision " + name +
+                     ": the manifest has no error budgets (written by a shardsim that did not "
+                     "record them); rewrite the goldens with this shardsim: 'shardsim run "
+                     "SCENARIO --golden DIR --dtype " + name + "'");
+  }
+  if (auto why = golden.budgets_unavailable.find(name); why != golden.budgets_unavailable.end()) {
+    throw InputError(manifest + ": --precision " + name + ": no " + name +
+                     " error budgets: " + why->second);
+  }
 }
 
 }  // namespace
@@ -246,7 +286,13 @@ ComparisonReport compare_candidate(const GoldenDir& golden, const Candidate& can
     mapped[from] = to;
   }
   std::map<std::string, bool> used;
+  if (options.precision) {
+    check_budgets(golden, *options.precision);
+    report.budget_precision = options.precision;
+    report.budget_programs = golden.budget_programs;
+  }
   for (const GoldenInfo& info : golden.infos) {
+    if (options.precision && info.dtype != dtype_of(*options.precision)) continue;
     std::string key = info.name;
     if (auto m = mapped.find(info.name); m != mapped.end()) {
       key = m->second;
@@ -274,58 +320,6 @@ ComparisonReport compare_candidate(const GoldenDir& golden, const Candidate& can
         "'); use --map GOLDEN=CANDIDATE");
   }
   return report;
-}
-
-std::string format_comparison(const ComparisonReport& report) {
-  std::ostringstream out;
-  std::int64_t failed = 0;
-  for (const TensorComparison& t : report.tensors) {
-    if (!t.pass) ++failed;
-    std::string shape = "[";
-    for (std::size_t i = 0; i < t.shape.size(); ++i)
-      shape += (i ? ", " : "") + std::to_string(t.shape[i]);
-    shape += "]";
-    out << (t.pass ? "ok    " : "FAIL  ") << t.golden;
-    if (t.candidate != t.golden) out << "  (candidate '" << t.candidate << "')";
-    out << "  " << t.dtype << " " << shape << "\n";
-    if (!t.mismatch.empty()) {
-      out << "      " << t.mismatch << "\n";
-      continue;
-    }
-    std::int64_t numel = 1;
-    for (std::int64_t d : t.shape) numel *= d;
-    out << "      max_abs " << metric(t.max_abs) << "  max_rel " << metric(t.max_rel)
-        << "  max_ulp " << metric(t.max_ulp) << "  (" << t.outside << " of " << numel
-        << " outside rtol " << metric(t.rtol) << ", atol " << metric(t.atol);
-    if (t.max_ulp_allowed) out << ", max_ulp " << metric(*t.max_ulp_allowed);
-    out << ")\n";
-    if (t.worst && t.max_ulp > 0) {
-      out << "      worst " << element_str(*t.worst) << ": golden " << num(t.worst->golden)
-          << ", candidate " << num(t.worst->candidate) << " (" << metric(t.worst->ulp) << " ulp)\n";
-    }
-    if (t.nonfinite > 0) {
-      out << "      " << t.nonfinite << " non-finite candidate value(s):";
-      for (const ElementReport& r : t.nonfinite_examples) {
-        out << "\n        " << element_str(r) << ": " << num(r.candidate) << " (golden "
-            << num(r.golden) << ")";
-      }
-      if (t.nonfinite > static_cast<std::int64_t>(t.nonfinite_examples.size()))
-        out << "\n        ...";
-      out << "\n";
-    }
-  }
-  out << "compared " << report.tensors.size() << " tensor(s) against " << report.golden_precision
-      << " goldens: " << (report.tensors.size() - static_cast<std::size_t>(failed))
-      << " within tolerance, " << failed << " outside";
-  if (!report.golden_only.empty())
-    out << "; " << report.golden_only.size() << " golden tensor(s) not in the candidate";
-  out << "\n";
-  if (!report.candidate_only.empty()) {
-    out << "candidate tensors with no golden counterpart (ignored; see --map):";
-    for (const std::string& name : report.candidate_only) out << "\n  " << name;
-    out << "\n";
-  }
-  return out.str();
 }
 
 }  // namespace shardsim

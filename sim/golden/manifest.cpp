@@ -112,6 +112,7 @@ Json tensor_json(const GoldenEntry& entry, const TraceEntry& e) {
   item["global_shape"] = shape_json(e.global);
   item["placement"] = e.layout.str();
   item["ranks"] = ranks_json(e.global, e.layout, mesh);
+  if (entry.budget) item["budget"] = tensor_budget_json(*entry.budget);
   item["sha256"] = sha256_hex(entry.tensor.bytes);
   if (entry.near_midpoint > 0) {  // dd/qd references only (golden_set.hpp)
     item["near_midpoint"] =
@@ -207,7 +208,8 @@ std::string manifest_digest(std::string_view text, std::string_view value) {
 }
 
 std::string manifest_text(const Scenario& scenario, const RunReport& reference,
-                          const std::vector<GoldenEntry>& entries, const GoldenOptions& options) {
+                          const GoldenSet& set, const GoldenOptions& options) {
+  const std::vector<GoldenEntry>& entries = set.entries;
   Json tensors = Json::array();
   for (const GoldenEntry& entry : entries) {
     tensors.push_back(tensor_json(entry, reference.boundaries[entry.boundary].entry));
@@ -234,14 +236,17 @@ std::string manifest_text(const Scenario& scenario, const RunReport& reference,
                 {"boundaries", boundaries_json(scenario, reference, entries)},
                 {"tensors", tensors},
                 {std::string(kManifestDigestKey), zeros}};
-  if (scenario.mesh.devices.ndim() > 1) {
-    // N-D: the mesh's dims follow "ranks" (a 1-D manifest has no "mesh": its one dim is implied).
-    Json with_mesh = Json::object();
+  // N-D: the mesh's dims follow "ranks" (a 1-D manifest has no "mesh": its one dim is implied).
+  // With BF16/F16 goldens, "budgets" follows "dtypes" (a manifest without has no "budgets").
+  const bool mesh = scenario.mesh.devices.ndim() > 1;
+  if (mesh || set.budgets) {
+    Json with_keys = Json::object();
     for (auto& [key, value] : manifest.items()) {
-      with_mesh[key] = std::move(value);
-      if (key == "ranks") with_mesh["mesh"] = mesh_json(scenario.mesh.devices);
+      with_keys[key] = std::move(value);
+      if (key == "ranks" && mesh) with_keys["mesh"] = mesh_json(scenario.mesh.devices);
+      if (key == "dtypes" && set.budgets) with_keys["budgets"] = budgets_json(*set.budgets);
     }
-    manifest = std::move(with_mesh);
+    manifest = std::move(with_keys);
   }
   std::string text = manifest.dump(2) + "\n";
   const std::string digest = manifest_digest(text, zeros);

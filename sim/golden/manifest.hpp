@@ -43,8 +43,17 @@ Json mesh_json(const Mesh& mesh);
 std::string manifest_digest(std::string_view text, std::string_view value);
 
 // The manifest of a golden set (README "The manifest"), its digest filled in.
+// REQUIRES: set.entries and set.budgets are filled in (set.manifest is what this returns).
 std::string manifest_text(const Scenario& scenario, const RunReport& reference,
-                          const std::vector<GoldenEntry>& entries, const GoldenOptions& options);
+                          const GoldenSet& set, const GoldenOptions& options);
+
+// The manifest's "budgets" object (README "Error budgets"), and each narrow tensor's "budget".
+Json budgets_json(const GoldenBudgets& budgets);
+Json tensor_budget_json(const TensorBudget& budget);
+// Reads them back into `out` (GoldenDir::has_budgets, budget_programs, budgets_unavailable and
+// each GoldenInfo::budget), checking that every BF16/F16 tensor of a format with budgets has
+// one and no other tensor does. Throws InputError located as "WHAT: key.path: ...".
+void parse_budgets(const Json& manifest, const std::string& what, GoldenDir& out);
 
 // The manifest's header, digest and tensors (not the tensors' data), every tensor's metadata
 // checked against its placement. Throws InputError located as "WHAT: key.path: ...".

@@ -262,6 +262,7 @@ GoldenDir parse_manifest(const std::string& text, const std::string& what) {
       m.fail(path + ".name", "duplicate name " + quote(out.infos.back().name));
     }
   }
+  parse_budgets(manifest, what, out);
   return out;
 }
 

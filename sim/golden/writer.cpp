@@ -165,7 +165,12 @@ GoldenSet build_goldens(const Scenario& scenario, const RunReport& reference,
         "); an exact reference could round them the other way");
   }
   assign_files(set.entries, options.format);
-  set.manifest = golden_detail::manifest_text(scenario, reference, set.entries, options);
+  if (options.write_bf16 || options.write_f16) {
+    set.budgets = compute_budgets(scenario, reference, set.entries);
+    for (std::size_t i = 0; i < set.entries.size(); ++i)
+      set.entries[i].budget = set.budgets->per_entry[i];
+  }
+  set.manifest = golden_detail::manifest_text(scenario, reference, set, options);
   if (options.format == GoldenFormat::safetensors) {
     std::vector<RawTensor> raws;
     for (const GoldenEntry& entry : set.entries) raws.push_back(entry.tensor);

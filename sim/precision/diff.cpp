@@ -1,14 +1,14 @@
 // shardsim precision: the runs, the per-boundary metrics and verdicts, the reduce-order sweep and
 // the heatmap data. Rendering lives in precision/report.cpp (text, JSON) and html_report.cpp.
-#include "shardsim/precision/precision_diff.hpp"
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <set>
 
 #include "shardsim/error.hpp"
 #include "shardsim/narrow.hpp"
+#include "shardsim/precision/precision_diff.hpp"
 
 namespace shardsim {
 
@@ -146,6 +146,26 @@ void detail::judge_boundary(BoundaryDiff& diff, const std::vector<Precision>& le
 
 namespace {
 
+// Under fsdp mixed precision (param_dtype, reduce_dtype) a declared dtype no wider than any
+// level rounds at every level (or the level itself rounds as coarsely), so the gap cannot shrink
+// along the ladder: a flat trend is that dtype's rounding, noise when every level is within its
+// tolerance (Scenario::rtol, which the dtype sets), a bug only where a level fails.
+void judge_declared_dtype(const Scenario& scenario, const std::vector<Precision>& levels,
+                          BoundaryDiff& row) {
+  if (row.verdict != Verdict::bug || !scenario.fsdp || !row.why.starts_with("flat")) return;
+  std::optional<Precision> narrowest;
+  for (const auto& dtype : {scenario.fsdp->param_dtype, scenario.fsdp->reduce_dtype}) {
+    if (dtype && (!narrowest || dtype->bits < narrowest->bits)) narrowest = dtype;
+  }
+  if (!narrowest) return;
+  for (std::size_t l = 0; l < levels.size(); ++l) {
+    if (narrowest->bits > levels[l].bits || row.gap[l].status == Status::fail) return;
+  }
+  row.verdict = Verdict::noise;
+  row.why = "flat at the declared fsdp dtype " + narrowest->name() +
+            ", which rounds at every level; within its tolerance at every level (" + row.why + ")";
+}
+
 RunReport captured_run(const Scenario& scenario, const Precision& precision, RunOptions options) {
   options.capture_tensors = true;
   check_memory(scenario, precision, options);
@@ -261,6 +281,7 @@ PrecisionDiff precision_diff(const Scenario& scenario, const PrecisionDiffOption
       row.gap.push_back(detail::level_gap(diff.levels[l], diff.significand_bits[l], result));
     }
     detail::judge_boundary(row, diff.levels, diff.significand_bits);
+    judge_declared_dtype(scenario, diff.levels, row);
     diff.boundaries.push_back(std::move(row));
   }
   if (!options.sweep_orders.empty()) diff.sweep = run_sweep(scenario, options);

@@ -18,11 +18,15 @@ nlohmann::ordered_json fsdp_json(const Scenario& scenario) {
     if (spec.style == FsdpSpec::Style::flat) row["flat"] = unit.flat_name;
     units.push_back(row);
   }
-  return {{"style", fsdp_style_name(spec.style)},
-          {"dim", scenario.mesh.devices.dim(spec.dim).name},
-          {"units", units},
-          {"grad_reduce", kGradReduceReason},
-          {"optimizer_state", "none (plain SGD)"}};
+  nlohmann::ordered_json out{{"style", fsdp_style_name(spec.style)},
+                             {"dim", scenario.mesh.devices.dim(spec.dim).name},
+                             {"units", units},
+                             {"grad_reduce", kGradReduceReason},
+                             {"optimizer_state", "none (plain SGD)"}};
+  // Mixed precision, only where declared (README "Mixed precision (param_dtype, reduce_dtype)").
+  if (spec.param_dtype) out["param_dtype"] = spec.param_dtype->name();
+  if (spec.reduce_dtype) out["reduce_dtype"] = spec.reduce_dtype->name();
+  return out;
 }
 
 std::string format_parameter_memory(const ParameterMemory& memory) {

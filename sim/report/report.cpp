@@ -193,6 +193,35 @@ std::string report_json(const Scenario& scenario, const std::vector<RunReport>& 
   return root.dump(2) + "\n";
 }
 
+std::string with_transport_field(const std::string& json, const Transport& transport, int ranks,
+                                 std::optional<std::int64_t> oracle_rows_extent) {
+  auto range = [](std::int64_t begin, std::int64_t end) {  // [begin, end) as "b" or "b-e"
+    return std::to_string(begin) +
+           (end - 1 > begin ? "-" + std::to_string(end - 1) : std::string());
+  };
+  const int processes = transport.processes();
+  std::string blocks;
+  for (int p = 0; p < processes; ++p) {
+    const RankBlock b = rank_block(p, processes, ranks);
+    blocks += (p ? " | " : "") + range(b.begin, b.end);
+  }
+  std::string oracle = "the dense oracle, the comparison and the output on process 0";
+  if (oracle_rows_extent) {
+    std::string rows;
+    for (int p = 0; p < processes; ++p) {
+      const OracleRows r = oracle_rows(*oracle_rows_extent, p, processes);
+      rows += (p ? " | " : "") + range(r.begin, r.end);
+    }
+    oracle = "the dense oracle in row blocks of " + std::string(kOracleRowsAxis) + " (rows " +
+             rows + "), the comparison and the output on process 0";
+  }
+  const std::string line = "  \"transport\": \"" + std::string(transport.name()) + ": " +
+                           std::to_string(processes) + " process" + (processes > 1 ? "es" : "") +
+                           " (ranks " + blocks + "); " + oracle + "\",\n";
+  SHARDSIM_ASSERT(json.starts_with("{\n"), "a report is a JSON object, one key per line");
+  return "{\n" + line + json.substr(2);
+}
+
 std::string format_run_table(const RunReport& r) {
   std::ostringstream out;
   out << "== " << r.precision.name() << " (" << r.significand_bits << "-bit significand), ";

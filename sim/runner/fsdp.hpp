@@ -12,10 +12,13 @@
 //                     a plain sum (the loss divides by the global valid-token count, so the
 //                     ranks' gradients are addends of the gradient: no 1/dp);
 //   the update        SGD on the shards (the runner, through storage() and members()).
+// Mixed precision (param_dtype, reduce_dtype): the rounding points of fsdp_mixed.hpp, in gather
+// and reduce_grads.
 // The faults of this layer (fault_list.hpp): fsdp_grad_averaged (the reduce-scatter's addends
 // pre-divided by the group size), fsdp_full_param_step (step_full_param), fsdp_clip_padding (the
-// flat gradient's padding holds garbage: 1 per rank, summed by the reduce-scatter) and
-// fsdp_stale_shard (gathers read the shards from before the previous update).
+// flat gradient's padding holds garbage: 1 per rank, summed by the reduce-scatter),
+// fsdp_stale_shard (gathers read the shards from before the previous update) and
+// fsdp_reduce_dtype_bf16 (the ranks' reduce-scatter adds in bf16 whatever reduce_dtype says).
 #pragma once
 
 #include <functional>
@@ -25,6 +28,7 @@
 
 #include "shardsim/ops/sgd.hpp"
 #include "sim/runner/fsdp_flat.hpp"
+#include "sim/runner/fsdp_mixed.hpp"
 #include "sim/runner/replicas.hpp"
 #include "sim/runner/steps/step_env.hpp"
 
@@ -101,19 +105,19 @@ class Fsdp {
     const FsdpSpec::Unit* unit = on() ? spec_->unit_of_step(step) : nullptr;
     if (!unit) return;
     const World<T> group = world_.on(spec_->dim);
+    for (const std::string& p : unit->params) cast_dense_param(p, env);
     if (!flat()) {
       for (const std::string& p : unit->params) {
-        env.sharded[p] = group.all_gather(source(p), {.tensor = p, .exact = true, .inputs = {p}});
+        env.sharded[p] = group.all_gather(cast_shard(p), gather_label(p));
       }
       return;
     }
     const std::string& name = unit->flat_name;
     refresh_dense(name, env);
-    const DistTensor<T> full =
-        group.all_gather(source(name), {.tensor = name, .exact = true, .inputs = {name}});
+    const DistTensor<T> full = group.all_gather(cast_shard(name), gather_label(name));
     std::int64_t offset = 0;
     for (const std::string& p : unit->params) {
-      const Shape& shape = env.dense.at(p).shape();
+      const Shape& shape = scenario_.find_tensor(p)->shape;
       env.sharded[p] = unflatten(full, p, shape, offset);
       offset += shape.numel();
       world_.compare_boundary({.op = "unflatten", .tensor = p, .exact = true, .inputs = {name}},
@@ -121,25 +125,43 @@ class Fsdp {
     }
   }
 
-  void release(int step, StepEnv<T>& env) const {
+  // Drops the gathered copies; the oracle's step goes back to its master parameters.
+  void release(int step, StepEnv<T>& env) {
     const FsdpSpec::Unit* unit = on() ? spec_->unit_of_step(step) : nullptr;
     if (!unit) return;
-    for (const std::string& p : unit->params) env.sharded.erase(p);
+    for (const std::string& p : unit->params) {
+      env.sharded.erase(p);
+      if (auto master = dense_master_.find(p); master != dense_master_.end()) {
+        env.dense.at(p) = std::move(master->second);
+        dense_master_.erase(master);
+      }
+    }
   }
 
   // After the backward of `step`: its unit's gradients reduced to the storage layout.
   void reduce_grads(int step, StepEnv<T>& env) {
     const FsdpSpec::Unit* unit = on() ? spec_->unit_of_step(step) : nullptr;
     if (!unit || !env.has_grad(unit->params.front())) return;
+    const std::optional<Precision>& param_dtype = spec_->param_dtype;
     for (const std::string& p : unit->params) {
       const std::string key = grad_name(p);
       DistTensor<T>& grad = env.sharded.at(key);
+      // The gradient of a param_dtype parameter is in param_dtype: each addend, and the oracle's.
+      for (Tensor<T>& local : grad.locals) round_tensor_to(local, param_dtype);
+      round_tensor_to(env.dense.at(key), param_dtype);
+      // flat: the oracle's update reads these member gradients, rounded as its flat one is.
+      if (flat()) round_tensor_to(env.dense.at(key), spec_->reduce_dtype);
       for (int d = 0; d < grad.layout.ndim(); ++d) {
         const Placement& target = scenario_.find_tensor(p)->layout.on(d);
         if (d == spec_->dim || grad.layout.on(d) == target) continue;
-        grad = world_.on(d).redistribute(grad, target, {.tensor = key, .inputs = {key}});
+        grad = world_.on(d)
+                   .rounding_sums(hop_rounding<T>(param_dtype))
+                   .redistribute(grad, target, {.tensor = key, .inputs = {key}});
       }
-      if (!flat()) grad = reduce_scatter(grad, Placement::shard(grad.global[0].name), key, {key});
+      if (!flat()) {
+        grad = reduce_scatter(grad, Placement::shard(grad.global[0].name), key, {key},
+                              env.dense.at(key));
+      }
     }
     if (!flat()) return;
     const std::string key = grad_name(unit->flat_name);
@@ -149,7 +171,7 @@ class Fsdp {
     const Placement held = env.sharded.at(inputs.front()).layout.on(spec_->dim);
     DistTensor<T> grad = flatten(env.sharded, inputs, key, held, spec_->dim);
     for (const std::string& g : inputs) env.sharded.erase(g);
-    env.sharded[key] = reduce_scatter(std::move(grad), flat_shard(), key, inputs);
+    env.sharded[key] = reduce_scatter(std::move(grad), flat_shard(), key, inputs, env.dense[key]);
     if (scenario_.has_fault(Fault::fsdp_clip_padding)) fill_padding(env.sharded[key]);
   }
 
@@ -180,7 +202,7 @@ class Fsdp {
             .tensor = moved_name(name, "replicas"),
             .exact = true,
             .kind = BoundaryKind::check},
-           full, first_replicas(full));
+           full, replica_reference(full, env));
     world_.for_each_rank([&](int r) {
       copy_overlap(full.local(r), local_box(full, r), shard.local(r), local_box(shard, r));
     });
@@ -189,6 +211,12 @@ class Fsdp {
   }
 
  private:
+  // The replica check's reference: the first replica of each group, gathered to the oracle's
+  // process (empty elsewhere).
+  Tensor<T> replica_reference(const DistTensor<T>& full, const StepEnv<T>& env) const {
+    const DistTensor<T> gathered = world_.share(full, /*to_root=*/true);
+    return env.oracle ? first_replicas(gathered) : Tensor<T>();
+  }
   Placement flat_shard() const {
     return Placement::shard(std::string(kFlatAxis), SplitPolicy::padded);
   }
@@ -199,6 +227,36 @@ class Fsdp {
             .kind = BoundaryKind::input,
             .inputs = {name}};
   }
+  // param_dtype: the oracle's step reads its master parameter rounded (the master kept aside
+  // until release).
+  void cast_dense_param(const std::string& p, StepEnv<T>& env) {
+    if (!dtype_rounds<T>(spec_->param_dtype)) return;
+    Tensor<T>& param = env.dense.at(p);
+    dense_master_.insert_or_assign(p, param);
+    round_tensor_to(param, spec_->param_dtype);
+  }
+  // What a gather sends: each rank's shard (source) cast to param_dtype.
+  DistTensor<T> cast_shard(const std::string& name) const {
+    DistTensor<T> shard = source(name);
+    for (Tensor<T>& local : shard.locals) round_tensor_to(local, spec_->param_dtype);
+    return shard;
+  }
+  BoundaryLabel gather_label(const std::string& name) const {
+    BoundaryLabel label{.tensor = name, .exact = true, .inputs = {name}};
+    if (dtype_rounds<T>(spec_->param_dtype)) {
+      const std::string dtype = spec_->param_dtype->name();
+      label.notes.push_back("param_dtype " + dtype + ": each rank's shard cast to " + dtype +
+                            " before the gather (the oracle's parameter rounded alike)");
+    }
+    return label;
+  }
+  // The dtype the ranks' reduce-scatter adds in: reduce_dtype, or bf16 under
+  // fsdp_reduce_dtype_bf16.
+  std::optional<Precision> ranks_reduce_dtype() const {
+    if (scenario_.has_fault(Fault::fsdp_reduce_dtype_bf16)) return parse_precision("bf16");
+    return spec_->reduce_dtype;
+  }
+
   // What a gather reads: the shard, or under fsdp_stale_shard the one from before the update.
   const DistTensor<T>& source(const std::string& name) const {
     auto stale = stale_.find(name);
@@ -206,10 +264,20 @@ class Fsdp {
   }
 
   // The reduce-scatter on the fsdp dim (a local slice where the gradient is Replicate there),
-  // with the faults that change its addends.
+  // adding in reduce_dtype (addends and hops rounded; the oracle's `dense` gradient rounded
+  // once), with the faults that change its addends.
   DistTensor<T> reduce_scatter(DistTensor<T> grad, const Placement& target, const std::string& key,
-                               std::vector<std::string> inputs) {
-    const World<T> group = world_.on(spec_->dim);
+                               std::vector<std::string> inputs, Tensor<T>& dense) {
+    const std::optional<Precision> dtype = ranks_reduce_dtype();
+    for (Tensor<T>& local : grad.locals) round_tensor_to(local, dtype);
+    round_tensor_to(dense, spec_->reduce_dtype);
+    const World<T> group = world_.on(spec_->dim).rounding_sums(hop_rounding<T>(dtype));
+    std::vector<std::string> notes;
+    if (dtype_rounds<T>(dtype)) {
+      notes.push_back("reduce_dtype " + dtype->name() + ": each addend and each hop's sum (" +
+                      std::string(reduce_order_name(group.reduce_order())) + " order) rounded to " +
+                      dtype->name() + ", widened to the master's dtype");
+    }
     if (scenario_.has_fault(Fault::fsdp_full_param_step)) unreduced_.insert_or_assign(key, grad);
     if (scenario_.has_fault(Fault::fsdp_grad_averaged)) {
       // The bug: FSDP's divide-by-world-size on top of the loss's global mean.
@@ -218,7 +286,8 @@ class Fsdp {
         for (T& v : grad.local(r).values()) v = v / size;
       });
     }
-    return group.redistribute(grad, target, {.tensor = key, .inputs = std::move(inputs)});
+    return group.redistribute(
+        grad, target, {.tensor = key, .inputs = std::move(inputs), .notes = std::move(notes)});
   }
 
   // fsdp_clip_padding: every rank's unwritten padding held 1, so the reduce-scatter leaves the
@@ -226,6 +295,7 @@ class Fsdp {
   void fill_padding(DistTensor<T>& grad) const {
     const T garbage = T(world_.on(spec_->dim).group_size());
     for (int r = 0; r < grad.ranks(); ++r) {
+      if (!grad.held(r)) continue;
       const Slice slice = grad.slice(r, kFlatAxis);
       for (std::int64_t i = slice.valid(); i < slice.local_extent; ++i) grad.local(r)[i] = garbage;
     }
@@ -238,6 +308,7 @@ class Fsdp {
   std::map<std::string, DistTensor<T>> storage_;    // the shards, by storage name
   std::map<std::string, DistTensor<T>> stale_;      // fsdp_stale_shard: before the last update
   std::map<std::string, DistTensor<T>> unreduced_;  // fsdp_full_param_step: each rank's own grad
+  std::map<std::string, Tensor<T>> dense_master_;   // param_dtype: the oracle's masters, gathered
 };
 
 }  // namespace shardsim

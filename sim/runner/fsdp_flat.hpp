@@ -50,6 +50,7 @@ DistTensor<T> flatten(const std::map<std::string, DistTensor<T>>& sharded,
   DistTensor<T> flat =
       make_dist<T>(name, Shape({{std::string(kFlatAxis), total}}), layout, first.mesh);
   for (int r = 0; r < flat.ranks(); ++r) {
+    if (!flat.held(r)) continue;  // another process's rank (transport.hpp)
     std::int64_t offset = 0;
     for (const std::string& n : names) {
       const Tensor<T>& part = sharded.at(n).local(r);
@@ -68,6 +69,7 @@ DistTensor<T> unflatten(const DistTensor<T>& full, const std::string& name, cons
                         std::int64_t offset) {
   DistTensor<T> param = make_dist<T>(name, shape, full.layout, full.mesh);
   for (int r = 0; r < param.ranks(); ++r) {
+    if (!param.held(r)) continue;
     Tensor<T>& local = param.local(r);
     for (std::int64_t i = 0; i < local.numel(); ++i) local[i] = full.local(r)[offset + i];
   }

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <algorithm>
+#include <optional>
+#include <string>
 
 #include "shardsim/runner/runner.hpp"
 
@@ -10,9 +12,29 @@ namespace shardsim {
 
 inline std::int64_t ceil_div(std::int64_t n, std::int64_t k) { return (n + k - 1) / k; }
 
-// REQUIRES: scenario.fsdp.
+// Bytes of one element in an fsdp dtype (bf16 and f16 2, f32 4, f64 8); no dtype, or one at least
+// as wide as the run, is the run's own `run_bytes`.
+inline std::int64_t fsdp_dtype_bytes(const std::optional<Precision>& dtype,
+                                     std::int64_t run_bytes) {
+  if (!dtype) return run_bytes;
+  const std::int64_t bytes = dtype->bits <= 11 ? 2 : dtype->bits <= 24 ? 4 : 8;
+  return std::min(bytes, run_bytes);
+}
+
+// Master shards, gradient shards and optimizer state count `element_bytes` (the run's); the
+// gathered copy counts param_dtype's bytes, the unsharded gradients param_dtype's (autograd's)
+// plus, when reduce_dtype is another dtype, the reduce_dtype copy the reduce-scatter reads (both
+// live while it is cast). REQUIRES: scenario.fsdp.
 inline ParameterMemory fsdp_parameter_memory(const Scenario& scenario, std::int64_t element_bytes) {
   const FsdpSpec& spec = *scenario.fsdp;
+  const std::int64_t param_bytes = fsdp_dtype_bytes(spec.param_dtype, element_bytes);
+  const std::int64_t reduce_bytes = fsdp_dtype_bytes(spec.reduce_dtype, element_bytes);
+  const auto effective = [&](const std::optional<Precision>& dtype) {
+    return dtype && fsdp_dtype_bytes(dtype, element_bytes) < element_bytes ? dtype->name()
+                                                                           : std::string("run");
+  };
+  const bool cast = effective(spec.param_dtype) != effective(spec.reduce_dtype);
+  const std::int64_t grad_bytes = param_bytes + (cast ? reduce_bytes : 0);
   const Mesh& mesh = scenario.mesh.devices;
   const int ranks = mesh.size();
   const std::int64_t k = mesh.dim(spec.dim).size;
@@ -41,12 +63,13 @@ inline ParameterMemory fsdp_parameter_memory(const Scenario& scenario, std::int6
         }
       }
       memory.sharded_params[rank] += shard * element_bytes;
-      memory.gathered_peak[rank] = std::max(memory.gathered_peak[rank], k * shard * element_bytes);
+      memory.gathered_peak[rank] = std::max(memory.gathered_peak[rank], k * shard * param_bytes);
+      if (scenario.train_steps > 0) {
+        memory.unsharded_grads_peak[rank] =
+            std::max(memory.unsharded_grads_peak[rank], k * shard * grad_bytes);
+      }
     }
-    if (scenario.train_steps > 0) {
-      memory.sharded_grads[rank] = memory.sharded_params[rank];
-      memory.unsharded_grads_peak[rank] = memory.gathered_peak[rank];
-    }
+    if (scenario.train_steps > 0) memory.sharded_grads[rank] = memory.sharded_params[rank];
   }
   return memory;
 }

@@ -1,5 +1,5 @@
-// Which runner entries a training step may still read: the rule by which the runner releases
-// tensors during backward (runner-inl.hpp, release_dead_tensors).
+// Which runner entries a run may still read: the rules by which the runner releases tensors
+// during backward, and after each step of a forward-only run (runner-inl.hpp).
 #pragma once
 
 #include <set>
@@ -43,6 +43,22 @@ inline LiveNames live_names(const std::vector<StepSpec>& steps,
       if (!name) continue;
       live.grads.push_back(grad_name(*name));
       if (key != "output" || reads_output[j]) live.values.push_back(*name);
+    }
+  }
+  return live;
+}
+
+// The live names of a forward-only run (no training step, no micro-batches) once steps
+// [0, next) have run forward: the pinned entries, and every name a step still to run names (any
+// string value of its spec) with the entries derived from it. A boundary is compared when it is
+// recorded and no backward will run, so nothing else is read again: a step's output, its parts
+// (statistics, attention's q/k/v, moved copies) go as soon as no later step names it.
+inline LiveNames forward_live_names(const std::vector<StepSpec>& steps, std::size_t next,
+                                    const std::set<std::string>& pinned) {
+  LiveNames live{pinned, {}, {}};
+  for (std::size_t j = next; j < steps.size(); ++j) {
+    for (const auto& [key, value] : steps[j].params) {
+      if (const auto* name = std::get_if<std::string>(&value.value)) live.values.push_back(*name);
     }
   }
   return live;

@@ -32,6 +32,7 @@
 #include "sim/runner/clip.hpp"
 #include "sim/runner/fsdp.hpp"
 #include "sim/runner/fsdp_memory.hpp"
+#include "sim/runner/input_notes.hpp"
 #include "sim/runner/release.hpp"
 #include "sim/runner/replicas.hpp"
 #include "sim/runner/runner_faults.hpp"
@@ -40,47 +41,6 @@
 namespace shardsim {
 
 namespace detail {
-
-// An f32 run of F64 file values rounds each once, to nearest (float(double)); a narrow run rounds
-// every input value once to its format (a file's double directly, never through float). The note
-// on the input boundary says how many moved and how far. f64 and mp runs hold file values
-// exactly: no note.
-template <typename T>
-std::vector<std::string> input_rounding_notes(const TensorSpec& spec, const Tensor<T>& stored,
-                                              std::optional<NarrowFormat> storage) {
-  if constexpr (std::is_same_v<T, double> || !std::is_arithmetic_v<T>) {
-    if (!storage) return {};
-  }
-  const bool from_file = spec.init.dist == InitDist::file;
-  if (!storage && !from_file) return {};
-  std::int64_t rounded = 0;
-  std::int64_t overflowed = 0;
-  double max_rel = 0;
-  for (std::int64_t i = 0; i < stored.numel(); ++i) {
-    const auto index = static_cast<std::uint64_t>(i);
-    const double v = from_file ? (*spec.init.values)[index]
-                               : init_value(spec.init, spec.init_seed, index);
-    const double r = ScalarTraits<T>::to_double(stored[i]);
-    if (r == v || (std::isnan(r) && std::isnan(v))) continue;
-    ++rounded;
-    if (std::isinf(r)) {
-      ++overflowed;
-    } else {
-      max_rel = std::max(max_rel, std::fabs(r - v) / std::fabs(v));
-    }
-  }
-  if (rounded == 0) return {};
-  char rel[32];
-  std::snprintf(rel, sizeof rel, "%.2g", max_rel);
-  const std::string count = std::to_string(rounded) + " of " + std::to_string(stored.numel());
-  const std::string format = storage ? narrow_name(*storage) : "f32";
-  const std::string source = from_file ? " " + spec.init.file_dtype + " values from '" +
-                                             spec.init.file + "'"
-                                       : " drawn (f32) values";
-  return {format + " run: " + count + source + " rounded once to nearest " + format +
-          " (max relative change " + rel + ")" +
-          (overflowed ? ", " + std::to_string(overflowed) + " overflowed to inf" : "")};
-}
 
 // One run of a scenario at one precision: the world, the oracle's and the ranks' tensors, the
 // steps, and the trace. run() calls the phases in the order of the header comment.
@@ -92,7 +52,7 @@ class ScenarioRun {
       : scenario_(scenario),
         sink_(sink),
         world_(scenario.mesh.devices, effective_reduce_order(scenario, options),
-               effective_schedule(scenario, options)),
+               effective_schedule(scenario, options), options.transport),
         env_{scenario, world_, {}, {}, {}, storage},
         on_boundary_(options.on_boundary),
         fsdp_(scenario, world_,
@@ -100,7 +60,20 @@ class ScenarioRun {
                 emit(label, x, &ref);
               }) {
     constexpr bool narrow_capable = std::is_same_v<T, float> || std::is_same_v<T, NarrowFloat>;
-    SHARDSIM_ASSERT(!storage || narrow_capable, "narrow storage runs compute in float or NarrowFloat");
+    SHARDSIM_ASSERT(!storage || narrow_capable,
+                    "narrow storage runs compute in float or NarrowFloat");
+    // Over mpi the oracle runs on process 0 alone (step_env.hpp), or with --oracle distributed
+    // on every process, each on its rows of the batch axis (oracle_rows.hpp).
+    const Transport* transport = options.transport.get();
+    process0_ = !transport || transport->process() == 0;
+    env_.oracle = process0_;
+    if (options.distributed_oracle && transport) {
+      check_distributed_oracle(scenario, transport->processes());
+      env_.rows =
+          oracle_rows(oracle_rows_extent(scenario), transport->process(), transport->processes());
+      oracle_exchange_elements_ = options.oracle_exchange_elements;
+      env_.oracle = true;
+    }
     world_.set_hook([this](const BoundaryLabel& label, DistTensor<T>& tensor) {
       return emit(label, tensor, nullptr);
     });
@@ -167,13 +140,8 @@ class ScenarioRun {
     entry.notes = label.notes;
     entry.inputs = label.inputs;
     entry.scenario_step = scenario_step_;
-    Tensor<T> rows;  // a micro-batch's rows of the whole-batch oracle (micro_step-inl.hpp)
-    if (!oracle) {
-      if (micro_ > 0 && whole_rows(label, rows)) oracle = &rows;
-      if (!oracle) oracle = find_oracle(label, entry, env_.dense);
-      if (oracle) check_oracle_finite(*oracle, entry);
-    }
-    const bool same = sink_.on_boundary(entry, oracle, tensor);
+    const bool same = world_.transport() ? compare_on_root(label, entry, tensor, oracle)
+                                         : compare(label, entry, tensor, oracle);
     if (on_boundary_) on_boundary_(entry);
     if (same) {
       identical_.insert(label.tensor);
@@ -184,6 +152,31 @@ class ScenarioRun {
     return same;
   }
 
+  // Hands the boundary and its oracle tensor to the sink; returns whether it matched bitwise.
+  // `oracle` overrides the dense counterpart.
+  bool compare(const BoundaryLabel& label, const TraceEntry& entry, const DistTensor<T>& tensor,
+               const Tensor<T>* oracle) {
+    Tensor<T> rows;  // a micro-batch's rows of the whole-batch oracle (micro_step-inl.hpp)
+    if (!oracle) {
+      if (micro_ > 0 && whole_rows(label, rows)) oracle = &rows;
+      if (!oracle) oracle = find_oracle(label, entry, env_.dense);
+      if (oracle) check_oracle_finite(*oracle, entry);
+    }
+    return sink_.on_boundary(entry, oracle, tensor);
+  }
+
+  // compare() over the mpi transport (root_compare-inl.hpp).
+  bool compare_on_root(const BoundaryLabel& label, const TraceEntry& entry,
+                       const DistTensor<T>& tensor, const Tensor<T>* oracle);
+  // compare_on_root() of a boundary whose oracle is in row blocks (--oracle distributed).
+  bool compare_blocks(const BoundaryLabel& label, const TraceEntry& entry,
+                      const DistTensor<T>& tensor);
+  // The first non-finite element of an oracle tensor (flat), or -1.
+  static std::int64_t first_not_finite(const Tensor<T>& oracle);
+  // The error for a non-finite oracle at element `flat` of a tensor of shape `shape`.
+  InputError oracle_not_finite(const TraceEntry& entry, const Shape& shape,
+                               std::int64_t flat) const;
+
   // A non-finite oracle is no reference (update_step-inl.hpp): bad input, exit 2.
   void check_oracle_finite(const Tensor<T>& oracle, const TraceEntry& entry) const;
 
@@ -192,43 +185,15 @@ class ScenarioRun {
   // to nearest. A narrow run rounds every value once to its format (a file's double directly).
   // A note on the input boundary counts the values that moved. Streamed inputs and targets are
   // also kept whole, to be sliced per chunk (load_chunk).
-  void load_inputs() {
-    for (const TensorSpec& spec : scenario_.tensors) {
-      Tensor<T> global(spec.shape);
-      const bool from_file = spec.init.dist == InitDist::file;
-      for (std::int64_t i = 0; i < global.numel(); ++i) {
-        const auto index = static_cast<std::uint64_t>(i);
-        global[i] = stored_input(from_file ? (*spec.init.values)[index]
-                                           : init_value(spec.init, spec.init_seed, index));
-      }
-      std::vector<std::string> notes = input_rounding_notes<T>(spec, global, env_.storage);
-      env_.sharded[spec.name] = distribute(spec.name, global, spec.layout, world_.mesh_ptr());
-      env_.dense[spec.name] = std::move(global);
-      world_.compare_boundary({.op = "input",
-                               .tensor = spec.name,
-                               .exact = true,
-                               .kind = BoundaryKind::input,
-                               .notes = std::move(notes)},
-                              env_.sharded[spec.name]);
-      apply_ones_init_assumed(scenario_, spec, world_, env_.sharded[spec.name]);
-    }
-    if (!scenario_.stream && scenario_.micro_batches < 2) return;
-    if (scenario_.stream) chunk_lengths_ = scenario_.stream->chunks;
-    const std::string axis(scenario_.stream ? scenario_.stream->axis : kMicroBatchAxis);
-    for (const TensorSpec& spec : scenario_.tensors) {
-      if (spec.role == TensorRole::parameter || !spec.shape.has(axis)) continue;
-      whole_.emplace(spec.name, env_.dense.at(spec.name));
-    }
-  }
+  void load_inputs();
+
+  // This process's rows of a global oracle tensor under --oracle distributed (oracle_rows.hpp);
+  // otherwise, or for a tensor without the batch axis, the tensor itself.
+  Tensor<T> oracle_rows_of(Tensor<T> global) const;
 
   // An input value as the run stores it: T(v), except that a narrow float run rounds the
   // double once to its format (float(v) first could round twice).
-  T stored_input(double value) const {
-    if constexpr (std::is_same_v<T, float>) {
-      if (env_.storage) return narrow_to_float(*env_.storage, narrow_from_double(*env_.storage, value));
-    }
-    return T(value);
-  }
+  T stored_input(double value) const;
 
   void make_steps() {
     for (const StepSpec& spec : scenario_.steps) ops_.push_back(make_step_op<T>(spec, scenario_));
@@ -252,32 +217,25 @@ class ScenarioRun {
   // for the oracle, laid out over the ranks with the tensor's placement (an input boundary of
   // that chunk). Without [stream] there is one chunk and nothing is sliced. Then the previous
   // chunk's gradients are dropped.
-  void load_chunk() {
-    std::int64_t begin = 0;
-    for (int i = 1; i < chunk_; ++i) begin += chunk_lengths_[static_cast<std::size_t>(i - 1)];
-    const std::int64_t length = chunk_lengths_[static_cast<std::size_t>(chunk_ - 1)];
-    for (const auto& [name, full] : whole_) {
-      const std::string& axis = scenario_.stream->axis;
-      Tensor<T> part(full.shape().with_extent(axis, length));
-      copy_along(full, axis, begin, part, 0, length);
-      env_.sharded[name] =
-          distribute(name, part, scenario_.find_tensor(name)->layout, world_.mesh_ptr());
-      env_.dense[name] = std::move(part);
-      world_.compare_boundary(
-          {.op = "input", .tensor = name, .exact = true, .kind = BoundaryKind::input},
-          env_.sharded[name]);
-    }
-    std::erase_if(env_.dense, [](const auto& entry) { return is_grad_name(entry.first); });
-    std::erase_if(env_.sharded, [](const auto& entry) { return is_grad_name(entry.first); });
-  }
+  void load_chunk();
 
+  // Every step forward. The first pass that reports activation memory records each step's
+  // saved bytes right after its forward. A forward-only run then releases every entry no later
+  // step names (forward_live_names), so it holds one step's tensors at a time, not all.
   void forward() {
+    const bool forward_only = scenario_.train_steps == 0 && scenario_.micro_batches < 2;
+    const bool measure = saved_bytes_.empty() && !whole_pass_;
     for (std::size_t i = 0; i < ops_.size(); ++i) {
       scenario_step_ = static_cast<int>(i);
       bind_world(i);
       fsdp_.gather(static_cast<int>(i), env_);
       ops_[i]->forward(env_);
       fsdp_.release(static_cast<int>(i), env_);
+      if (measure) saved_bytes_.push_back(ops_[i]->saved_bytes(env_));
+      if (!forward_only) continue;
+      const LiveNames live = forward_live_names(scenario_.steps, i + 1, pinned_);
+      std::erase_if(env_.dense, [&](const auto& entry) { return !live.keeps(entry.first); });
+      std::erase_if(env_.sharded, [&](const auto& entry) { return !live.keeps(entry.first); });
     }
     scenario_step_ = -1;
   }
@@ -291,15 +249,14 @@ class ScenarioRun {
     memory.forward_only = scenario_.train_steps == 0;
     memory.per_rank.assign(static_cast<std::size_t>(world_.size()), 0);
     for (std::size_t i = 0; i < ops_.size(); ++i) {
-      bind_world(i);
-      std::vector<std::int64_t> bytes = ops_[i]->saved_bytes(env_);
+      std::vector<std::int64_t> bytes = saved_bytes_[i];  // recorded by forward()
       if (bytes.empty()) continue;
+      bytes = world_.from_owners(std::move(bytes));  // a rank's figure comes from its process
       for (std::size_t r = 0; r < bytes.size(); ++r) memory.per_rank[r] += bytes[r];
       const StepSpec& spec = scenario_.steps[i];
       memory.steps.push_back({spec.index, std::string(spec.op()), spec.output(), std::move(bytes)});
     }
-    if (fsdp_.on())
-      memory.parameters = fsdp_parameter_memory(scenario_, env_.activation_bytes());
+    if (fsdp_.on()) memory.parameters = fsdp_parameter_memory(scenario_, env_.activation_bytes());
     sink_.on_activation_memory(memory);
   }
 
@@ -331,6 +288,8 @@ class ScenarioRun {
 
   const Scenario& scenario_;
   BoundarySink<T>& sink_;
+  bool process0_ = true;  // this process writes the trace's values: the local one, or mpi's 0
+  std::int64_t oracle_exchange_elements_ = 0;  // RunOptions::oracle_exchange_elements
   World<T> world_;
   StepEnv<T> env_;
   std::function<void(const TraceEntry&)> on_boundary_;  // RunOptions::on_boundary
@@ -345,6 +304,7 @@ class ScenarioRun {
   std::set<std::string> stored_names_;      // narrow runs: what stores_narrow rounds
   std::map<std::string, Tensor<T>> whole_;  // streamed or micro-batched inputs, whole
   std::vector<std::int64_t> chunk_lengths_{0};
+  std::vector<std::vector<std::int64_t>> saved_bytes_;  // per step, from the first measured pass
 
   // Gradient accumulation (micro_step-inl.hpp).
   void run_micro_batched_step();
@@ -375,7 +335,9 @@ class ScenarioRun {
 
 }  // namespace shardsim
 
+#include "sim/runner/inputs-inl.hpp"
 #include "sim/runner/micro_step-inl.hpp"
+#include "sim/runner/root_compare-inl.hpp"
 #include "sim/runner/update_step-inl.hpp"
 
 namespace shardsim {

@@ -88,7 +88,9 @@ void ScenarioRun<T>::step_parameter(const TensorSpec& spec) {
     env_.round_to_storage(param->local(r));
   });
   if (has_replicate_dim(param->layout)) {
-    const Tensor<T> reference = first_replicas(*param);
+    // The first replica of each group is the reference (gathered to process 0).
+    const DistTensor<T> gathered = world_.share(*param, /*to_root=*/true);
+    const Tensor<T> reference = process0_ ? first_replicas(gathered) : Tensor<T>();
     emit({.op = "replica_check",
           .tensor = moved_name(name, "replicas"),
           .exact = true,
@@ -102,22 +104,34 @@ void ScenarioRun<T>::step_parameter(const TensorSpec& spec) {
 // A non-finite oracle is no reference: the scenario overflows (or is undefined) at this
 // precision, which is bad input (exit 2), not a divergence of the sharded program.
 template <typename T>
-void ScenarioRun<T>::check_oracle_finite(const Tensor<T>& oracle, const TraceEntry& entry) const {
+std::int64_t ScenarioRun<T>::first_not_finite(const Tensor<T>& oracle) {
   using std::isfinite;
   for (std::int64_t i = 0; i < oracle.numel(); ++i) {
-    if (isfinite(oracle[i])) continue;
-    const std::vector<std::int64_t> index = unflatten(oracle.shape(), i);
-    std::string at;
-    for (std::size_t a = 0; a < index.size(); ++a) {
-      at += (a ? ", " : "") + oracle.shape()[a].name + "=" + std::to_string(index[a]);
-    }
-    throw InputError(scenario_.file + ": the oracle is not finite at boundary #" +
-                     std::to_string(entry.id) + " (step " + std::to_string(entry.step) +
-                     ", chunk " + std::to_string(entry.chunk) + ", " + entry.op + " -> " +
-                     entry.tensor + ") in the " + ScalarTraits<T>::name + " run, first at [" + at +
-                     "]: the scenario's values overflow or are undefined at this "
-                     "precision, so there is no reference to compare with");
+    if (!isfinite(oracle[i])) return i;
   }
+  return -1;
+}
+
+template <typename T>
+InputError ScenarioRun<T>::oracle_not_finite(const TraceEntry& entry, const Shape& shape,
+                                             std::int64_t flat) const {
+  const std::vector<std::int64_t> index = unflatten(shape, flat);
+  std::string at;
+  for (std::size_t a = 0; a < index.size(); ++a) {
+    at += (a ? ", " : "") + shape[a].name + "=" + std::to_string(index[a]);
+  }
+  return InputError(scenario_.file + ": the oracle is not finite at boundary #" +
+                    std::to_string(entry.id) + " (step " + std::to_string(entry.step) + ", chunk " +
+                    std::to_string(entry.chunk) + ", " + entry.op + " -> " + entry.tensor +
+                    ") in the " + ScalarTraits<T>::name + " run, first at [" + at +
+                    "]: the scenario's values overflow or are undefined at this "
+                    "precision, so there is no reference to compare with");
+}
+
+template <typename T>
+void ScenarioRun<T>::check_oracle_finite(const Tensor<T>& oracle, const TraceEntry& entry) const {
+  const std::int64_t flat = first_not_finite(oracle);
+  if (flat >= 0) throw oracle_not_finite(entry, oracle.shape(), flat);
 }
 
 }  // namespace shardsim::detail

@@ -180,6 +180,11 @@ const std::vector<FaultInfo>& fault_catalogue() {
          "fsdp: the update is not written back before the next all-gather, which reads each "
          "shard as it was before the previous step's update",
          {}},
+        {Fault::fsdp_reduce_dtype_bf16,
+         "",
+         "fsdp: the gradient reduce-scatter runs in bf16 (each addend and each hop's partial "
+         "sum rounded to bf16) although the scenario's reduce_dtype is wider (f32)",
+         {}},
     };
     SHARDSIM_ASSERT(rows.size() == kFaultCount, "one catalogue row per fault");
     for (std::size_t k = 0; k < rows.size(); ++k) {

@@ -24,8 +24,10 @@ class Loader : public TomlReader {
   // batch axis has one extent that torch.chunk cuts into k non-empty pieces; refused with
   // [stream], dropout, a step that reduces over the batch axis or a loss on another batch axis.
   void micro_batches(const toml::table& root, Scenario& s) const;
-  // clip_grad_norm and fsdp = { style, dim } (loader_fsdp.cpp); after the steps and training.
+  // clip_grad_norm and fsdp = { style, dim, param_dtype, reduce_dtype } (loader_fsdp.cpp); after
+  // the steps and training.
   void fsdp(const toml::table& root, Scenario& s) const;
+  std::optional<Precision> fsdp_dtype(const toml::table& t, const char* key) const;
   void fsdp_units(const Scenario& s, FsdpSpec& spec) const;
   void fsdp_check_param(const Scenario& s, const TensorSpec& tensor, const FsdpSpec& spec) const;
 

@@ -1,6 +1,6 @@
-// Reads `clip_grad_norm` and `fsdp = { style, dim }` (README "Fully sharded data parallelism"):
-// the units (one per step that names parameters) and every rule that keeps their layouts those
-// of FSDP1 (flat) and FSDP2 (per_param).
+// Reads `clip_grad_norm` and `fsdp = { style, dim, param_dtype, reduce_dtype }` (README "Fully
+// sharded data parallelism"): the units (one per step that names parameters) and every rule that
+// keeps their layouts those of FSDP1 (flat) and FSDP2 (per_param).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -57,18 +57,16 @@ void Loader::fsdp(const toml::table& root, Scenario& s) const {
   if (s.micro_batches >= 2) {
     fail(*node, "fsdp",
          "fsdp with micro_batches >= 2 is not supported: the runner gathers and reduce-scatters "
-         "a unit once per forward and backward, not once per micro-batch; use one or the other");
-  }
-  for (const char* key : {"param_dtype", "reduce_dtype"}) {
-    if (const toml::node* v = t.get(key)) {
-      fail(*v, std::string("fsdp.") + key,
-           std::string(key) +
-               " (FSDP MixedPrecision) is not supported yet: the gathered parameters and the "
-               "gradient reduce-scatter use each run's own precision; leave it out");
-    }
+         "a unit once per forward and backward, not once per micro-batch (FSDP's no_sync "
+         "accumulation of unsharded gradients is not modelled); use one or the other");
   }
   FsdpSpec spec;
   spec.loc = loc_of(*node);
+  spec.param_dtype = fsdp_dtype(t, "param_dtype");
+  spec.reduce_dtype = fsdp_dtype(t, "reduce_dtype");
+  // As FSDP's MixedPrecision (and FSDP2's MixedPrecisionPolicy): no reduce_dtype reduces in
+  // param_dtype, the dtype of the gradients.
+  if (!spec.reduce_dtype) spec.reduce_dtype = spec.param_dtype;
   const toml::node* style = t.get("style");
   if (!style) fail(*node, "fsdp", "missing required key 'style' (\"flat\" or \"per_param\")");
   const std::string style_name = string(*style, "fsdp.style");
@@ -102,6 +100,24 @@ void Loader::fsdp(const toml::table& root, Scenario& s) const {
   }
   fsdp_units(s, spec);
   s.fsdp = std::move(spec);
+}
+
+// `fsdp.KEY` (param_dtype or reduce_dtype): one of the dtypes FSDP's MixedPrecision takes.
+std::optional<Precision> Loader::fsdp_dtype(const toml::table& t, const char* key) const {
+  const toml::node* v = t.get(key);
+  if (!v) return std::nullopt;
+  const std::string path = std::string("fsdp.") + key;
+  const std::string text = string(*v, path);
+  for (const char* known : {"bf16", "f16", "f32", "f64"}) {
+    if (text == known) return parse_precision(text);
+  }
+  const std::string hint = nearest(text, {"bf16", "f16", "f32", "f64"});
+  fail(*v, path,
+       "unknown dtype " + quote(text) +
+           " (known: bf16, f16, f32, f64; mp levels are run "
+           "precisions, not storage dtypes)" +
+           (hint.empty() ? "" : "; did you mean " + quote(hint) + "?"));
+  return std::nullopt;
 }
 
 // One unit per step that names parameters. A parameter belongs to one step only, is Replicate on
@@ -187,6 +203,12 @@ void Loader::check_fsdp_fault(const toml::node& node, const std::string& path, F
     fail(node, path,
          "fault 'fsdp_clip_padding' needs fsdp style \"flat\" (the padded flat buffer) and "
          "clip_grad_norm");
+  }
+  if (fault == Fault::fsdp_reduce_dtype_bf16 &&
+      !(s.fsdp->reduce_dtype && s.fsdp->reduce_dtype->kind != ScalarKind::bf16)) {
+    fail(node, path,
+         "fault 'fsdp_reduce_dtype_bf16' reduces in bf16 where the scenario declares a wider "
+         "reduce_dtype: give fsdp.reduce_dtype = \"f32\" (or \"f64\")");
   }
   const bool replicated_grad_fault = fault == Fault::unreduced_param_grads ||
                                      fault == Fault::grad_reduce_mean ||

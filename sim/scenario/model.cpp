@@ -47,9 +47,21 @@ Magnitude exact_default_rtol(const Precision& precision) {
   return Magnitude::scaled(1.0, 16 - static_cast<long>(precision.bits));
 }
 
+// Under fsdp mixed precision every dtype narrower than the run (param_dtype, reduce_dtype) adds
+// its rounding: the default is the larger of the run's and 2^(5 - bits) of each such dtype, the
+// narrow rule (16 ulps of the dtype, scalar.hpp's default_rtol) applied to the dtype the values
+// are stored or summed in (README "Mixed precision (param_dtype, reduce_dtype)").
 Magnitude Scenario::rtol(const Precision& precision) const {
   auto it = tolerance.find(precision.name());
-  return it != tolerance.end() ? it->second : exact_default_rtol(precision);
+  if (it != tolerance.end()) return it->second;
+  Magnitude rtol = exact_default_rtol(precision);
+  if (!fsdp) return rtol;
+  for (const std::optional<Precision>& dtype : {fsdp->param_dtype, fsdp->reduce_dtype}) {
+    if (!dtype || dtype->bits >= precision.bits) continue;
+    const Magnitude narrow = Magnitude::scaled(1.0, 5 - static_cast<long>(dtype->bits));
+    if (rtol < narrow) rtol = narrow;
+  }
+  return rtol;
 }
 
 std::string located(const std::string& file, SourceLoc loc, const std::string& path,

@@ -1,6 +1,6 @@
-// Target 3: mp256 LayerNorm forward vs a raw MPFR loop with stack-allocated temporaries, and the
-// heap allocations per element of the kernel (counted through GMP's memory functions, which MPFR
-// uses for every number it allocates).
+// Target 3: mp256 LayerNorm forward, and the attention inner products, each against a raw MPFR loop
+// with stack-allocated temporaries, and the heap allocations per element of the kernels (counted
+// through GMP's memory functions, which MPFR uses for every number it allocates).
 #include <gmp.h>
 #include <mpfr.h>
 
@@ -8,6 +8,7 @@
 
 #include "bench.hpp"
 #include "shardsim/mp.hpp"
+#include "shardsim/ops/attention/attention-inl.hpp"
 #include "shardsim/ops/layer_norm-inl.hpp"
 
 namespace bench {
@@ -71,6 +72,122 @@ void raw_mpfr_layer_norm(const shardsim::Tensor<Mp>& x, const shardsim::Tensor<M
       mpfr_add(out, out, b[i].backend().data(), MPFR_RNDN);
     }
   }
+}
+
+// The attention inner products of every query row (causal, one head): s_ij = (q_i . k_j) * scale,
+// one accumulator over d ascending, written into preallocated outputs `rs` (row-major over the
+// allowed keys), with one stack temporary.
+void raw_mpfr_scores(const shardsim::Tensor<Mp>& q, const shardsim::Tensor<Mp>& k, const Mp& scale,
+                     std::int64_t seq, std::int64_t dim, mpfr_prec_t prec,
+                     std::vector<mpfr_t>& rs) {
+  MPFR_DECL_INIT(dot, prec);
+  MPFR_DECL_INIT(product, prec);
+  std::size_t out = 0;
+  for (std::int64_t i = 0; i < seq; ++i) {
+    for (std::int64_t j = 0; j <= i; ++j) {
+      mpfr_set_zero(dot, 1);
+      for (std::int64_t d = 0; d < dim; ++d) {
+        mpfr_mul(product, q[i * dim + d].backend().data(), k[j * dim + d].backend().data(),
+                 MPFR_RNDN);
+        mpfr_add(dot, dot, product, MPFR_RNDN);
+      }
+      mpfr_mul(rs[out++], dot, scale.backend().data(), MPFR_RNDN);
+    }
+  }
+}
+
+// How many of the kernel's scores (one vector per query row, row i holding keys 0..i) differ
+// from the raw loop's (row-major over the same keys) in value or in the sign of a zero.
+std::size_t count_differing_scores(const std::vector<std::vector<Mp>>& rows,
+                                   const std::vector<mpfr_t>& rs) {
+  std::size_t differing = 0;
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i].size() != i + 1) {
+      differing += i + 1;
+      at += i + 1;
+      continue;
+    }
+    for (const Mp& score : rows[i]) {
+      mpfr_srcptr kernel_value = score.backend().data();
+      mpfr_srcptr raw_value = rs[at++];
+      const bool same_sign = (mpfr_signbit(kernel_value) != 0) == (mpfr_signbit(raw_value) != 0);
+      if (mpfr_cmp(kernel_value, raw_value) != 0 || !same_sign) ++differing;
+    }
+  }
+  return differing;
+}
+
+// Target 3, second part: the attention kernel's inner products (detail::row_scores, which every
+// attention forward and backward calls per query row) against the raw loop above. Both compute
+// every sum in the same order, so the scores must agree bit for bit.
+int attention_scores_part(const Options& o, mpfr_prec_t prec) {
+  using shardsim::Shape;
+  const std::int64_t seq = o.smoke ? 9 : o.quick ? 96 : 192;
+  const std::int64_t dim = 64;
+  const int reps = o.smoke ? 1 : o.quick ? 5 : 9;
+  const Shape q_shape = shardsim::head_shape(1, "seq", seq, 1, dim);
+  const Shape k_shape = shardsim::head_shape(1, "kv", seq, 1, dim);
+  shardsim::Tensor<Mp> q(q_shape);
+  shardsim::Tensor<Mp> k(k_shape);
+  for (std::int64_t i = 0; i < seq * dim; ++i) {
+    q[i] = Mp(-0.5 + 1e-3 * double((i * 7919) % 1009));
+    k[i] = Mp(0.25 - 1e-3 * double((i * 104729) % 997));
+  }
+  std::vector<std::int64_t> positions(static_cast<std::size_t>(seq));
+  for (std::int64_t i = 0; i < seq; ++i) positions[static_cast<std::size_t>(i)] = i;
+  const shardsim::AttentionParams params;  // causal, no window
+  const Mp scale = Mp(1) / sqrt(Mp(dim));
+  const shardsim::detail::HeadStrides q_layout(q_shape, "seq");
+  const shardsim::detail::HeadStrides k_layout(k_shape, "kv");
+  // The kernel's scores, one vector per query row (kept across calls, as a kernel keeps its
+  // row buffers, so a repeated call allocates only each row's scratch).
+  std::vector<std::vector<Mp>> rows(static_cast<std::size_t>(seq));
+  std::vector<std::int64_t> keys;
+  auto kernel = [&] {
+    for (std::int64_t i = 0; i < seq; ++i) {
+      shardsim::detail::row_scores(q, q_layout, k, k_layout, 0, 0, i,
+                                   positions[static_cast<std::size_t>(i)], positions, params, scale,
+                                   keys, rows[static_cast<std::size_t>(i)]);
+    }
+  };
+  std::vector<mpfr_t> rs(static_cast<std::size_t>(seq * (seq + 1) / 2));
+  for (auto& v : rs) mpfr_init2(v, prec);
+  auto raw = [&] { raw_mpfr_scores(q, k, scale, seq, dim, prec, rs); };
+  kernel();
+  raw();
+  int failures = 0;
+  const std::size_t differing = count_differing_scores(rows, rs);
+  if (differing != 0) {
+    std::printf("  attention scores: kernel and raw MPFR loop differ in %zu of %zu values\n",
+                differing, rs.size());
+    ++failures;
+  }
+  // Allocations of a repeated row: its scratch (four accumulators, a product, the zero the row
+  // is sized with), about 6, against 2 per multiply-add (64 per score) with Boost's operators.
+  std::vector<Mp>& last = rows.back();  // already sized by the calls above
+  const std::int64_t allocations = count_allocations([&] {
+    shardsim::detail::row_scores(q, q_layout, k, k_layout, 0, 0, seq - 1, seq - 1, positions,
+                                 params, scale, keys, last);
+  });
+  std::printf("  attention scores: heap allocations for one row of %lld scores: %lld\n",
+              (long long)seq, (long long)allocations);
+  if (allocations > 16) {
+    std::printf("  the attention scores allocate per score or per element (more than 16)\n");
+    ++failures;
+  }
+  if (!o.smoke) {
+    const double products = double(rs.size()) * double(dim);
+    const auto [kernel_s, raw_s] = interleave(reps, kernel, raw);
+    std::printf(
+        "  [mp%u seq %lld, head_dim %lld, causal] shardsim %.2f M mul-add/s, raw MPFR "
+        "%.2f M mul-add/s\n",
+        shardsim::mp_significand_bits(), (long long)seq, (long long)dim, products / kernel_s * 1e-6,
+        products / raw_s * 1e-6);
+    verdict(3, "mp256 attention inner products / raw MPFR loop", raw_s / kernel_s, 0.9, true);
+  }
+  for (auto& v : rs) mpfr_clear(v);
+  return failures;
 }
 
 }  // namespace
@@ -137,10 +254,10 @@ int target_mp(const Options& o) {
     std::printf("  [mp%u %lldx%lld fwd] shardsim %.2f M elem/s, raw MPFR %.2f M elem/s\n",
                 shardsim::mp_significand_bits(), (long long)rows, (long long)h,
                 elems / kernel_s * 1e-6, elems / raw_s * 1e-6);
-    verdict(3, "mp256 LayerNorm fwd / raw MPFR loop", raw_s / kernel_s, 0.8, true);
+    verdict(3, "mp256 LayerNorm fwd / raw MPFR loop", raw_s / kernel_s, 0.9, true);
   }
   for (auto& v : ry) mpfr_clear(v);
-  return failures;
+  return failures + attention_scores_part(o, prec);
 }
 
 }  // namespace bench

@@ -15,6 +15,13 @@
 //   F32 goldens rtol 1.3e-6, atol 1e-5;  F64 goldens rtol 1e-7, atol 1e-7;
 //   BF16 goldens rtol 1.6e-2, atol 1e-5;  F16 goldens rtol 1e-3, atol 1e-5;  U8 masks exact.
 // When any is given, an unspecified rtol or atol is 0 and the ULP rule applies only if given.
+//
+// With --precision bf16|f16 (CompareOptions::precision) the tolerances are replaced by the error
+// budgets of correct programs (budget.hpp): only the goldens of that format are compared, each
+// candidate tensor's normwise and ULP gaps are measured as a budget is, and the tensor is
+// `noise` when its normwise gap is within the allowance (2 * budget + one unit), `bug`
+// otherwise, with the ratio gap / budget; the ULP gap is reported against its budget, not
+// judged (budget.hpp says why). A manifest without budgets for the format is bad input (InputError).
 #pragma once
 
 #include <optional>
@@ -30,6 +37,8 @@ struct CompareOptions {
   std::optional<double> rtol;
   std::optional<double> atol;
   std::optional<double> max_ulp;
+  // Judge against the goldens' error budgets at this narrow precision (excludes the three above).
+  std::optional<NarrowFormat> precision;
   // golden name -> candidate name (for an npy candidate: the file name without ".npy").
   std::vector<std::pair<std::string, std::string>> map;
 };
@@ -44,6 +53,17 @@ struct ElementReport {
   double abs = 0;
   double rel = 0;
   double ulp = 0;
+};
+
+// A tensor judged against its error budget (--precision).
+struct BudgetJudgement {
+  TensorBudget budget;      // the largest gaps of correct programs (the manifest's)
+  double allowed_normwise = 0;  // allowed_normwise(format, budget.normwise)
+  TensorBudget gap;         // the candidate's
+  // gap / budget for each metric (inf when the budget is 0 and the gap is not; 0 when both are).
+  double normwise_ratio = 0;
+  double ulp_ratio = 0;
+  bool noise = true;
 };
 
 struct TensorComparison {
@@ -61,12 +81,16 @@ struct TensorComparison {
   std::int64_t outside = 0;      // elements outside tolerance
   std::int64_t nonfinite = 0;    // non-finite candidate values that do not match
   std::vector<ElementReport> nonfinite_examples;  // the first few, in row-major order
-  std::optional<ElementReport> worst;             // largest ULP distance (first of ties)
-  bool pass = true;
+  std::optional<ElementReport> worst;  // largest ULP distance; --precision: largest abs (ties: first)
+  double scale = 0;                               // max |g| over finite golden values
+  std::optional<BudgetJudgement> budget;          // with --precision
+  bool pass = true;                               // with --precision: noise
 };
 
 struct ComparisonReport {
   std::string golden_precision;
+  std::optional<NarrowFormat> budget_precision;  // --precision
+  std::string budget_programs;                   // GoldenDir::budget_programs
   std::vector<TensorComparison> tensors;    // manifest order
   std::vector<std::string> golden_only;     // golden tensors the candidate does not have
   std::vector<std::string> candidate_only;  // candidate tensors with no golden counterpart

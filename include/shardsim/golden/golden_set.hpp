@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "shardsim/compare/compare.hpp"
+#include "shardsim/golden/budget.hpp"
 #include "shardsim/golden/tensor_file.hpp"
 
 namespace shardsim {
@@ -51,6 +52,7 @@ struct GoldenEntry {
   std::size_t boundary = 0;  // index into RunReport::boundaries
   int rank = -1;           // the rank for a shard, -1 for a global (oracle) value
   std::string slice;       // "seq=12:13", "seq=12:13+3pad", "replicate", "partial"; "" if global
+  std::optional<TensorBudget> budget;  // BF16/F16 entries with budgets (budget.hpp)
   // dd/qd references only (CapturedValues::near_midpoint): how many of this tensor's values lie
   // within the reference's error budget of a rounding midpoint of its dtype, and the row-major
   // index of the first. The manifest records them as "near_midpoint".
@@ -60,6 +62,8 @@ struct GoldenEntry {
 
 struct GoldenSet {
   std::vector<GoldenEntry> entries;  // in data order: f64, f32, bf16, f16, then u8
+  // Written whenever a BF16 or F16 family is (budget.hpp); its per_entry are in the entries.
+  std::optional<GoldenBudgets> budgets;
   std::string manifest;              // manifest.json text
   std::string safetensors;           // goldens.safetensors bytes (safetensors format only)
   // One line per tensor with near_midpoint > 0, for stderr: its golden might differ in the last
@@ -102,6 +106,7 @@ struct GoldenInfo {
   int ranks = 1;                      // mesh size
   std::string sha256;
   std::string boundary;               // "#5 step 1 chunk 1 layer_norm -> y"
+  std::optional<TensorBudget> budget; // a BF16/F16 tensor's error budget (budget.hpp)
 };
 
 struct GoldenDir {
@@ -109,6 +114,13 @@ struct GoldenDir {
   std::string precision;
   std::string storage;                         // "safetensors" or "npy"
   std::vector<GoldenInfo> infos;               // manifest order
+  // The manifest's "budgets" (absent in manifests without BF16/F16 goldens, and in those
+  // written before budgets were recorded): whether present, the programs they were taken over
+  // ("accumulate f32; reduce orders rank, ring, tree; schedules rank, reverse") and, per
+  // format without budgets ("bf16", "f16"), the reason.
+  bool has_budgets = false;
+  std::string budget_programs;
+  std::map<std::string, std::string> budgets_unavailable;
   std::map<std::string, RawTensor> tensors;    // by name
 };
 

@@ -174,10 +174,12 @@ DistTensor<T> dropout_sharded(const World<T>& world, const DistTensor<T>& x,
   });
   zero_padding(mask);
   zero_padding(y);
-  // The checker reads every rank's drawn words here; the rank programs above did not.
+  // The checker reads every rank's drawn words here; the rank programs above did not. It
+  // redraws them from the metadata (a local shape and frame), so every process has all of them.
   std::vector<DrawnWords> words;
   for (int r = 0; r < ranks; ++r) {
-    words.push_back(dropout_words(x.local(r).shape(), dropout_frame(x, r), params, policy));
+    words.push_back(dropout_words(local_shape(x.global, x.layout, *x.mesh, r),
+                                  dropout_frame(x, r), params, policy));
   }
   const std::uint32_t threshold = dropout_threshold(params.p);
   if (!x.layout.is_replicate()) {

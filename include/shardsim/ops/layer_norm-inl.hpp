@@ -173,11 +173,13 @@ void layer_norm_partial_sums(const Tensor<T>& x, const LayerNormParams& params, 
       row_sum[q] = T(0);
       row_sum_sq[q] = T(0);
     }
+    T square = T(0);  // in place (scalar.hpp): no Mp temporary per element
     for (std::int64_t i = 0; i < valid; ++i) {
       for (int q = 0; q < n; ++q) {
         const T& value = x[block.at(q, i)];
-        row_sum[q] += value;
-        row_sum_sq[q] += value * value;
+        add_into(row_sum[q], row_sum[q], value);
+        mul_into(square, value, value);
+        add_into(row_sum_sq[q], row_sum_sq[q], square);
       }
     }
     for (int q = 0; q < n; ++q) {
@@ -201,16 +203,18 @@ void layer_norm_partial_moments(const Tensor<T>& x, const LayerNormParams& param
     detail::RowValues<T, n> row_sum, row_mean, row_m2;  // (n)
     for (int q = 0; q < n; ++q) row_sum[q] = T(0);
     for (std::int64_t i = 0; i < valid; ++i) {
-      for (int q = 0; q < n; ++q) row_sum[q] += x[block.at(q, i)];
+      for (int q = 0; q < n; ++q) add_into(row_sum[q], row_sum[q], x[block.at(q, i)]);
     }
     for (int q = 0; q < n; ++q) {
       row_mean[q] = row_sum[q] / count;
       row_m2[q] = T(0);
     }
+    T centered = T(0);  // in place (scalar.hpp): no Mp temporary per element
     for (std::int64_t i = 0; i < valid; ++i) {
       for (int q = 0; q < n; ++q) {
-        const T centered = x[block.at(q, i)] - row_mean[q];
-        row_m2[q] += centered * centered;
+        sub_into(centered, x[block.at(q, i)], row_mean[q]);
+        mul_into(centered, centered, centered);
+        add_into(row_m2[q], row_m2[q], centered);
       }
     }
     for (int q = 0; q < n; ++q) {

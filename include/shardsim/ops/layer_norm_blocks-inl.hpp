@@ -113,13 +113,20 @@ void layer_norm_block_backward_sums(RowBlock<N> block, const Tensor<T>& dy, cons
     dnorm_total[q] = T(0);
     dnorm_norm_total[q] = T(0);
   }
+  T norm = T(0), dnorm = T(0);  // in place (scalar.hpp): no Mp temporary per element
   for (std::int64_t i = 0; i < valid; ++i) {
     for (int q = 0; q < N; ++q) {
       const std::int64_t at = block.at(q, i);
-      const T norm = (x[at] - mean[q]) * rstd[q];
-      const T dnorm = weight ? dy[at] * (*weight)[i] : dy[at];
-      dnorm_total[q] += dnorm;
-      dnorm_norm_total[q] += dnorm * norm;
+      sub_into(norm, x[at], mean[q]);
+      mul_into(norm, norm, rstd[q]);
+      if (weight) {
+        mul_into(dnorm, dy[at], (*weight)[i]);
+      } else {
+        dnorm = dy[at];
+      }
+      add_into(dnorm_total[q], dnorm_total[q], dnorm);
+      mul_into(dnorm, dnorm, norm);
+      add_into(dnorm_norm_total[q], dnorm_norm_total[q], dnorm);
     }
   }
 }
@@ -133,6 +140,7 @@ void layer_norm_block_backward_apply(RowBlock<N> block, const Tensor<T>& dy, con
                                      const RowValues<T, N>& dnorm_norm_mean, std::int64_t valid,
                                      std::int64_t extent, Tensor<T>& dx, Tensor<T>* dweight,
                                      Tensor<T>* dbias) {
+  T norm = T(0), dnorm = T(0), product = T(0);  // in place (scalar.hpp): no Mp temporaries
   for (int q = 0; q < N; ++q) {
     // Local copies: stores into dx, dweight and dbias cannot alias them.
     const T mean = stats.mean[block.row(q)];
@@ -141,13 +149,25 @@ void layer_norm_block_backward_apply(RowBlock<N> block, const Tensor<T>& dy, con
     const T row_dnorm_norm_mean = dnorm_norm_mean[q];
     for (std::int64_t i = 0; i < valid; ++i) {
       const std::int64_t at = block.at(q, i);
-      const T norm = (x[at] - mean) * rstd;
-      const T dnorm = weight ? dy[at] * (*weight)[i] : dy[at];
-      if (dbias) (*dbias)[i] += dy[at];
-      if (dweight) (*dweight)[i] += dy[at] * norm;
+      sub_into(norm, x[at], mean);
+      mul_into(norm, norm, rstd);
+      if (weight) {
+        mul_into(dnorm, dy[at], (*weight)[i]);
+      } else {
+        dnorm = dy[at];
+      }
+      if (dbias) add_into((*dbias)[i], (*dbias)[i], dy[at]);
+      if (dweight) {
+        mul_into(product, dy[at], norm);
+        add_into((*dweight)[i], (*dweight)[i], product);
+      }
       // term 1: dnorm; term 2: - mean(dnorm) (through the mean);
       // term 3: - norm * mean(dnorm * norm) (through the variance).
-      dx[at] = ((dnorm - row_dnorm_mean) - norm * row_dnorm_norm_mean) * rstd;
+      // dx = ((dnorm - mean(dnorm)) - norm * mean(dnorm * norm)) * rstd
+      sub_into(dnorm, dnorm, row_dnorm_mean);
+      mul_into(product, norm, row_dnorm_norm_mean);
+      sub_into(dnorm, dnorm, product);
+      mul_into(dx[at], dnorm, rstd);
     }
     for (std::int64_t i = valid; i < extent; ++i) dx[block.at(q, i)] = T(0);
   }

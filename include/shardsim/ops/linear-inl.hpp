@@ -3,6 +3,7 @@
 
 #include "shardsim/ops/linear.hpp"
 #include "shardsim/parallel.hpp"
+#include "shardsim/scalar.hpp"
 
 namespace shardsim {
 
@@ -36,12 +37,15 @@ void linear_forward(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>
   parallel_for(xv.outer * xv.inner, [&](std::int64_t row) {
     const std::int64_t o = row / xv.inner;
     const std::int64_t j = row % xv.inner;
+    // In place (scalar.hpp): an Mp row allocates its two scratch values once, not per element.
+    T sum = T(0), product = T(0);
     for (std::int64_t k = 0; k < out_features; ++k) {
-      T sum = T(0);
+      sum = 0;
       for (std::int64_t i = 0; i < xv.extent; ++i) {
-        sum += x[xv.flat(o, i, j)] * weight[k * w.out + i * w.in];
+        mul_into(product, x[xv.flat(o, i, j)], weight[k * w.out + i * w.in]);
+        add_into(sum, sum, product);
       }
-      if (bias) sum = sum + (*bias)[k];
+      if (bias) add_into(sum, sum, (*bias)[k]);
       y[yv.flat(o, k, j)] = sum;
     }
   });
@@ -63,10 +67,12 @@ void linear_backward(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T>& w
   parallel_for(rows, [&](std::int64_t row) {
     const std::int64_t o = row / xv.inner;
     const std::int64_t j = row % xv.inner;
+    T sum = T(0), product = T(0);
     for (std::int64_t i = 0; i < xv.extent; ++i) {
-      T sum = T(0);
+      sum = 0;
       for (std::int64_t k = 0; k < yv.extent; ++k) {
-        sum += dy[yv.flat(o, k, j)] * weight[k * w.out + i * w.in];
+        mul_into(product, dy[yv.flat(o, k, j)], weight[k * w.out + i * w.in]);
+        add_into(sum, sum, product);
       }
       dx[xv.flat(o, i, j)] = sum;
     }
@@ -76,14 +82,17 @@ void linear_backward(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T>& w
   // features run concurrently: feature k owns db[k] and row k of dW, and adds the rows' terms
   // in the same order whatever the thread count.
   parallel_for(yv.extent, [&](std::int64_t k) {
+    T product = T(0);
     for (std::int64_t row = 0; row < rows; ++row) {
       const std::int64_t o = row / xv.inner;
       const std::int64_t j = row % xv.inner;
-      const T g = dy[yv.flat(o, k, j)];
-      if (dbias) (*dbias)[k] += g;
+      const T g = dy[yv.flat(o, k, j)];  // a copy: stores into dW cannot alias it
+      if (dbias) add_into((*dbias)[k], (*dbias)[k], g);
       if (!dweight) continue;
       for (std::int64_t i = 0; i < xv.extent; ++i) {
-        (*dweight)[k * w.out + i * w.in] += g * x[xv.flat(o, i, j)];
+        T& dw = (*dweight)[k * w.out + i * w.in];
+        mul_into(product, g, x[xv.flat(o, i, j)]);
+        add_into(dw, dw, product);
       }
     }
   });

@@ -22,7 +22,8 @@ void for_each_token(const Shape& shape, const MaskedMseParams& params, const Loc
       const std::vector<std::int64_t> local = unflatten(shape, features.flat(o, 0, j));
       std::int64_t b = local[batch_pos];
       std::int64_t s = local[seq_pos];
-      bool valid = !(frame.batch && is_pad(*frame.batch, b)) && !(frame.seq && is_pad(*frame.seq, s));
+      bool valid =
+          !(frame.batch && is_pad(*frame.batch, b)) && !(frame.seq && is_pad(*frame.seq, s));
       if (frame.batch) b = to_global(*frame.batch, b);
       b += frame.batch_begin;
       if (frame.seq) s = to_global(*frame.seq, s);
@@ -40,44 +41,44 @@ void for_each_token(const Shape& shape, const MaskedMseParams& params, const Loc
 
 template <typename T>
 void masked_mse_partial(const Tensor<T>& y, const Tensor<T>& target, const MaskedMseParams& params,
-                        const LocalFrame& frame, T& sum, std::int64_t& valid_tokens) {
-  sum = T(0);
-  valid_tokens = 0;
-  detail::for_each_token(y.shape(), params, frame,
-                         [&](std::int64_t first, std::int64_t stride, std::int64_t features,
-                             bool valid) {
-                           if (!valid) return;
-                           T token_sum = T(0);
-                           for (std::int64_t h = 0; h < features; ++h) {
-                             const T diff = y[first + h * stride] - target[first + h * stride];
-                             token_sum += diff * diff;
-                           }
-                           sum += token_sum;
-                           ++valid_tokens;
-                         });
+                        const LocalFrame& frame, T& sum, std::int64_t& valid_tokens, bool carry) {
+  if (!carry) {
+    sum = T(0);
+    valid_tokens = 0;
+  }
+  detail::for_each_token(
+      y.shape(), params, frame,
+      [&](std::int64_t first, std::int64_t stride, std::int64_t features, bool valid) {
+        if (!valid) return;
+        T token_sum = T(0);
+        for (std::int64_t h = 0; h < features; ++h) {
+          const T diff = y[first + h * stride] - target[first + h * stride];
+          token_sum += diff * diff;
+        }
+        sum += token_sum;
+        ++valid_tokens;
+      });
 }
 
 template <typename T>
-void masked_mse_backward(const Tensor<T>& y, const Tensor<T>& target,
-                         const MaskedMseParams& params, const LocalFrame& frame,
-                         const T& global_valid_tokens, Tensor<T>& dy) {
+void masked_mse_backward(const Tensor<T>& y, const Tensor<T>& target, const MaskedMseParams& params,
+                         const LocalFrame& frame, const T& global_valid_tokens, Tensor<T>& dy) {
   dy = Tensor<T>(y.shape());
-  detail::for_each_token(y.shape(), params, frame,
-                         [&](std::int64_t first, std::int64_t stride, std::int64_t features,
-                             bool valid) {
-                           if (!valid) return;
-                           for (std::int64_t h = 0; h < features; ++h) {
-                             const std::int64_t at = first + h * stride;
-                             dy[at] = (T(2) * (y[at] - target[at])) / global_valid_tokens;
-                           }
-                         });
+  detail::for_each_token(
+      y.shape(), params, frame,
+      [&](std::int64_t first, std::int64_t stride, std::int64_t features, bool valid) {
+        if (!valid) return;
+        for (std::int64_t h = 0; h < features; ++h) {
+          const std::int64_t at = first + h * stride;
+          dy[at] = (T(2) * (y[at] - target[at])) / global_valid_tokens;
+        }
+      });
 }
 
 }  // namespace shardsim
 
-#define SHARDSIM_INSTANTIATE_LOSS(T)                                                          \
-  template void masked_mse_partial(const Tensor<T>&, const Tensor<T>&, const MaskedMseParams&, \
-                                   const LocalFrame&, T&, std::int64_t&);                     \
-  template void masked_mse_backward(const Tensor<T>&, const Tensor<T>&,                       \
-                                    const MaskedMseParams&, const LocalFrame&, const T&,       \
-                                    Tensor<T>&);
+#define SHARDSIM_INSTANTIATE_LOSS(T)                                                            \
+  template void masked_mse_partial(const Tensor<T>&, const Tensor<T>&, const MaskedMseParams&,  \
+                                   const LocalFrame&, T&, std::int64_t&, bool);                 \
+  template void masked_mse_backward(const Tensor<T>&, const Tensor<T>&, const MaskedMseParams&, \
+                                    const LocalFrame&, const T&, Tensor<T>&);

@@ -46,10 +46,13 @@ struct LocalFrame {
 };
 
 // This rank's share: the sum over its valid tokens, and how many valid tokens it holds.
-// y, target: (batch, seq, feature) in any axis order.
+// y, target: (batch, seq, feature) in any axis order. Tokens are added in flat order, one token's
+// squared differences summed first. `carry`: start from the given sum and count instead of 0
+// (the oracle in row blocks continues the previous block's sum, oracle_rows.hpp).
 template <typename T>
 void masked_mse_partial(const Tensor<T>& y, const Tensor<T>& target, const MaskedMseParams& params,
-                        const LocalFrame& frame, T& sum, std::int64_t& valid_tokens);
+                        const LocalFrame& frame, T& sum, std::int64_t& valid_tokens,
+                        bool carry = false);
 
 // How many of the tokens of a local tensor of shape `local` (in `frame`) are valid; the count
 // masked_mse_partial returns, without the values.
@@ -58,8 +61,7 @@ std::int64_t masked_valid_tokens(const Shape& local, const MaskedMseParams& para
 
 // dy = 2 * (y - target) / V on valid tokens, 0 elsewhere (activation grad: written, not added).
 template <typename T>
-void masked_mse_backward(const Tensor<T>& y, const Tensor<T>& target,
-                         const MaskedMseParams& params, const LocalFrame& frame,
-                         const T& global_valid_tokens, Tensor<T>& dy);
+void masked_mse_backward(const Tensor<T>& y, const Tensor<T>& target, const MaskedMseParams& params,
+                         const LocalFrame& frame, const T& global_valid_tokens, Tensor<T>& dy);
 
 }  // namespace shardsim

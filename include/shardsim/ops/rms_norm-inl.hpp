@@ -6,6 +6,7 @@
 
 #include "shardsim/ops/norm_rows.hpp"
 #include "shardsim/ops/rms_norm.hpp"
+#include "shardsim/scalar.hpp"
 
 namespace shardsim {
 
@@ -19,10 +20,12 @@ void rms_norm_partial_sum_sq(const Tensor<T>& x, const RmsNormParams& params, st
     constexpr int n = detail::rows_in<decltype(block)>;
     detail::RowValues<T, n> row_sum_sq;  // (n)
     for (int q = 0; q < n; ++q) row_sum_sq[q] = T(0);
+    T square = T(0);  // in place (scalar.hpp): no Mp temporary per element
     for (std::int64_t i = 0; i < valid; ++i) {
       for (int q = 0; q < n; ++q) {
         const T& value = x[block.at(q, i)];
-        row_sum_sq[q] += value * value;
+        mul_into(square, value, value);
+        add_into(row_sum_sq[q], row_sum_sq[q], square);
       }
     }
     for (int q = 0; q < n; ++q) sum_sq[block.row(q)] = row_sum_sq[q];
@@ -40,10 +43,11 @@ void rms_norm_apply(const Tensor<T>& x, const Tensor<T>* weight, const RmsNormSa
     constexpr int n = detail::rows_in<decltype(block)>;
     for (int q = 0; q < n; ++q) {
       const T rrms = saved.rrms[block.row(q)];  // a local copy: stores into y cannot alias it
+      T out = T(0);  // in place (scalar.hpp): no Mp temporary per element
       for (std::int64_t i = 0; i < valid; ++i) {
         const std::int64_t at = block.at(q, i);
-        T out = x[at] * rrms;
-        if (weight) out = out * (*weight)[i];
+        mul_into(out, x[at], rrms);
+        if (weight) mul_into(out, out, (*weight)[i]);
         y[at] = out;
       }
       for (std::int64_t i = valid; i < view.extent; ++i) y[block.at(q, i)] = T(0);
@@ -80,11 +84,18 @@ void rms_norm_backward_sum(const Tensor<T>& dy, const Tensor<T>& x, const Tensor
       rrms[q] = saved.rrms[block.row(q)];
       dnorm_norm_total[q] = T(0);
     }
+    T dnorm = T(0), norm = T(0);  // in place (scalar.hpp): no Mp temporary per element
     for (std::int64_t i = 0; i < valid; ++i) {
       for (int q = 0; q < n; ++q) {
         const std::int64_t at = block.at(q, i);
-        const T dnorm = weight ? dy[at] * (*weight)[i] : dy[at];
-        dnorm_norm_total[q] += dnorm * (x[at] * rrms[q]);
+        if (weight) {
+          mul_into(dnorm, dy[at], (*weight)[i]);
+        } else {
+          dnorm = dy[at];
+        }
+        mul_into(norm, x[at], rrms[q]);
+        mul_into(dnorm, dnorm, norm);
+        add_into(dnorm_norm_total[q], dnorm_norm_total[q], dnorm);
       }
     }
     for (int q = 0; q < n; ++q) sum_dnorm_norm[block.row(q)] = dnorm_norm_total[q];
@@ -108,13 +119,24 @@ void rms_norm_backward_apply(const Tensor<T>& dy, const Tensor<T>& x, const Tens
     for (int q = 0; q < n; ++q) {
       const T rrms = saved.rrms[block.row(q)];  // a local copy: stores into dx cannot alias it
       const T dnorm_norm_mean = sum_dnorm_norm[block.row(q)] / row_length;
+      T norm = T(0), dnorm = T(0), product = T(0);  // in place: no Mp temporary per element
       for (std::int64_t i = 0; i < valid; ++i) {
         const std::int64_t at = block.at(q, i);
-        const T norm = x[at] * rrms;
-        const T dnorm = weight ? dy[at] * (*weight)[i] : dy[at];
-        if (dweight) (*dweight)[i] += dy[at] * norm;
+        mul_into(norm, x[at], rrms);
+        if (weight) {
+          mul_into(dnorm, dy[at], (*weight)[i]);
+        } else {
+          dnorm = dy[at];
+        }
+        if (dweight) {
+          mul_into(product, dy[at], norm);
+          add_into((*dweight)[i], (*dweight)[i], product);
+        }
         // term 1: dnorm; term 2: - norm * mean(dnorm * norm) (through the statistic).
-        dx[at] = (dnorm - norm * dnorm_norm_mean) * rrms;
+        // dx = (dnorm - norm * mean(dnorm * norm)) * rrms
+        mul_into(product, norm, dnorm_norm_mean);
+        sub_into(dnorm, dnorm, product);
+        mul_into(dx[at], dnorm, rrms);
       }
       for (std::int64_t i = valid; i < view.extent; ++i) dx[block.at(q, i)] = T(0);
     }

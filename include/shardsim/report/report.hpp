@@ -2,11 +2,14 @@
 // terminal table, and the `explain` text.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "shardsim/compare/compare.hpp"
 #include "shardsim/diagnosis/diagnosis.hpp"
+#include "shardsim/transport.hpp"
 
 namespace shardsim {
 
@@ -20,6 +23,17 @@ std::string report_json(const Scenario& scenario, const std::vector<RunReport>& 
                         const Outcome& outcome);
 std::string report_json(const Scenario& scenario, const std::vector<RunReport>& reports,
                         const Outcome& outcome, const Diagnosis& diagnosis);
+// A report of a run over the mpi transport: `json` (report_json) with one more key, on its own
+// line right after the opening brace, e.g.
+//   "transport": "mpi: 2 processes (ranks 0-3 | 4-7); the dense oracle, the comparison and the
+//   output on process 0",
+// The rest is byte-identical to the local run's report, so deleting that line (tools/digests
+// --launch does) gives the local report. The local transport adds nothing. With --oracle
+// distributed (`oracle_rows_extent`: the batch axis' extent) the text names the oracle's row
+// blocks instead: "...; the dense oracle in row blocks of batch (rows 0-3 | 4-7), the comparison
+// and the output on process 0".
+std::string with_transport_field(const std::string& json, const Transport& transport, int ranks,
+                                 std::optional<std::int64_t> oracle_rows_extent = std::nullopt);
 
 // The probable causes after a divergence, numbered, each with its evidence (sim/report/
 // diagnosis_report.cpp). Empty when nothing was analysed.

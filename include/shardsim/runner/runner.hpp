@@ -10,9 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "shardsim/error.hpp"
+#include "shardsim/runner/oracle_rows.hpp"
 #include "shardsim/scenario/scenario.hpp"
 #include "shardsim/storage.hpp"
 #include "shardsim/trace.hpp"
+#include "shardsim/transport.hpp"
 #include "shardsim/world.hpp"
 
 namespace shardsim {
@@ -41,7 +44,7 @@ struct ParameterMemory {
 // nothing they report (redistribute, add, mse_loss) are absent.
 struct ActivationMemory {
   struct StepShare {
-    int step = 0;        // index in [[steps]]
+    int step = 0;  // index in [[steps]]
     std::string op;
     std::string output;
     std::vector<std::int64_t> bytes;  // per rank
@@ -62,6 +65,17 @@ class BoundarySink {
   // matched `dense` bitwise (false when there is no counterpart).
   virtual bool on_boundary(const TraceEntry& entry, const Tensor<T>* dense,
                            const DistTensor<T>& sharded) = 0;
+  // --oracle distributed (oracle_rows.hpp): a boundary whose oracle is held in row blocks over
+  // the processes, streamed to process 0's sink by `feed`; `sharded` gives the layout and holds
+  // only this process's locals. Returns as on_boundary. Sinks that never see such a run need
+  // not implement it.
+  virtual bool on_boundary_blocks(const TraceEntry& entry, const DistTensor<T>& sharded,
+                                  OracleBlockFeed<T>& feed) {
+    (void)entry;
+    (void)sharded;
+    (void)feed;
+    throw InternalError("this boundary sink does not compare a distributed oracle");
+  }
   // Called once, after the first forward pass.
   virtual void on_activation_memory(const ActivationMemory& memory) { (void)memory; }
 };
@@ -79,11 +93,25 @@ struct RunOptions {
   // Called after each boundary is recorded, on the calling thread, with its trace entry: the
   // CLI's progress line. Observes only; must not throw.
   std::function<void(const TraceEntry&)> on_boundary;
+  // The mpi transport (transport.hpp): this process runs its block of the ranks. Process 0 runs
+  // the dense oracle and its sink gets every boundary gathered from all processes; the other
+  // processes' sinks get each trace entry alone (no oracle, no locals). Null: the local
+  // transport.
+  std::shared_ptr<const Transport> transport;
+  // --oracle distributed (oracle_rows.hpp; with a transport only): every process computes the
+  // oracle on its block of batch rows, and process 0 compares boundaries block by block.
+  // REQUIRES: check_distributed_oracle passed.
+  bool distributed_oracle = false;
+  // With it: about how many elements of a boundary one exchange moves to process 0 (whole batch
+  // rows, at least one), so that process 0 holds that much of the oracle and of the ranks'
+  // values at a time. Tests lower it to make many exchanges of a small scenario.
+  std::int64_t oracle_exchange_elements = std::int64_t{1} << 16;
 };
 
 // A lower bound on the bytes a run at `precision` holds: every tensor the program defines, once
 // for the oracle and once per rank copy in the sharded world (a Replicate tensor is held by every
-// rank), doubled for gradients when training. Computed in long double and saturated, so it cannot overflow.
+// rank), doubled for gradients when training. Computed in long double and saturated, so it cannot
+// overflow.
 std::uint64_t estimate_memory_bytes(const Scenario& scenario, const Precision& precision);
 std::uint64_t default_memory_limit_bytes();
 

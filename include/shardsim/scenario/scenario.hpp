@@ -133,10 +133,17 @@ std::vector<std::int64_t> micro_batch_rows(std::int64_t rows, int k);
 //              ceil(N/k) elements, Shard(flat, padded). REQUIRES: Replicate on every other dim.
 //   per_param  FSDP2: each parameter sharded on its first axis, torch.chunk semantics (uneven and
 //              empty shards), nested inside any earlier dim that shards that axis.
+// Mixed precision (FSDP's MixedPrecision, sim/runner/fsdp_mixed.hpp): param_dtype rounds the
+// gathered copy (and the unsharded gradient autograd makes for it), reduce_dtype is the dtype the
+// gradient reduce-scatter adds in (each addend and each hop's partial sum rounded to it); the
+// master shards and the update stay in the run's precision. None, or a dtype at least as wide as
+// the run's precision: the run's own (nothing rounded).
 struct FsdpSpec {
   enum class Style { flat, per_param };
   Style style = Style::flat;
   int dim = 0;  // the mesh dim the parameters are sharded over
+  std::optional<Precision> param_dtype;   // bf16, f16, f32 or f64
+  std::optional<Precision> reduce_dtype;  // bf16, f16, f32 or f64
   struct Unit {
     int step = 0;                     // index in [[steps]]
     std::string flat_name;            // flat style: "flat_param.OUTPUT", the unit's flat tensor

@@ -15,9 +15,11 @@ class AddStep final : public StepOp<T> {
 
   void forward(StepEnv<T>& env) override {
     const std::string& output = args_.output;
-    Tensor<T> y;
-    add_forward(env.dense_at(args_.input), env.dense_at(args_.residual), y);
-    env.dense[output] = std::move(y);
+    env.set_dense(output, [&] {
+      Tensor<T> y;
+      add_forward(env.dense_at(args_.input), env.dense_at(args_.residual), y);
+      return y;
+    });
     env.sharded[output] =
         add_sharded(env.world, env.sharded_at(args_.input), env.sharded_at(args_.residual), output);
   }

@@ -41,6 +41,28 @@ class SlidingWindowAttentionStep final : public StepOp<T> {
   }
 
   void forward(StepEnv<T>& env) override {
+    if (env.oracle) {
+      dense_forward(env);
+    } else {
+      env.dense[config_.name] = Tensor<T>();  // the placeholder (step_env.hpp)
+    }
+    const DistTensor<T>& x = env.sharded_at(args_.input);
+    // Queries sharded on the cp dim (the loader allows it without [stream]).
+    sharded_queries_ = env.world.placement(x).is_shard();
+    if (sharded_queries_) {
+      env.sharded[config_.name] = cp_sharded_attention_forward(
+          env.world, x, env.sharded_at(args_.wq), env.sharded_at(args_.wk),
+          env.sharded_at(args_.wv), env.sharded_at(args_.wo), config_, sharded_queries_cache_,
+          sharded_saved_);
+      return;
+    }
+    env.sharded[config_.name] = cp_attention_forward(
+        env.world, x, env.sharded_at(args_.wq), env.sharded_at(args_.wk), env.sharded_at(args_.wv),
+        env.sharded_at(args_.wo), config_, sharded_cache_, saved_);
+  }
+
+  // The dense streaming oracle's forward and its recorded parts.
+  void dense_forward(StepEnv<T>& env) {
     const std::string& output = config_.name;
     stream_attention_forward(env.dense_at(args_.input), env.dense_at(args_.wq),
                              env.dense_at(args_.wk), env.dense_at(args_.wv), env.dense_at(args_.wo),
@@ -67,20 +89,6 @@ class SlidingWindowAttentionStep final : public StepOp<T> {
     store(AttentionPart::lse, acts_.core.lse);
     store(AttentionPart::attn, acts_.attn);
     env.dense[output] = acts_.y;
-
-    const DistTensor<T>& x = env.sharded_at(args_.input);
-    // Queries sharded on the cp dim (the loader allows it without [stream]).
-    sharded_queries_ = env.world.placement(x).is_shard();
-    if (sharded_queries_) {
-      env.sharded[output] = cp_sharded_attention_forward(
-          env.world, x, env.sharded_at(args_.wq), env.sharded_at(args_.wk),
-          env.sharded_at(args_.wv), env.sharded_at(args_.wo), config_, sharded_queries_cache_,
-          sharded_saved_);
-      return;
-    }
-    env.sharded[output] = cp_attention_forward(
-        env.world, x, env.sharded_at(args_.wq), env.sharded_at(args_.wk), env.sharded_at(args_.wv),
-        env.sharded_at(args_.wo), config_, sharded_cache_, saved_);
   }
 
   void backward(StepEnv<T>& env) override {
@@ -89,10 +97,34 @@ class SlidingWindowAttentionStep final : public StepOp<T> {
     const std::string& input = args_.input;
     const std::string names[4] = {args_.wq, args_.wk, args_.wv, args_.wo};
 
-    // Dense oracle.
+    // Dense oracle (empty placeholders on a process without it).
     Tensor<T> dw[4];
-    for (int i = 0; i < 4; ++i) dw[i] = Tensor<T>(env.dense_at(names[i]).shape());
     StreamAttentionGrads<T> g;
+    if (env.oracle) dense_backward(env, dw, g);
+
+    // Sharded plan.
+    CpAttentionGrads<T> sg;
+    if (sharded_queries_) {
+      const DistTensor<T>& x = env.sharded_at(input);
+      const DistTensor<T> dy = align_grad(env.world, env.sharded_at(grad_name(output)), x.layout);
+      sg = cp_sharded_attention_backward(env.world, dy, x, env.sharded_at(names[0]),
+                                         env.sharded_at(names[1]), env.sharded_at(names[2]),
+                                         env.sharded_at(names[3]), config_, sharded_saved_);
+    } else {
+      sg = cp_attention_backward(env.world, env.sharded_at(grad_name(output)),
+                                 env.sharded_at(input), env.sharded_at(names[0]),
+                                 env.sharded_at(names[1]), env.sharded_at(names[2]),
+                                 env.sharded_at(names[3]), config_, saved_);
+    }
+    add_grads(env, dw, g, sg);
+  }
+
+  // The dense streaming oracle's backward: the weights' gradients and the recorded parts.
+  void dense_backward(StepEnv<T>& env, Tensor<T> (&dw)[4], StreamAttentionGrads<T>& g) {
+    const std::string& output = config_.name;
+    const std::string& input = args_.input;
+    const std::string names[4] = {args_.wq, args_.wk, args_.wv, args_.wo};
+    for (int i = 0; i < 4; ++i) dw[i] = Tensor<T>(env.dense_at(names[i]).shape());
     stream_attention_backward(env.dense_at(grad_name(output)), env.dense_at(input),
                               env.dense_at(names[0]), env.dense_at(names[1]),
                               env.dense_at(names[2]), env.dense_at(names[3]), acts_, config_.params,
@@ -113,22 +145,13 @@ class SlidingWindowAttentionStep final : public StepOp<T> {
     store(AttentionPart::k_cat, g.k_cat);
     store(AttentionPart::k, g.k);
     store(AttentionPart::v, g.v);
+  }
 
-    // Sharded plan.
-    CpAttentionGrads<T> sg;
-    if (sharded_queries_) {
-      const DistTensor<T>& x = env.sharded_at(input);
-      const DistTensor<T> dy = align_grad(env.world, env.sharded_at(grad_name(output)), x.layout);
-      sg = cp_sharded_attention_backward(env.world, dy, x, env.sharded_at(names[0]),
-                                         env.sharded_at(names[1]), env.sharded_at(names[2]),
-                                         env.sharded_at(names[3]), config_, sharded_saved_);
-    } else {
-      sg = cp_attention_backward(env.world, env.sharded_at(grad_name(output)),
-                                 env.sharded_at(input), env.sharded_at(names[0]),
-                                 env.sharded_at(names[1]), env.sharded_at(names[2]),
-                                 env.sharded_at(names[3]), config_, saved_);
-    }
-
+  void add_grads(StepEnv<T>& env, Tensor<T> (&dw)[4], StreamAttentionGrads<T>& g,
+                 CpAttentionGrads<T>& sg) {
+    const std::string& output = config_.name;
+    const std::string& input = args_.input;
+    const std::string names[4] = {args_.wq, args_.wk, args_.wv, args_.wo};
     // Replicate gradients, computed on every rank by the dense arithmetic from the recorded
     // activation gradients: exact exactly while those match the oracle bitwise.
     const std::string dq = config_.part_grad(AttentionPart::q);

@@ -28,20 +28,35 @@ class DropoutStep final : public StepOp<T> {
     params_.forward_pass = ++forward_passes_;
     const std::string& input = args_.input;
     const std::string& output = args_.output;
-    const Tensor<T>& x = env.dense_at(input);
     const DistTensor<T>& sx = env.sharded_at(input);
-    DropoutFrame whole;
-    whole.global = x.shape();
-    dense_mask_ = dropout_mask(x.shape(), whole, params_, DropoutPolicy::global);
-    Tensor<T> y;
-    dropout_forward(x, dense_mask_, params_.p, y);
+    const Shape dense_shape = env.dense_shape(sx.global);  // a row block under --oracle distributed
+    if (env.oracle) {
+      DropoutFrame whole;  // the oracle's mask: by global index, rows included
+      whole.global = sx.global;
+      if (!(dense_shape == sx.global)) {
+        for (const Axis& axis : sx.global.axes()) {
+          const bool cut = axis.name == env.rows->axis;
+          whole.box.push_back(
+              {.begin = cut ? env.rows->begin : 0,
+               .end = cut ? env.rows->end : axis.extent,
+               .local_extent = cut ? env.rows->end - env.rows->begin : axis.extent});
+        }
+      }
+      dense_mask_ = dropout_mask(dense_shape, whole, params_, DropoutPolicy::global);
+    }
     if (!sx.layout.is_replicate()) {
       // No pair of ranks repeats a mask.
       const int ranks = env.world.size();
-      env.dense[output + ".mask@repetition"] = Tensor<T>(Shape({{"rank", ranks}, {"peer", ranks}}));
+      env.set_dense(output + ".mask@repetition", [&] {
+        return Tensor<T>(Shape({{"rank", ranks}, {"peer", ranks}}));
+      });
     }
-    env.dense[output + ".mask"] = mask_values<T>(x.shape(), dense_mask_);
-    env.dense[output] = std::move(y);
+    env.set_dense(output + ".mask", [&] { return mask_values<T>(dense_shape, dense_mask_); });
+    env.set_dense(output, [&] {
+      Tensor<T> y;
+      dropout_forward(env.dense_at(input), dense_mask_, params_.p, y);
+      return y;
+    });
 
     env.sharded[output] = dropout_sharded(env.world, sx, params_, policy_, output, saved_);
   }
@@ -50,8 +65,8 @@ class DropoutStep final : public StepOp<T> {
     const std::string& input = args_.input;
     const std::string& output = args_.output;
     if (!env.has_grad(output)) return;
-    Tensor<T> dx;
-    dropout_backward(env.dense_at(grad_name(output)), dense_mask_, params_.p, dx);
+    Tensor<T> dx;  // stays the empty placeholder on a process without the oracle
+    if (env.oracle) dropout_backward(env.dense_at(grad_name(output)), dense_mask_, params_.p, dx);
 
     const DistTensor<T>& x = env.sharded_at(input);
     const DistTensor<T>& held = env.sharded_at(grad_name(output));

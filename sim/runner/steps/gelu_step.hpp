@@ -18,9 +18,11 @@ class GeluStep final : public StepOp<T> {
 
   void forward(StepEnv<T>& env) override {
     const std::string& output = args_.output;
-    Tensor<T> y;
-    gelu_forward(env.dense_at(args_.input), params_, y);
-    env.dense[output] = std::move(y);
+    env.set_dense(output, [&] {
+      Tensor<T> y;
+      gelu_forward(env.dense_at(args_.input), params_, y);
+      return y;
+    });
     env.sharded[output] = gelu_sharded(env.world, env.sharded_at(args_.input), params_, output);
   }
 
@@ -28,8 +30,8 @@ class GeluStep final : public StepOp<T> {
     const std::string& input = args_.input;
     const std::string& output = args_.output;
     if (!env.has_grad(output)) return;
-    Tensor<T> dx;
-    gelu_backward(env.dense_at(grad_name(output)), env.dense_at(input), params_, dx);
+    Tensor<T> dx;  // stays the empty placeholder on a process without the oracle
+    if (env.oracle) gelu_backward(env.dense_at(grad_name(output)), env.dense_at(input), params_, dx);
 
     const DistTensor<T>& x = env.sharded_at(input);
     const DistTensor<T>& held = env.sharded_at(grad_name(output));

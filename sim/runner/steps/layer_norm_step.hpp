@@ -34,12 +34,14 @@ class LayerNormStep final : public StepOp<T> {
     const std::string& input = args_.input;
     const std::string& output = args_.output;
     const Tensor<T>& x = env.dense_at(input);
-    Tensor<T> y;
-    layer_norm_forward(x, env.dense_opt(args_.weight), env.dense_opt(args_.bias), params_, y,
-                       dense_saved_);
-    env.dense[output] = std::move(y);
-    env.dense[output + ".mean"] = dense_saved_.mean;
-    env.dense[output + ".rstd"] = dense_saved_.rstd;
+    env.set_dense(output, [&] {
+      Tensor<T> y;
+      layer_norm_forward(x, env.dense_opt(args_.weight), env.dense_opt(args_.bias), params_, y,
+                         dense_saved_);
+      return y;
+    });
+    env.set_dense(output + ".mean", [&] { return dense_saved_.mean; });
+    env.set_dense(output + ".rstd", [&] { return dense_saved_.rstd; });
 
     const DistTensor<T>& sx = env.sharded_at(input);
     hidden_ = env.world.placement(sx).is_shard() && env.world.placement(sx).axis == params_.axis;
@@ -51,8 +53,11 @@ class LayerNormStep final : public StepOp<T> {
     }
     if (stats_ == HiddenStats::sum_sumsq) {
       // The oracle's full-row sums (ascending), for the all-reduced partial sums.
-      layer_norm_partial_sums(x, params_, x.shape().extent(params_.axis),
-                              env.dense[output + ".sum"], env.dense[output + ".sumsq"]);
+      Tensor<T>& sum = env.dense[output + ".sum"];
+      Tensor<T>& sumsq = env.dense[output + ".sumsq"];
+      if (env.oracle) {
+        layer_norm_partial_sums(x, params_, x.shape().extent(params_.axis), sum, sumsq);
+      }
     }
     env.sharded[output] = layer_norm_hidden_sharded(env.world, sx, env.sharded_opt(args_.weight),
                                                     env.sharded_opt(args_.bias), params_, stats_,
@@ -67,15 +72,14 @@ class LayerNormStep final : public StepOp<T> {
     const std::string bias = args_.bias.value_or("");
     const bool has_bias = args_.bias.has_value();
 
-    // Dense oracle.
+    // Dense oracle (empty placeholders on a process without it).
     const Tensor<T>& dy = env.dense_at(grad_name(output));
     const Tensor<T>& x = env.dense_at(input);
     const Tensor<T>* w = env.dense_opt(args_.weight);
     Tensor<T> dx;
-    Tensor<T> dw = w ? Tensor<T>(w->shape()) : Tensor<T>();
-    Tensor<T> db = has_bias ? Tensor<T>(env.dense_at(bias).shape()) : Tensor<T>();
-    layer_norm_backward(dy, x, w, dense_saved_, params_, dx, w ? &dw : nullptr,
-                        has_bias ? &db : nullptr);
+    Tensor<T> dw;
+    Tensor<T> db;
+    if (env.oracle) dense_backward(env, dx, dw, db);
 
     const DistTensor<T>* sdy = &env.sharded_at(grad_name(output));
     DistTensor<T> moved;  // dy laid out like x, when it is not already
@@ -111,9 +115,12 @@ class LayerNormStep final : public StepOp<T> {
         env.dense[dense_dx] = dx;  // this step's contribution, for the moved-back boundary
         dx_inputs = {dense_dx};
       } else {
-        layer_norm_backward_sums(dy, x, w, dense_saved_, params_, x.shape().extent(params_.axis),
-                                 env.dense[grad_name(output) + ".sum_dnorm"],
-                                 env.dense[grad_name(output) + ".sum_dnorm_norm"]);
+        Tensor<T>& sum_dnorm = env.dense[grad_name(output) + ".sum_dnorm"];
+        Tensor<T>& sum_dnorm_norm = env.dense[grad_name(output) + ".sum_dnorm_norm"];
+        if (env.oracle) {
+          layer_norm_backward_sums(dy, x, w, dense_saved_, params_, x.shape().extent(params_.axis),
+                                   sum_dnorm, sum_dnorm_norm);
+        }
         dx_exact = false;  // built from all-reduced row sums
         // dbias is the row-order sum of dy over the rank's own features: the dense order.
         dbias_exact = !faults_.hidden_shard_local_stats;
@@ -135,6 +142,19 @@ class LayerNormStep final : public StepOp<T> {
     env.add_grad(
         input, std::move(dx), std::move(grads.dx),
         {.op = backward_label(OpKind::layer_norm), .exact = dx_exact, .inputs = dx_inputs});
+  }
+
+  // The oracle's gradients of x, the weight and the bias (the last two empty when absent); dw
+  // and db sum the rows in ascending order (chain_rows under --oracle distributed).
+  void dense_backward(StepEnv<T>& env, Tensor<T>& dx, Tensor<T>& dw, Tensor<T>& db) const {
+    const Tensor<T>* w = env.dense_opt(args_.weight);
+    const Tensor<T>* b = env.dense_opt(args_.bias);
+    if (w) dw = Tensor<T>(w->shape());
+    if (b) db = Tensor<T>(b->shape());
+    env.chain_rows({w ? &dw : nullptr, b ? &db : nullptr}, nullptr, [&] {
+      layer_norm_backward(env.dense_at(grad_name(args_.output)), env.dense_at(args_.input), w,
+                          dense_saved_, params_, dx, w ? &dw : nullptr, b ? &db : nullptr);
+    });
   }
 
   // Backward works from x, the saved statistics and grad(OUT): OUT itself may be released first.

@@ -18,12 +18,15 @@ class LinearStep final : public StepOp<T> {
 
   void forward(StepEnv<T>& env) override {
     const std::string& output = args_.output;
-    const Tensor<T>& weight = env.dense_at(args_.weight);
-    params_.out_axis = weight.shape()[0].name;  // the convention: W is (out, in)
-    params_.in_axis = weight.shape()[1].name;
-    Tensor<T> y;
-    linear_forward(env.dense_at(args_.input), weight, env.dense_opt(args_.bias), params_, y);
-    env.dense[output] = std::move(y);
+    const Shape& weight = env.sharded_at(args_.weight).global;
+    params_.out_axis = weight[0].name;  // the convention: W is (out, in)
+    params_.in_axis = weight[1].name;
+    env.set_dense(output, [&] {
+      Tensor<T> y;
+      linear_forward(env.dense_at(args_.input), env.dense_at(args_.weight),
+                     env.dense_opt(args_.bias), params_, y);
+      return y;
+    });
 
     env.sharded[output] =
         linear_sharded(env.world, env.sharded_at(args_.input), env.sharded_at(args_.weight),
@@ -38,13 +41,20 @@ class LinearStep final : public StepOp<T> {
     const bool has_bias = args_.bias.has_value();
     const std::string bias = args_.bias.value_or("");
 
-    // Dense oracle.
-    const Tensor<T>& w = env.dense_at(weight);
+    // Dense oracle (empty placeholders on a process without it).
     Tensor<T> dx;
-    Tensor<T> dw(w.shape());
-    Tensor<T> db = has_bias ? Tensor<T>(env.dense_at(bias).shape()) : Tensor<T>();
-    linear_backward(env.dense_at(grad_name(output)), env.dense_at(input), w, params_, dx, &dw,
-                    has_bias ? &db : nullptr);
+    Tensor<T> dw;
+    Tensor<T> db;
+    if (env.oracle) {
+      const Tensor<T>& w = env.dense_at(weight);
+      dw = Tensor<T>(w.shape());
+      if (has_bias) db = Tensor<T>(env.dense_at(bias).shape());
+      // dW and db sum the rows in ascending order (chain_rows under --oracle distributed).
+      env.chain_rows({&dw, has_bias ? &db : nullptr}, nullptr, [&] {
+        linear_backward(env.dense_at(grad_name(output)), env.dense_at(input), w, params_, dx, &dw,
+                        has_bias ? &db : nullptr);
+      });
+    }
 
     // Sharded.
     LinearShardedGrads<T> grads =

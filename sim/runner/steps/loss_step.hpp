@@ -28,23 +28,33 @@ class MseLossStep final : public StepOp<T> {
 
   void forward(StepEnv<T>& env) override {
     const std::string& output = args_.output;
-    const Tensor<T>& y = env.dense_at(args_.input);
-    const Tensor<T>& target = env.dense_at(args_.target);
-    T sum;
+    T sum = T(0);
     std::int64_t count = 0;
-    frame_ = LocalFrame{.batch_begin = env.micro.begin};
-    masked_mse_partial(y, target, params_, frame_, sum, count);
-    env.dense[part_name(output, loss_parts::sum)] = Tensor<T>(Shape(), {sum});
-    env.dense[part_name(output, loss_parts::valid_tokens)] = Tensor<T>(Shape(), {T(count)});
+    // The oracle's rows: a micro-batch's, or this process's under --oracle distributed, whose
+    // sums continue the previous process's (chain_rows).
+    frame_ = LocalFrame{.batch_begin = env.rows ? env.rows->begin : env.micro.begin};
+    if (env.oracle) {
+      Tensor<T> carried(Shape(), {sum});
+      env.chain_rows({&carried}, &count, [&] {
+        masked_mse_partial(env.dense_at(args_.input), env.dense_at(args_.target), params_, frame_,
+                           carried[0], count, /*carry=*/true);
+      });
+      sum = carried[0];
+    }
+    env.set_dense(part_name(output, loss_parts::sum), [&] { return Tensor<T>(Shape(), {sum}); });
+    env.set_dense(part_name(output, loss_parts::valid_tokens),
+                  [&] { return Tensor<T>(Shape(), {T(count)}); });
     dense_count_ = T(count);
     MicroTokens micro;
     if (env.micro.index > 0) {
       micro = {env.micro.index, env.micro.begin, env.micro.rows};
-      dense_count_ = env.micro.whole_oracle->at(part_name(output, loss_parts::valid_tokens))[0];
-      env.dense[part_name(output, loss_parts::step_valid_tokens)] =
-          Tensor<T>(Shape(), {dense_count_});
+      if (env.oracle) {
+        dense_count_ = env.micro.whole_oracle->at(part_name(output, loss_parts::valid_tokens))[0];
+      }
+      env.set_dense(part_name(output, loss_parts::step_valid_tokens),
+                    [&] { return Tensor<T>(Shape(), {dense_count_}); });
     }
-    env.dense[output] = Tensor<T>(Shape(), {T(sum / dense_count_)});
+    env.set_dense(output, [&] { return Tensor<T>(Shape(), {T(sum / dense_count_)}); });
 
     env.sharded[output] =
         masked_mse_sharded(env.world, env.sharded_at(args_.input), env.sharded_at(args_.target),
@@ -53,9 +63,11 @@ class MseLossStep final : public StepOp<T> {
 
   void backward(StepEnv<T>& env) override {
     const std::string& input = args_.input;
-    Tensor<T> dy;
-    masked_mse_backward(env.dense_at(input), env.dense_at(args_.target), params_, frame_,
-                        dense_count_, dy);
+    Tensor<T> dy;  // stays the empty placeholder on a process without the oracle
+    if (env.oracle) {
+      masked_mse_backward(env.dense_at(input), env.dense_at(args_.target), params_, frame_,
+                          dense_count_, dy);
+    }
     DistTensor<T> sdy =
         masked_mse_backward_sharded(env.world, env.sharded_at(input), env.sharded_at(args_.target),
                                     params_, faults_, saved_, grad_name(input));

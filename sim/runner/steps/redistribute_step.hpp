@@ -76,10 +76,12 @@ class RedistributeStep final : public StepOp<T> {
                                                const std::string& output) {
     DistTensor<T> out =
         world.make(output, in.global, in.layout.with(world.dim(), Placement::replicate()));
+    // The members' buffers, on every process (a copy; over the mpi transport a gather).
+    const DistTensor<T> all = world.share(in);
     world.for_each_rank([&](int r) {
       std::vector<T> joined;
       for (int c = 0; c < world.group_size(); ++c) {
-        const Tensor<T>& piece = in.local(world.peer(r, c));
+        const Tensor<T>& piece = all.local(world.peer(r, c));
         joined.insert(joined.end(), piece.values().begin(), piece.values().end());
       }
       Tensor<T>& local = out.local(r);

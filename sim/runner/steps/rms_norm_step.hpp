@@ -21,16 +21,18 @@ class RmsNormStep final : public StepOp<T> {
     const std::string& input = args_.input;
     const std::string& output = args_.output;
     const Tensor<T>& x = env.dense_at(input);
-    Tensor<T> y;
-    rms_norm_forward(x, env.dense_opt(args_.weight), params_, y, dense_saved_);
-    env.dense[output] = std::move(y);
-    env.dense[output + ".rrms"] = dense_saved_.rrms;
+    env.set_dense(output, [&] {
+      Tensor<T> y;
+      rms_norm_forward(x, env.dense_opt(args_.weight), params_, y, dense_saved_);
+      return y;
+    });
+    env.set_dense(output + ".rrms", [&] { return dense_saved_.rrms; });
 
     const DistTensor<T>& sx = env.sharded_at(input);
     hidden_ = env.world.placement(sx).is_shard() && env.world.placement(sx).axis == params_.axis;
     if (hidden_) {
-      rms_norm_partial_sum_sq(x, params_, x.shape().extent(params_.axis),
-                              env.dense[output + ".sumsq"]);
+      Tensor<T>& sumsq = env.dense[output + ".sumsq"];
+      if (env.oracle) rms_norm_partial_sum_sq(x, params_, x.shape().extent(params_.axis), sumsq);
       env.sharded[output] = rms_norm_hidden_sharded(env.world, sx, env.sharded_opt(args_.weight),
                                                     params_, output, sharded_saved_);
     } else {
@@ -47,9 +49,15 @@ class RmsNormStep final : public StepOp<T> {
     const Tensor<T>& dy = env.dense_at(grad_name(output));
     const Tensor<T>& x = env.dense_at(input);
     const Tensor<T>* w = env.dense_opt(args_.weight);
-    Tensor<T> dx;
-    Tensor<T> dw = w ? Tensor<T>(w->shape()) : Tensor<T>();
-    rms_norm_backward(dy, x, w, dense_saved_, params_, dx, w ? &dw : nullptr);
+    Tensor<T> dx;  // dx and dw stay empty placeholders on a process without the oracle
+    Tensor<T> dw;
+    if (env.oracle) {
+      if (w) dw = Tensor<T>(w->shape());
+      // dw sums the rows in ascending order (chain_rows under --oracle distributed).
+      env.chain_rows({w ? &dw : nullptr}, nullptr, [&] {
+        rms_norm_backward(dy, x, w, dense_saved_, params_, dx, w ? &dw : nullptr);
+      });
+    }
 
     DistTensor<T> sdy = env.sharded_at(grad_name(output));
     if (hidden_ && !(sdy.layout == env.sharded_at(input).layout)) {
@@ -65,8 +73,11 @@ class RmsNormStep final : public StepOp<T> {
     const DistTensor<T>* sw = env.sharded_opt(args_.weight);
     RmsNormShardedGrads<T> grads;
     if (hidden_) {
-      rms_norm_backward_sum(dy, x, w, dense_saved_, params_, x.shape().extent(params_.axis),
-                            env.dense[grad_name(output) + ".sum_dnorm_norm"]);
+      Tensor<T>& sum_dnorm_norm = env.dense[grad_name(output) + ".sum_dnorm_norm"];
+      if (env.oracle) {
+        rms_norm_backward_sum(dy, x, w, dense_saved_, params_, x.shape().extent(params_.axis),
+                              sum_dnorm_norm);
+      }
       grads = rms_norm_hidden_sharded_backward(env.world, sdy, sx, sw, sharded_saved_, params_,
                                                grad_name(input), grad_name(weight));
     } else {

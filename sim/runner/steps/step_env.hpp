@@ -5,15 +5,18 @@
 #pragma once
 
 #include <map>
-#include <set>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "shardsim/runner/oracle_rows.hpp"
 #include "shardsim/runner/runner.hpp"
 #include "shardsim/storage.hpp"
+#include "shardsim/transport.hpp"
+#include "shardsim/wire.hpp"
 #include "shardsim/world-inl.hpp"
 #include "sim/runner/release.hpp"
 
@@ -58,6 +61,20 @@ struct StepEnv {
   MicroBatch<T> micro;
   // Narrow runs: the storage format (storage.hpp); none for f32, f64 and mp.
   std::optional<NarrowFormat> storage;
+  // Whether this process computes the dense oracle: always over the local transport, only on
+  // process 0 over mpi. A process without it runs its ranks' plans only; its `dense` map holds
+  // the same names as the oracle's, each an empty placeholder, so that every name-driven
+  // decision (has_grad, add_grad's first contribution, releases) is the oracle process's, and
+  // every boundary is gathered to process 0 for the comparison (World::share with to_root).
+  bool oracle = true;
+  // --oracle distributed (oracle_rows.hpp): this process's rows of the batch axis. Every process
+  // computes the oracle then, each on its rows: a dense tensor with the axis holds only them.
+  std::optional<OracleRows> rows;
+
+  // The shape of the oracle's tensor of global shape `global` on this process.
+  Shape dense_shape(const Shape& global) const {
+    return rows && rows->applies(global) ? rows->of(global) : global;
+  }
 
   // Rounds a stored value to the storage format in place: float runs only (a NarrowFloat value
   // is in the format already; wider runs have no storage format).
@@ -75,6 +92,54 @@ struct StepEnv {
     return std::is_same_v<T, float> ? 4 : 8;
   }
   std::int64_t part_bytes() const { return storage ? 4 : activation_bytes(); }
+
+  // Stores the oracle's tensor `name` as `compute()` returns it; a process without the oracle
+  // stores the empty placeholder and computes nothing.
+  template <typename Compute>
+  void set_dense(const std::string& name, Compute&& compute) {
+    dense[name] = oracle ? Tensor<T>(compute()) : Tensor<T>();
+  }
+
+  // A sum over the oracle's rows in ascending order (a parameter gradient, a loss): `add_rows`
+  // adds this process's rows into `sums` (null entries skipped) and `count`. Under --oracle
+  // distributed the processes run it in process order, each starting from the sums the previous
+  // one handed on, so every sum is the whole oracle's left-to-right sum bitwise; the last hands
+  // the result to every process. Otherwise add_rows runs once. REQUIRES: the sums start at zero
+  // (and count at 0), and add_rows adds rows in ascending order of the batch axis, the leading one.
+  template <typename AddRows>
+  void chain_rows(const std::vector<Tensor<T>*>& sums, std::int64_t* count, AddRows&& add_rows) {
+    if (!rows) {
+      add_rows();
+      return;
+    }
+    const Transport& transport = *world.transport();
+    const int processes = transport.processes();
+    const int me = transport.process();
+    for (int p = 0; p < processes; ++p) {
+      if (p == me) add_rows();
+      const bool last = p + 1 == processes;  // hands the result to every process
+      std::vector<std::string> outbox(static_cast<std::size_t>(processes));
+      if (p == me) {
+        std::string message;
+        WireWriter w(message);
+        for (Tensor<T>* sum : sums) {
+          if (sum) put_tensor(w, *sum);
+        }
+        w.i64(count ? *count : 0);
+        for (int q = 0; q < processes; ++q) {
+          if (q != me && (last || q == p + 1)) outbox[static_cast<std::size_t>(q)] = message;
+        }
+      }
+      std::vector<std::string> inbox = transport.exchange(std::move(outbox));
+      if (p == me || !(last || me == p + 1)) continue;
+      WireReader r(inbox[static_cast<std::size_t>(p)]);
+      for (Tensor<T>* sum : sums) {
+        if (sum) *sum = get_tensor<T>(r);
+      }
+      const std::int64_t handed = r.i64();
+      if (count) *count = handed;
+    }
+  }
 
   Tensor<T>& dense_at(const std::string& name) { return dense.at(name); }
   DistTensor<T>& sharded_at(const std::string& name) { return sharded.at(name); }

@@ -5,6 +5,7 @@
 
 #include "shardsim/ops/attention/attention.hpp"
 #include "shardsim/parallel.hpp"
+#include "shardsim/scalar.hpp"
 
 namespace shardsim {
 
@@ -43,6 +44,10 @@ struct RowStrides {
   }
 };
 
+// At Mp every product and sum below is written in place (add_into etc., scalar.hpp) into values
+// made once per row, not per element; each is the operator's one rounding, so the values are the
+// textbook loop's bit for bit. For float and double the helpers are the operators on locals.
+
 // The scores s_j = (q_i . k_j) * scale of query row (b, h, i) against its allowed keys. Writes
 // `keys` (the allowed kv indices j, ascending) and `scores` (scores[n] is the score of key
 // keys[n]). Each dot product is one accumulator over d ascending; four keys are computed side by
@@ -58,33 +63,44 @@ void row_scores(const Tensor<T>& q, const HeadStrides& q_layout, const Tensor<T>
     if (attention_allowed(params, q_position, k_pos[static_cast<std::size_t>(j)]))
       keys.push_back(j);
   }
-  scores.assign(keys.size(), T(0));
+  scores.resize(keys.size(), T(0));                     // every entry is written below
   const T* query = q.data() + q_layout.at(b, i, h, 0);  // q_i, head_dim values at q_step
   const std::int64_t q_step = q_layout.dim_stride, k_step = k_layout.dim_stride;
+  T dot0 = T(0), dot1 = T(0), dot2 = T(0), dot3 = T(0), product = T(0);
   std::size_t n = 0;
   for (; n + 4 <= keys.size(); n += 4) {
     const T* key0 = k.data() + k_layout.at(b, keys[n], h, 0);
     const T* key1 = k.data() + k_layout.at(b, keys[n + 1], h, 0);
     const T* key2 = k.data() + k_layout.at(b, keys[n + 2], h, 0);
     const T* key3 = k.data() + k_layout.at(b, keys[n + 3], h, 0);
-    T dot0 = T(0), dot1 = T(0), dot2 = T(0), dot3 = T(0);
+    dot0 = 0;
+    dot1 = 0;
+    dot2 = 0;
+    dot3 = 0;
     for (std::int64_t d = 0; d < q_layout.dim; ++d) {
-      const T q_d = query[d * q_step];
-      dot0 += q_d * key0[d * k_step];
-      dot1 += q_d * key1[d * k_step];
-      dot2 += q_d * key2[d * k_step];
-      dot3 += q_d * key3[d * k_step];
+      const T& q_d = query[d * q_step];
+      mul_into(product, q_d, key0[d * k_step]);
+      add_into(dot0, dot0, product);
+      mul_into(product, q_d, key1[d * k_step]);
+      add_into(dot1, dot1, product);
+      mul_into(product, q_d, key2[d * k_step]);
+      add_into(dot2, dot2, product);
+      mul_into(product, q_d, key3[d * k_step]);
+      add_into(dot3, dot3, product);
     }
-    scores[n] = dot0 * scale;
-    scores[n + 1] = dot1 * scale;
-    scores[n + 2] = dot2 * scale;
-    scores[n + 3] = dot3 * scale;
+    mul_into(scores[n], dot0, scale);
+    mul_into(scores[n + 1], dot1, scale);
+    mul_into(scores[n + 2], dot2, scale);
+    mul_into(scores[n + 3], dot3, scale);
   }
   for (; n < keys.size(); ++n) {
     const T* key = k.data() + k_layout.at(b, keys[n], h, 0);
-    T dot = T(0);
-    for (std::int64_t d = 0; d < q_layout.dim; ++d) dot += query[d * q_step] * key[d * k_step];
-    scores[n] = dot * scale;
+    dot0 = 0;
+    for (std::int64_t d = 0; d < q_layout.dim; ++d) {
+      mul_into(product, query[d * q_step], key[d * k_step]);
+      add_into(dot0, dot0, product);
+    }
+    mul_into(scores[n], dot0, scale);
   }
 }
 
@@ -99,37 +115,50 @@ void row_gradients(const Tensor<T>& dout, const Tensor<T>& q, const HeadStrides&
                    std::int64_t i, const std::vector<std::int64_t>& keys,
                    const std::vector<T>& probs, const std::vector<T>& dscores, const T& scale,
                    bool accumulate_dq, Tensor<T>& dq, Tensor<T>& dk, Tensor<T>& dv) {
+  T sum = T(0), product = T(0);
   for (std::int64_t d = 0; d < q_layout.dim; ++d) {
-    T sum = T(0);
+    sum = 0;
     for (std::size_t n = 0; n < keys.size(); ++n) {
-      sum += dscores[n] * k[k_layout.at(b, keys[n], h, d)];
+      mul_into(product, dscores[n], k[k_layout.at(b, keys[n], h, d)]);
+      add_into(sum, sum, product);
     }
+    T& dq_d = dq[q_layout.at(b, i, h, d)];
     if (accumulate_dq) {
-      dq[q_layout.at(b, i, h, d)] += sum * scale;
+      mul_into(product, sum, scale);
+      add_into(dq_d, dq_d, product);
     } else {
-      dq[q_layout.at(b, i, h, d)] = sum * scale;
+      mul_into(dq_d, sum, scale);
     }
   }
   for (std::size_t n = 0; n < keys.size(); ++n) {
     for (std::int64_t d = 0; d < q_layout.dim; ++d) {
       const std::int64_t at = k_layout.at(b, keys[n], h, d);
-      dk[at] += (dscores[n] * q[q_layout.at(b, i, h, d)]) * scale;
-      dv[at] += probs[n] * dout[q_layout.at(b, i, h, d)];
+      mul_into(product, dscores[n], q[q_layout.at(b, i, h, d)]);
+      mul_into(product, product, scale);
+      add_into(dk[at], dk[at], product);
+      mul_into(product, probs[n], dout[q_layout.at(b, i, h, d)]);
+      add_into(dv[at], dv[at], product);
     }
   }
 }
 
-// dp_n = dout_i . v_n for key n = keys[n] of query row (b, h, i), one accumulator over d
-// ascending.
+// dp_n = dout_i . v_n for every allowed key n of query row (b, h, i) (key n is keys[n]), into
+// dp[n]: each one accumulator over d ascending.
 template <typename T>
-T row_value_gradient(const Tensor<T>& dout, const HeadStrides& q_layout, const Tensor<T>& v,
-                     const HeadStrides& k_layout, std::int64_t b, std::int64_t h, std::int64_t i,
-                     std::int64_t key) {
-  T dp = T(0);
-  for (std::int64_t d = 0; d < q_layout.dim; ++d) {
-    dp += dout[q_layout.at(b, i, h, d)] * v[k_layout.at(b, key, h, d)];
+void row_value_gradients(const Tensor<T>& dout, const HeadStrides& q_layout, const Tensor<T>& v,
+                         const HeadStrides& k_layout, std::int64_t b, std::int64_t h,
+                         std::int64_t i, const std::vector<std::int64_t>& keys,
+                         std::vector<T>& dp) {
+  dp.resize(keys.size(), T(0));  // every entry is written below
+  T sum = T(0), product = T(0);
+  for (std::size_t n = 0; n < keys.size(); ++n) {
+    sum = 0;
+    for (std::int64_t d = 0; d < q_layout.dim; ++d) {
+      mul_into(product, dout[q_layout.at(b, i, h, d)], v[k_layout.at(b, keys[n], h, d)]);
+      add_into(sum, sum, product);
+    }
+    dp[n] = sum;
   }
-  return dp;
 }
 
 template <typename T>
@@ -182,6 +211,7 @@ void attention_forward(const Tensor<T>& q, const std::vector<std::int64_t>& q_po
     std::vector<std::int64_t> keys;  // the allowed keys of the current row
     std::vector<T> weights;          // per allowed key: s_n, then e_n = exp(s_n - m)
     std::vector<T> weighted_sum;     // (head_dim): sum_n e_n v_n
+    T product = T(0);
     for (std::int64_t i = 0; i < q_layout.positions; ++i) {
       detail::row_scores(q, q_layout, k, k_layout, b, h, i, q_pos[static_cast<std::size_t>(i)],
                          k_pos, params, scale, keys, weights);
@@ -198,17 +228,20 @@ void attention_forward(const Tensor<T>& q, const std::vector<std::int64_t>& q_po
       }
       T row_sum = T(0);  // l
       for (T& weight : weights) {
-        weight = exp(weight - row_max);
-        row_sum += weight;
+        sub_into(weight, weight, row_max);
+        weight = exp(weight);
+        add_into(row_sum, row_sum, weight);
       }
       // out_d = (sum_n e_n v_nd) / l: every d one accumulator over the keys ascending, all d
       // together so v is read along its rows.
-      weighted_sum.assign(static_cast<std::size_t>(q_layout.dim), T(0));
+      weighted_sum.resize(static_cast<std::size_t>(q_layout.dim), T(0));
+      for (T& sum_d : weighted_sum) sum_d = 0;
       for (std::size_t n = 0; n < keys.size(); ++n) {
-        const T weight = weights[n];
+        const T weight = weights[n];  // a copy: stores into weighted_sum cannot alias it
         const T* value = v.data() + k_layout.at(b, keys[n], h, 0);
         for (std::int64_t d = 0; d < q_layout.dim; ++d) {
-          weighted_sum[d] += weight * value[d * k_layout.dim_stride];
+          mul_into(product, weight, value[d * k_layout.dim_stride]);
+          add_into(weighted_sum[d], weighted_sum[d], product);
         }
       }
       for (std::int64_t d = 0; d < q_layout.dim; ++d) {
@@ -241,6 +274,7 @@ void attention_backward(const Tensor<T>& dout, const Tensor<T>& q,
     std::vector<std::int64_t> keys;  // the allowed keys of the current row
     std::vector<T> probs;            // per allowed key: s_n, then p_n
     std::vector<T> dscores;          // per allowed key: dp_n, then ds_n
+    T product = T(0);
     for (std::int64_t i = 0; i < q_layout.positions; ++i) {
       const std::int64_t row = row_layout.at(b, i, h);
       const T row_sum = saved.sum[row];  // l
@@ -249,14 +283,16 @@ void attention_backward(const Tensor<T>& dout, const Tensor<T>& q,
       detail::row_scores(q, q_layout, k, k_layout, b, h, i, q_pos[static_cast<std::size_t>(i)],
                          k_pos, params, scale, keys, probs);
       for (T& prob : probs) prob = exp(prob - row_max) / row_sum;
-      dscores.assign(keys.size(), T(0));
+      detail::row_value_gradients(dout, q_layout, v, k_layout, b, h, i, keys, dscores);
       T total = T(0);  // D = sum_n p_n dp_n
       for (std::size_t n = 0; n < keys.size(); ++n) {
-        const T dp = detail::row_value_gradient(dout, q_layout, v, k_layout, b, h, i, keys[n]);
-        dscores[n] = dp;
-        total += probs[n] * dp;
+        mul_into(product, probs[n], dscores[n]);
+        add_into(total, total, product);
       }
-      for (std::size_t n = 0; n < keys.size(); ++n) dscores[n] = probs[n] * (dscores[n] - total);
+      for (std::size_t n = 0; n < keys.size(); ++n) {
+        sub_into(dscores[n], dscores[n], total);
+        mul_into(dscores[n], probs[n], dscores[n]);
+      }
       detail::row_gradients(dout, q, q_layout, k, k_layout, b, h, i, keys, probs, dscores, scale,
                             false, dq, dk, dv);
     }
@@ -283,7 +319,8 @@ void attention_block_backward(const Tensor<T>& dout, const Tensor<T>& q,
   detail::for_each_head(q_layout, [&](std::int64_t b, std::int64_t h) {
     std::vector<std::int64_t> keys;  // the allowed keys of the current row in this block
     std::vector<T> probs;            // per allowed key: s_n, then p_n = exp(s_n - lse_i)
-    std::vector<T> dscores;          // per allowed key: ds_n
+    std::vector<T> dscores;          // per allowed key: dp_n, then ds_n
+    T product = T(0);
     for (std::int64_t i = 0; i < q_layout.positions; ++i) {
       const T row_lse = lse[row_layout.at(b, i, h)];
       if (isinf(row_lse)) continue;  // -inf: no allowed key in any block
@@ -292,13 +329,14 @@ void attention_block_backward(const Tensor<T>& dout, const Tensor<T>& q,
       if (keys.empty()) continue;
       T total = T(0);  // D_i = dout_i . out_i
       for (std::int64_t d = 0; d < q_layout.dim; ++d) {
-        total += dout[q_layout.at(b, i, h, d)] * out[q_layout.at(b, i, h, d)];
+        mul_into(product, dout[q_layout.at(b, i, h, d)], out[q_layout.at(b, i, h, d)]);
+        add_into(total, total, product);
       }
-      dscores.assign(keys.size(), T(0));
+      detail::row_value_gradients(dout, q_layout, v, k_layout, b, h, i, keys, dscores);
       for (std::size_t n = 0; n < keys.size(); ++n) {
         probs[n] = exp(probs[n] - row_lse);
-        const T dp = detail::row_value_gradient(dout, q_layout, v, k_layout, b, h, i, keys[n]);
-        dscores[n] = probs[n] * (dp - total);
+        sub_into(dscores[n], dscores[n], total);
+        mul_into(dscores[n], probs[n], dscores[n]);
       }
       detail::row_gradients(dout, q, q_layout, k, k_layout, b, h, i, keys, probs, dscores, scale,
                             true, dq, dk, dv);

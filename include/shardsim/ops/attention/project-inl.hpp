@@ -6,6 +6,7 @@
 
 #include "shardsim/ops/attention/attention-inl.hpp"
 #include "shardsim/ops/attention/project.hpp"
+#include "shardsim/parallel.hpp"
 
 namespace shardsim {
 
@@ -58,6 +59,18 @@ struct WeightStrides {
   }
 };
 
+// Runs f(begin, end) over [0, n) in chunks of kRowsPerChunk, the chunks concurrently
+// (parallel.hpp). Every output of a projection is one accumulator written by one index, so the
+// split changes no sum: a chunk makes its scratch values once (at mp, one allocation per value
+// per chunk, not per multiply-add).
+inline constexpr std::int64_t kRowsPerChunk = 8;
+template <typename F>
+void for_each_chunk(std::int64_t n, F f) {
+  parallel_for((n + kRowsPerChunk - 1) / kRowsPerChunk, [&](std::int64_t chunk) {
+    f(chunk * kRowsPerChunk, std::min(n, (chunk + 1) * kRowsPerChunk));
+  });
+}
+
 }  // namespace detail
 
 template <typename T>
@@ -77,14 +90,20 @@ void project_heads(const Tensor<T>& x, const Tensor<T>& w, Tensor<T>& y) {
   const std::vector<T> w_rows =  // (hidden, head * head_dim)
       detail::gather_rows(w, hidden, stride_of(w_shape, "hidden"), y_layout.heads,
                           stride_of(w_shape, "head"), y_layout.dim, stride_of(w_shape, "head_dim"));
-  std::vector<T> sums(static_cast<std::size_t>(outputs));  // (head * head_dim)
-  for (std::int64_t b = 0; b < batch; ++b) {
-    for (std::int64_t s = 0; s < seq; ++s) {
-      std::fill(sums.begin(), sums.end(), T(0));
+  // Rows (b, s) in chunks, concurrently (detail::for_each_chunk).
+  detail::for_each_chunk(batch * seq, [&](std::int64_t first, std::int64_t last) {
+    std::vector<T> sums(static_cast<std::size_t>(outputs));  // (head * head_dim)
+    T product = T(0);  // in place (scalar.hpp): no Mp temporary per element
+    for (std::int64_t row = first; row < last; ++row) {
+      const std::int64_t b = row / seq, s = row % seq;
+      for (T& sum : sums) sum = 0;
       for (std::int64_t c = 0; c < hidden; ++c) {
-        const T x_c = x[x_layout.at(b, s, c)];
+        const T x_c = x[x_layout.at(b, s, c)];  // a copy: stores into sums cannot alias it
         const T* w_row = w_rows.data() + c * outputs;
-        for (std::int64_t j = 0; j < outputs; ++j) sums[j] += x_c * w_row[j];
+        for (std::int64_t j = 0; j < outputs; ++j) {
+          mul_into(product, x_c, w_row[j]);
+          add_into(sums[j], sums[j], product);
+        }
       }
       for (std::int64_t h = 0; h < y_layout.heads; ++h) {
         for (std::int64_t d = 0; d < y_layout.dim; ++d) {
@@ -92,7 +111,7 @@ void project_heads(const Tensor<T>& x, const Tensor<T>& w, Tensor<T>& y) {
         }
       }
     }
-  }
+  });
 }
 
 template <typename T>
@@ -105,32 +124,42 @@ void project_heads_backward(const Tensor<T>& dy, const Tensor<T>& x, const Tenso
   const detail::WeightStrides w_layout(w.shape());
   SHARDSIM_ASSERT(dw.shape() == w.shape(), "project_heads_backward: dw must be shaped like w");
   dx = Tensor<T>(x_shape);
-  for (std::int64_t b = 0; b < y_layout.batch; ++b) {
-    for (std::int64_t s = 0; s < y_layout.positions; ++s) {
+  // dx by rows (b, s), then dw by input features c, each in chunks, concurrently.
+  const std::int64_t positions = y_layout.positions;
+  detail::for_each_chunk(y_layout.batch * positions, [&](std::int64_t first, std::int64_t last) {
+    T sum = T(0), product = T(0);  // in place (scalar.hpp): no Mp temporary per element
+    for (std::int64_t row = first; row < last; ++row) {
+      const std::int64_t b = row / positions, s = row % positions;
       for (std::int64_t c = 0; c < hidden; ++c) {
-        T sum = T(0);
+        sum = 0;
         for (std::int64_t h = 0; h < y_layout.heads; ++h) {
           for (std::int64_t d = 0; d < y_layout.dim; ++d) {
-            sum += dy[y_layout.at(b, s, h, d)] * w[w_layout.at(c, h, d)];
+            mul_into(product, dy[y_layout.at(b, s, h, d)], w[w_layout.at(c, h, d)]);
+            add_into(sum, sum, product);
           }
         }
         dx[x_layout.at(b, s, c)] = sum;
       }
     }
-  }
-  for (std::int64_t c = 0; c < hidden; ++c) {
-    for (std::int64_t h = 0; h < y_layout.heads; ++h) {
-      for (std::int64_t d = 0; d < y_layout.dim; ++d) {
-        T sum = T(0);
-        for (std::int64_t b = 0; b < y_layout.batch; ++b) {
-          for (std::int64_t s = 0; s < y_layout.positions; ++s) {
-            sum += x[x_layout.at(b, s, c)] * dy[y_layout.at(b, s, h, d)];
+  });
+  detail::for_each_chunk(hidden, [&](std::int64_t first, std::int64_t last) {
+    T sum = T(0), product = T(0);
+    for (std::int64_t c = first; c < last; ++c) {
+      for (std::int64_t h = 0; h < y_layout.heads; ++h) {
+        for (std::int64_t d = 0; d < y_layout.dim; ++d) {
+          sum = 0;
+          for (std::int64_t b = 0; b < y_layout.batch; ++b) {
+            for (std::int64_t s = 0; s < positions; ++s) {
+              mul_into(product, x[x_layout.at(b, s, c)], dy[y_layout.at(b, s, h, d)]);
+              add_into(sum, sum, product);
+            }
           }
+          T& dw_chd = dw[w_layout.at(c, h, d)];
+          add_into(dw_chd, dw_chd, sum);
         }
-        dw[w_layout.at(c, h, d)] += sum;
       }
     }
-  }
+  });
 }
 
 template <typename T>
@@ -146,20 +175,26 @@ void project_out(const Tensor<T>& attn, const Tensor<T>& wo, Tensor<T>& y) {
   const std::vector<T> w_rows =  // (head * head_dim, hidden)
       detail::gather_rows(wo, attn_layout.heads, stride_of(w_shape, "head"), attn_layout.dim,
                           stride_of(w_shape, "head_dim"), hidden, stride_of(w_shape, "hidden"));
-  std::vector<T> sums(static_cast<std::size_t>(hidden));  // (hidden)
-  for (std::int64_t b = 0; b < attn_layout.batch; ++b) {
-    for (std::int64_t s = 0; s < attn_layout.positions; ++s) {
-      std::fill(sums.begin(), sums.end(), T(0));
+  const std::int64_t positions = attn_layout.positions;
+  detail::for_each_chunk(attn_layout.batch * positions, [&](std::int64_t first, std::int64_t last) {
+    std::vector<T> sums(static_cast<std::size_t>(hidden));  // (hidden)
+    T product = T(0);  // in place (scalar.hpp): no Mp temporary per element
+    for (std::int64_t row = first; row < last; ++row) {
+      const std::int64_t b = row / positions, s = row % positions;
+      for (T& sum : sums) sum = 0;
       for (std::int64_t h = 0; h < attn_layout.heads; ++h) {
         for (std::int64_t d = 0; d < attn_layout.dim; ++d) {
-          const T attn_hd = attn[attn_layout.at(b, s, h, d)];
+          const T attn_hd = attn[attn_layout.at(b, s, h, d)];  // a copy, as x_c above
           const T* w_row = w_rows.data() + (h * attn_layout.dim + d) * hidden;
-          for (std::int64_t c = 0; c < hidden; ++c) sums[c] += attn_hd * w_row[c];
+          for (std::int64_t c = 0; c < hidden; ++c) {
+            mul_into(product, attn_hd, w_row[c]);
+            add_into(sums[c], sums[c], product);
+          }
         }
       }
       for (std::int64_t c = 0; c < hidden; ++c) y[y_layout.at(b, s, c)] = sums[c];
     }
-  }
+  });
 }
 
 template <typename T>
@@ -171,32 +206,42 @@ void project_out_backward(const Tensor<T>& dy, const Tensor<T>& attn, const Tens
   const detail::WeightStrides w_layout(wo.shape());
   SHARDSIM_ASSERT(dwo.shape() == wo.shape(), "project_out_backward: dwo must be shaped like wo");
   dattn = Tensor<T>(attn.shape());
-  for (std::int64_t b = 0; b < attn_layout.batch; ++b) {
-    for (std::int64_t s = 0; s < attn_layout.positions; ++s) {
+  // dattn by rows (b, s), then dwo by (h, d), each in chunks, concurrently.
+  const std::int64_t positions = attn_layout.positions;
+  detail::for_each_chunk(attn_layout.batch * positions, [&](std::int64_t first, std::int64_t last) {
+    T sum = T(0), product = T(0);  // in place (scalar.hpp): no Mp temporary per element
+    for (std::int64_t row = first; row < last; ++row) {
+      const std::int64_t b = row / positions, s = row % positions;
       for (std::int64_t h = 0; h < attn_layout.heads; ++h) {
         for (std::int64_t d = 0; d < attn_layout.dim; ++d) {
-          T sum = T(0);
+          sum = 0;
           for (std::int64_t c = 0; c < hidden; ++c) {
-            sum += dy[y_layout.at(b, s, c)] * wo[w_layout.at(c, h, d)];
+            mul_into(product, dy[y_layout.at(b, s, c)], wo[w_layout.at(c, h, d)]);
+            add_into(sum, sum, product);
           }
           dattn[attn_layout.at(b, s, h, d)] = sum;
         }
       }
     }
-  }
-  for (std::int64_t h = 0; h < attn_layout.heads; ++h) {
-    for (std::int64_t d = 0; d < attn_layout.dim; ++d) {
-      for (std::int64_t c = 0; c < hidden; ++c) {
-        T sum = T(0);
-        for (std::int64_t b = 0; b < attn_layout.batch; ++b) {
-          for (std::int64_t s = 0; s < attn_layout.positions; ++s) {
-            sum += attn[attn_layout.at(b, s, h, d)] * dy[y_layout.at(b, s, c)];
+  });
+  detail::for_each_chunk(
+      attn_layout.heads * attn_layout.dim, [&](std::int64_t first, std::int64_t last) {
+        T sum = T(0), product = T(0);
+        for (std::int64_t hd = first; hd < last; ++hd) {
+          const std::int64_t h = hd / attn_layout.dim, d = hd % attn_layout.dim;
+          for (std::int64_t c = 0; c < hidden; ++c) {
+            sum = 0;
+            for (std::int64_t b = 0; b < attn_layout.batch; ++b) {
+              for (std::int64_t s = 0; s < positions; ++s) {
+                mul_into(product, attn[attn_layout.at(b, s, h, d)], dy[y_layout.at(b, s, c)]);
+                add_into(sum, sum, product);
+              }
+            }
+            T& dwo_chd = dwo[w_layout.at(c, h, d)];
+            add_into(dwo_chd, dwo_chd, sum);
           }
         }
-        dwo[w_layout.at(c, h, d)] += sum;
-      }
-    }
-  }
+      });
 }
 
 }  // namespace shardsim

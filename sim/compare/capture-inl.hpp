@@ -1,0 +1,103 @@
+// capture_values: a boundary's values as the comparator captures them, and the magnitudes it
+// measures them by (compare-inl.hpp).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "shardsim/compare/compare.hpp"
+#include "shardsim/narrow_float.hpp"
+#include "shardsim/scalar.hpp"
+
+namespace shardsim {
+
+// Converts a tensor's values once to f32, f64, bf16 and f16 with correct rounding (and, at mp, dd
+// and qd, to exact text). The mp branch is only instantiated where mp.hpp and mp_exact.hpp are
+// included (compare_mp.cpp), the NarrowFloat one where narrow_float.hpp is (compare_narrow.cpp),
+// the dd/qd one where qd_exact.hpp is (compare_qd.cpp). A dd/qd value near a rounding midpoint of
+// a golden format (qd_exact.hpp) is flagged in near_midpoint.
+template <typename T>
+CapturedValues capture_values(const Tensor<T>& tensor) {
+  CapturedValues out;
+  const auto n = static_cast<std::size_t>(tensor.numel());
+  out.f32.reserve(n);
+  out.f64.reserve(n);
+  out.bf16.reserve(n);
+  out.f16.reserve(n);
+  // dd/qd: a value below the error budget times the tensor's largest magnitude may be the residue
+  // of a cancellation (a mathematical zero), whose relative error is unbounded: flagged as well.
+  [[maybe_unused]] double residue = 0;
+  if constexpr (kIsExpansion<T>) {
+    for (const T& v : tensor.values()) {
+      const double m = std::fabs(static_cast<double>(v.term(0)));
+      if (std::isfinite(m)) residue = std::max(residue, m);
+    }
+    if (n > 0) residue = std::ldexp(residue, golden_error_budget_log2(tensor.values().front()));
+  }
+  for (const T& v : tensor.values()) {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      out.f32.push_back(static_cast<float>(v));  // IEEE conversion: round to nearest even
+      out.f64.push_back(v);
+      out.bf16.push_back(narrow_from_double(NarrowFormat::bf16, v));
+      out.f16.push_back(narrow_from_double(NarrowFormat::f16, v));
+    } else if constexpr (std::is_same_v<T, NarrowFloat>) {
+      out.f32.push_back(v.value());
+      out.f64.push_back(v.value());
+      out.bf16.push_back(narrow_from_float(NarrowFormat::bf16, v.value()));
+      out.f16.push_back(narrow_from_float(NarrowFormat::f16, v.value()));
+    } else if constexpr (kIsExpansion<T>) {
+      // Explicit template arguments: only the Expansion overloads are candidates (Mp's are
+      // visible too wherever the world's transport, wire_mp.hpp, is).
+      using R = typename T::Raw;
+      out.f32.push_back(round_to_f32<R>(v));
+      out.f64.push_back(round_to_f64<R>(v));
+      out.bf16.push_back(round_to_narrow<R>(v, NarrowFormat::bf16));
+      out.f16.push_back(round_to_narrow<R>(v, NarrowFormat::f16));
+      out.exact.push_back(expansion_exact_text(v));
+      std::uint8_t flags = near_midpoint_flags(v);
+      if (v.term(0) != 0 && std::fabs(v.term(0)) <= residue) flags = 0xf;  // every format
+      if (flags) {
+        out.near_midpoint.resize(n, 0);
+        out.near_midpoint[out.f64.size() - 1] = flags;
+      }
+    } else {
+      out.f32.push_back(round_to_f32(v));
+      out.f64.push_back(round_to_f64(v));
+      out.bf16.push_back(round_to_narrow(v, NarrowFormat::bf16));
+      out.f16.push_back(round_to_narrow(v, NarrowFormat::f16));
+      out.exact.push_back(mp_exact_text(v));
+    }
+  }
+  return out;
+}
+
+// The comparator's |v| and |s - d| (the difference rounded once in T, as the kernels subtract),
+// each rounded to 53 bits with an unbounded exponent: at mp they do not underflow.
+template <typename T>
+Magnitude value_magnitude(const T& v) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return Magnitude::of(static_cast<double>(v));
+  } else if constexpr (std::is_same_v<T, NarrowFloat>) {
+    return Magnitude::of(static_cast<double>(static_cast<float>(v)));
+  } else if constexpr (kIsExpansion<T>) {
+    return expansion_magnitude(v);
+  } else {
+    return mp_magnitude(v);
+  }
+}
+template <typename T>
+Magnitude value_abs_difference(const T& s, const T& d) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return Magnitude::of(static_cast<double>(T(s - d)));
+  } else if constexpr (std::is_same_v<T, NarrowFloat>) {
+    return Magnitude::of(static_cast<double>(static_cast<float>(T(s - d))));
+  } else if constexpr (kIsExpansion<T>) {
+    return expansion_abs_difference(s, d);
+  } else {
+    return mp_abs_difference(s, d);
+  }
+}
+
+}  // namespace shardsim
