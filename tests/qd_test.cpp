@@ -1,5 +1,7 @@
 // The dd and qd scalars (qd.hpp, qd_exact.hpp): parsing, correct rounding of the whole expansion,
 // erf against MPFR at 320 bits, non-finite values, and the near-midpoint flags of goldens.
+#include "shardsim/qd.hpp"
+
 #include <mpfr.h>
 
 #include <array>
@@ -13,8 +15,9 @@
 #include "shardsim/compare/compare.hpp"
 #include "shardsim/golden/golden_set.hpp"
 #include "shardsim/precision/precision_diff.hpp"
-#include "shardsim/qd.hpp"
 #include "shardsim/qd_exact.hpp"
+#include "shardsim/runner/runner.hpp"
+#include "shardsim/scenario/scenario.hpp"
 
 using namespace shardsim;
 
@@ -70,8 +73,8 @@ TEST_CASE("qd: rounding to f64, f32, bf16, f16 rounds the whole sum, as MPFR doe
   const Qd odd_tie(qd_real(1.0 + 0x1p-52, 0x1p-53, 0, 0));
   CHECK(round_to_f64(above) == 1.0 + 0x1p-52);
   CHECK(round_to_f64(below) == 1.0);
-  CHECK(round_to_f64(tie) == 1.0);                   // to even
-  CHECK(round_to_f64(odd_tie) == 1.0 + 0x1p-51);     // to even, upward
+  CHECK(round_to_f64(tie) == 1.0);                // to even
+  CHECK(round_to_f64(odd_tie) == 1.0 + 0x1p-51);  // to even, upward
   CHECK(round_to_f32(Qd(qd_real(1.0 + 0x1p-24, 0x1p-90, 0, 0))) == 1.0f + 0x1p-23f);
   CHECK(round_to_f32(Qd(qd_real(1.0 + 0x1p-24, -0x1p-90, 0, 0))) == 1.0f);
   CHECK(round_to_f32(Qd(qd_real(1.0 + 0x1p-24, 0, 0, 0))) == 1.0f);
@@ -132,7 +135,8 @@ TEST_CASE("qd: erf agrees with MPFR at 320 bits to 2^-199 (qd) and 2^-93 (dd)", 
     mpfr_set_str(got.v, expansion_exact_text(erf(arg)).c_str(), 0, MPFR_RNDN);
     mpfr_sub(err.v, got.v, want.v, MPFR_RNDN);
     mpfr_div(err.v, err.v, want.v, MPFR_RNDN);
-    if (!mpfr_zero_p(want.v)) worst_qd = std::max(worst_qd, std::fabs(mpfr_get_d(err.v, MPFR_RNDN)));
+    if (!mpfr_zero_p(want.v))
+      worst_qd = std::max(worst_qd, std::fabs(mpfr_get_d(err.v, MPFR_RNDN)));
 
     const Dd darg = Dd(p) + Dd(p) * Dd(1.0 / 3) * Dd(0x1p-60);
     mpfr_set_str(x.v, expansion_exact_text(darg).c_str(), 0, MPFR_RNDN);
@@ -140,7 +144,8 @@ TEST_CASE("qd: erf agrees with MPFR at 320 bits to 2^-199 (qd) and 2^-93 (dd)", 
     mpfr_set_str(got.v, expansion_exact_text(erf(darg)).c_str(), 0, MPFR_RNDN);
     mpfr_sub(err.v, got.v, want.v, MPFR_RNDN);
     mpfr_div(err.v, err.v, want.v, MPFR_RNDN);
-    if (!mpfr_zero_p(want.v)) worst_dd = std::max(worst_dd, std::fabs(mpfr_get_d(err.v, MPFR_RNDN)));
+    if (!mpfr_zero_p(want.v))
+      worst_dd = std::max(worst_dd, std::fabs(mpfr_get_d(err.v, MPFR_RNDN)));
   }
   INFO("worst relative error: qd 2^" << std::log2(worst_qd) << ", dd 2^" << std::log2(worst_dd));
   CHECK(worst_qd <= 0x1p-199);
@@ -272,8 +277,9 @@ TEST_CASE("qd: dd and qd sit on the precision ladder at 106 and 212 bits", "[qd]
   // var = SS/H - mean^2 with mean 1e4 and std 1 cancels log2(1e8) = 26.58 bits (see
   // precision_ladder_test.cpp): the gap falls like 2^-bits at every level, dd and qd included,
   // so the fit over f32, f64, dd, qd, mp256 has slope -1 and condition ~2^26.6.
-  const Scenario scenario = load_scenario(std::string(SHARDSIM_SOURCE_DIR) +
-                                          "/scenarios/norm_hidden_cancellation_ill_conditioned.toml");
+  const Scenario scenario =
+      load_scenario(std::string(SHARDSIM_SOURCE_DIR) +
+                    "/scenarios/norm_hidden_cancellation_ill_conditioned.toml");
   std::vector<Precision> levels;
   for (const char* n : {"f32", "f64", "dd", "qd", "mp256"}) levels.push_back(parse_precision(n));
   const PrecisionDiff diff = precision_diff(scenario, {levels, {}, {}});
@@ -314,8 +320,63 @@ TEST_CASE("qd: erf GELU replays at qd, and its goldens equal mp256's", "[qd]") {
   const auto run = cli_test::run_cli("run --quiet " + cli_test::q(path) + " --precision dd,qd");
   INFO(run.err);
   CHECK(run.exit_code == 0);
-  const std::string identity = "/usr/bin/python3 " +
-                               cli_test::q(std::filesystem::path(SHARDSIM_SOURCE_DIR) / "tools/qd_identity") +
-                               " " + cli_test::q(SHARDSIM_BINARY) + " " + cli_test::q(path);
+  const std::string identity =
+      "/usr/bin/python3 " +
+      cli_test::q(std::filesystem::path(SHARDSIM_SOURCE_DIR) / "tools/qd_identity") + " " +
+      cli_test::q(SHARDSIM_BINARY) + " " + cli_test::q(path);
   CHECK(std::system((identity + " > /dev/null").c_str()) == 0);
+}
+
+TEST_CASE("capture without exact text keeps every rounded value (run --golden)", "[qd][golden]") {
+  // RunOptions::capture_exact = false leaves out only CapturedValues::exact: the rounded values
+  // the goldens are written from are those of a full capture, at mp256 and at qd.
+  const Scenario scenario =
+      load_scenario(cli_test::source_scenario("attention_train_sgd_ring.toml"));
+  for (const char* name : {"mp256", "qd"}) {
+    RunOptions full;
+    full.capture_tensors = true;
+    RunOptions lean = full;
+    lean.capture_exact = false;
+    const RunReport a = evaluate(scenario, parse_precision(name), full);
+    const RunReport b = evaluate(scenario, parse_precision(name), lean);
+    REQUIRE(a.boundaries.size() == b.boundaries.size());
+    std::size_t texts = 0;
+    for (std::size_t i = 0; i < a.boundaries.size(); ++i) {
+      const CapturedBoundary& x = *a.boundaries[i].captured;
+      const CapturedBoundary& y = *b.boundaries[i].captured;
+      REQUIRE(x.ranks.size() == y.ranks.size());
+      auto same = [&](const CapturedValues& u, const CapturedValues& v) {
+        texts += u.exact.size();
+        CHECK(v.exact.empty());
+        CHECK(u.f64 == v.f64);  // bitwise for these finite values
+        CHECK(u.f32 == v.f32);
+        CHECK(u.bf16 == v.bf16);
+        CHECK(u.f16 == v.f16);
+        CHECK(u.near_midpoint == v.near_midpoint);
+      };
+      if (x.has_dense) same(x.dense, y.dense);
+      for (std::size_t r = 0; r < x.ranks.size(); ++r) same(x.ranks[r], y.ranks[r]);
+    }
+    CHECK(texts > 0);  // the full capture did keep the text
+  }
+}
+
+TEST_CASE("a failing golden run's diagnosis reuses its capture without exact text", "[golden]") {
+  // The replay run that captures the goldens keeps no exact texts; after a divergence the
+  // diagnosis's precision trend reuses that run's report (it read the missing texts once and
+  // crashed). Its stdout is the run's without --golden plus the goldens line.
+  const std::string scenario =
+      cli_test::q(cli_test::source_scenario("faults/attention_cache_raw_k.toml"));
+  cli_test::TempDir dir;
+  const auto plain = cli_test::run_cli("run " + scenario + " --precision mp256");
+  const auto golden = cli_test::run_cli("run " + scenario + " --precision mp256 --golden " +
+                                        cli_test::q(dir.path() / "g"));
+  INFO(golden.err);
+  CHECK(golden.signal == 0);
+  CHECK(golden.exit_code == plain.exit_code);
+  CHECK(plain.out.find("probable causes") != std::string::npos);  // a diagnosis did run
+  const std::size_t at = golden.out.find("goldens: ");
+  REQUIRE(at != std::string::npos);
+  const std::size_t end = golden.out.find('\n', at);
+  CHECK(golden.out.substr(0, at) + golden.out.substr(end + 1) == plain.out);
 }

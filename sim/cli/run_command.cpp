@@ -145,6 +145,7 @@ std::vector<RunReport> run_precisions(const Scenario& scenario,
   for (const Precision& precision : precisions) {
     RunOptions options = run;
     options.capture_tensors = golden && precision == golden->reference && !golden_run;
+    options.capture_exact = false;  // goldens need only the rounded values
     if (options.capture_tensors) golden_run = reports.size();
     options.on_boundary = progress.for_run(precision.name());
     const auto start = std::chrono::steady_clock::now();
@@ -198,8 +199,7 @@ int run_command(const Args& args) {
   // Refuse oversized runs before any of them starts.
   for (const Precision& precision : precisions) check_memory(scenario, precision, run);
   if (golden) check_memory(scenario, golden->reference, run);
-  // stdout is written at the end, so that bad input found on the way (a misnamed expectation, an
-  // oracle that is not finite at a later precision, a full disk) leaves it empty.
+  // stdout is written at the end: bad input found on the way (e.g. a full disk) leaves it empty.
   std::ostringstream out;
   std::optional<std::size_t> golden_run;  // the replay run that captured the goldens, if any
   const std::vector<RunReport> reports =
@@ -209,6 +209,7 @@ int run_command(const Args& args) {
     // Goldens: from the replay's run at the reference precision, or one extra (unjudged) run.
     RunOptions options = run;
     options.capture_tensors = true;
+    options.capture_exact = false;
     ProgressLine progress(!vm.count("quiet"));
     options.on_boundary = progress.for_run(golden->reference.name() + " (goldens)");
     const RunReport reference =
@@ -217,7 +218,6 @@ int run_command(const Args& args) {
     const GoldenSet set =
         speaker ? build_goldens(scenario, reference, golden->options) : GoldenSet{};
     if (speaker) write_goldens(golden->dir, set, golden->options);
-    // dd/qd references: the goldens an exact reference could round differently.
     for (const std::string& warning : set.warnings) std::cerr << "warning: " << warning << "\n";
     out << "goldens: " << set.entries.size() << " tensors from the " << golden->reference.name()
         << " run written to " << golden->dir << " ("

@@ -17,9 +17,10 @@ namespace shardsim {
 // and qd, to exact text). The mp branch is only instantiated where mp.hpp and mp_exact.hpp are
 // included (compare_mp.cpp), the NarrowFloat one where narrow_float.hpp is (compare_narrow.cpp),
 // the dd/qd one where qd_exact.hpp is (compare_qd.cpp). A dd/qd value near a rounding midpoint of
-// a golden format (qd_exact.hpp) is flagged in near_midpoint.
+// a golden format (qd_exact.hpp) is flagged in near_midpoint. Without `exact` the exact text is
+// left out (RunOptions::capture_exact).
 template <typename T>
-CapturedValues capture_values(const Tensor<T>& tensor) {
+CapturedValues capture_values(const Tensor<T>& tensor, bool exact = true) {
   CapturedValues out;
   const auto n = static_cast<std::size_t>(tensor.numel());
   out.f32.reserve(n);
@@ -55,7 +56,7 @@ CapturedValues capture_values(const Tensor<T>& tensor) {
       out.f64.push_back(round_to_f64<R>(v));
       out.bf16.push_back(round_to_narrow<R>(v, NarrowFormat::bf16));
       out.f16.push_back(round_to_narrow<R>(v, NarrowFormat::f16));
-      out.exact.push_back(expansion_exact_text(v));
+      if (exact) out.exact.push_back(expansion_exact_text(v));
       std::uint8_t flags = near_midpoint_flags(v);
       if (v.term(0) != 0 && std::fabs(v.term(0)) <= residue) flags = 0xf;  // every format
       if (flags) {
@@ -67,7 +68,7 @@ CapturedValues capture_values(const Tensor<T>& tensor) {
       out.f64.push_back(round_to_f64(v));
       out.bf16.push_back(round_to_narrow(v, NarrowFormat::bf16));
       out.f16.push_back(round_to_narrow(v, NarrowFormat::f16));
-      out.exact.push_back(mp_exact_text(v));
+      if (exact) out.exact.push_back(mp_exact_text(v));
     }
   }
   return out;

@@ -19,9 +19,10 @@ template <typename T>
 class Comparator final : public BoundarySink<T> {
  public:
   // `narrow`: a narrow run's format, in whose units a stored boundary's max_ulp is counted.
+  // `capture_exact`: with `capture`, keep the exact text of mp/dd/qd values too.
   explicit Comparator(Magnitude rtol, bool capture = false,
-                      std::optional<NarrowFormat> narrow = std::nullopt)
-      : rtol_(rtol), capture_(capture), narrow_(narrow) {}
+                      std::optional<NarrowFormat> narrow = std::nullopt, bool capture_exact = true)
+      : rtol_(rtol), capture_(capture), capture_exact_(capture_exact), narrow_(narrow) {}
 
   bool on_boundary(const TraceEntry& entry, const Tensor<T>* dense,
                    const DistTensor<T>& sharded) override {
@@ -32,9 +33,11 @@ class Comparator final : public BoundarySink<T> {
     if (capture_) {
       auto captured = std::make_shared<CapturedBoundary>();
       captured->has_dense = dense != nullptr;
-      if (dense) captured->dense = capture_values(*dense);
+      captured->exact_text =
+          capture_exact_ && !std::is_floating_point_v<T> && !std::is_same_v<T, NarrowFloat>;
+      if (dense) captured->dense = capture_values(*dense, capture_exact_);
       for (int r = 0; r < sharded.ranks(); ++r) {
-        captured->ranks.push_back(capture_values(sharded.local(r)));
+        captured->ranks.push_back(capture_values(sharded.local(r), capture_exact_));
       }
       result.captured = std::move(captured);
     }
@@ -372,6 +375,7 @@ class Comparator final : public BoundarySink<T> {
 
   Magnitude rtol_;
   bool capture_;
+  bool capture_exact_;
   std::optional<NarrowFormat> narrow_;
   std::map<std::string, Magnitude> addend_scale_;  // Partial tensor -> partial_addend_scale
   std::vector<BoundaryResult> results_;

@@ -13,7 +13,8 @@ RunReport evaluate_at(const Scenario& scenario, const Precision& precision,
                       unsigned significand_bits, const RunOptions& options) {
   std::optional<NarrowFormat> storage;
   if (precision.is_narrow()) storage = narrow_format(precision);
-  Comparator<T> comparator(scenario.rtol(precision), options.capture_tensors, storage);
+  Comparator<T> comparator(scenario.rtol(precision), options.capture_tensors, storage,
+                           options.capture_exact);
   run_scenario<T>(scenario, options, comparator, storage);
   RunReport report;
   report.scenario = scenario.name;

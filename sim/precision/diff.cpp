@@ -72,13 +72,18 @@ LevelMetrics narrow_error(NarrowFormat format, const std::vector<std::uint16_t>&
 LevelMetrics level_error(const Precision& level, unsigned level_bits, const CapturedValues& values,
                          const CapturedValues& top, unsigned top_bits) {
   switch (level.kind) {
-    case ScalarKind::bf16: return narrow_error(NarrowFormat::bf16, values.bf16, top.bf16);
-    case ScalarKind::f16: return narrow_error(NarrowFormat::f16, values.f16, top.f16);
-    case ScalarKind::f32: return ieee_error(values.f32, top.f32);
-    case ScalarKind::f64: return ieee_error(values.f64, top.f64);
+    case ScalarKind::bf16:
+      return narrow_error(NarrowFormat::bf16, values.bf16, top.bf16);
+    case ScalarKind::f16:
+      return narrow_error(NarrowFormat::f16, values.f16, top.f16);
+    case ScalarKind::f32:
+      return ieee_error(values.f32, top.f32);
+    case ScalarKind::f64:
+      return ieee_error(values.f64, top.f64);
     case ScalarKind::mp:
     case ScalarKind::dd:
-    case ScalarKind::qd: return detail::mp_level_error(values.exact, top.exact, level_bits, top_bits);
+    case ScalarKind::qd:
+      return detail::mp_level_error(values.exact, top.exact, level_bits, top_bits);
   }
   return {};
 }
@@ -87,10 +92,11 @@ LevelMetrics level_error(const Precision& level, unsigned level_bits, const Capt
 
 // The comparator's metrics are Magnitudes, exact at every level; at an mp level with captured
 // values they are recomputed independently from the exact texts (they agree:
-// tests/precision_ladder_test.cpp).
+// tests/precision_ladder_test.cpp). A run captured for goldens alone kept no texts (a `run
+// --golden` report that the diagnosis reuses): its comparator metrics serve.
 LevelGap detail::level_gap(const Precision& level, unsigned bits, const BoundaryResult& b) {
   LevelGap gap;
-  if (level.has_exact_values() && b.captured && b.captured->has_dense) {
+  if (level.has_exact_values() && b.captured && b.captured->has_dense && b.captured->exact_text) {
     gap = detail::mp_exact_gap(*b.captured, detail::compare_sites(b.entry), bits);
   } else {
     gap.max_abs = b.max_abs;
@@ -168,6 +174,7 @@ void judge_declared_dtype(const Scenario& scenario, const std::vector<Precision>
 
 RunReport captured_run(const Scenario& scenario, const Precision& precision, RunOptions options) {
   options.capture_tensors = true;
+  options.capture_exact = true;  // the ladder's gaps are computed from the texts
   check_memory(scenario, precision, options);
   return evaluate(scenario, precision, options);
 }
@@ -190,8 +197,9 @@ std::pair<double, double> sharded_spread(const CapturedBoundary& a, const Captur
     const std::vector<double>& x = a.ranks[r].f64;
     const std::vector<double>& y = b.ranks[r].f64;
     for (std::size_t i = 0; i < x.size(); ++i) {
-      const double ulp = f32 ? static_cast<double>(ulp_distance(a.ranks[r].f32[i], b.ranks[r].f32[i]))
-                             : static_cast<double>(ulp_distance(x[i], y[i]));
+      const double ulp =
+          f32 ? static_cast<double>(ulp_distance(a.ranks[r].f32[i], b.ranks[r].f32[i]))
+              : static_cast<double>(ulp_distance(x[i], y[i]));
       max_ulp = std::max(max_ulp, ulp == static_cast<double>(kUlpNaN) ? kInf : ulp);
       const double diff = std::fabs(x[i] - y[i]);
       max_abs = std::max(max_abs, std::isnan(diff) ? kInf : diff);
@@ -228,7 +236,8 @@ OrderSweep run_sweep(const Scenario& scenario, const PrecisionDiffOptions& optio
                                            *runs[p][0].boundaries[b].captured, p == 0);
         ulp = std::max(ulp, u);
         rel = std::max(rel, r);
-        gaps.push_back(detail::level_gap(sweep.precisions[p], 0, runs[p][o].boundaries[b]).normwise.to_double());
+        gaps.push_back(detail::level_gap(sweep.precisions[p], 0, runs[p][o].boundaries[b])
+                           .normwise.to_double());
       }
       row.spread_ulp.push_back(ulp);
       row.spread_rel.push_back(rel);
@@ -256,8 +265,8 @@ PrecisionDiff precision_diff(const Scenario& scenario, const PrecisionDiffOption
   std::set<ReduceOrder> orders;
   for (ReduceOrder order : options.sweep_orders) {
     if (!orders.insert(order).second) {
-      throw InputError(std::string("--reduce-order lists '") + std::string(reduce_order_name(order)) +
-                       "' twice");
+      throw InputError(std::string("--reduce-order lists '") +
+                       std::string(reduce_order_name(order)) + "' twice");
     }
   }
   // Refuse oversized runs before any starts.
@@ -291,7 +300,9 @@ PrecisionDiff precision_diff(const Scenario& scenario, const PrecisionDiffOption
 std::optional<std::size_t> find_boundary(const PrecisionDiff& diff, std::string_view selector) {
   std::string_view id = selector;
   if (!id.empty() && id.front() == '#') id.remove_prefix(1);
-  if (!id.empty() && std::all_of(id.begin(), id.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+  if (!id.empty() && std::all_of(id.begin(), id.end(), [](char c) {
+        return std::isdigit(static_cast<unsigned char>(c));
+      })) {
     for (std::size_t b = 0; b < diff.boundaries.size(); ++b) {
       if (std::to_string(diff.boundaries[b].entry.id) == id) return b;
     }

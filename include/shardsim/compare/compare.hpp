@@ -65,7 +65,8 @@ struct CapturedValues {
   std::vector<float> f32;
   std::vector<double> f64;
   // mp, dd and qd runs only: each value exactly, as MPFR's hexadecimal "%Ra" text (e.g.
-  // "0x1.8p+0"), so a later comparison can work at any precision. Empty for f32 and f64 runs.
+  // "0x1.8p+0"), so a later comparison can work at any precision. Empty for f32 and f64 runs
+  // and without RunOptions::capture_exact (CapturedBoundary::exact_text).
   std::vector<std::string> exact;
   // Each value rounded once to bf16 and to f16 (bit patterns, narrow.hpp), from the run's own
   // value (an mp value through round_to_narrow, never through f32 or f64).
@@ -81,7 +82,9 @@ struct CapturedValues {
 // Everything a boundary held: the oracle's global tensor and each rank's local tensor (padding
 // positions included, as the rank holds them).
 struct CapturedBoundary {
-  bool has_dense = false;  // false when the boundary has no oracle counterpart
+  bool has_dense = false;   // false when the boundary has no oracle counterpart
+  bool exact_text = false;  // the values' `exact` texts were kept (an mp, dd or qd run that
+                            // captured them: RunOptions::capture_exact)
   CapturedValues dense;
   std::vector<CapturedValues> ranks;  // one per rank, in rank order
 };

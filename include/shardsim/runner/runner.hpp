@@ -87,6 +87,11 @@ struct RunOptions {
   // Opt-in (off by default, for memory): the comparator keeps every boundary's values, see
   // CapturedBoundary in compare.hpp. `shardsim precision` and `run --golden` use it.
   bool capture_tensors = false;
+  // With capture_tensors: also keep each mp/dd/qd value's exact text (CapturedValues::exact),
+  // which the precision ladder's gaps need. Goldens need only the rounded values, and the text
+  // costs a string per value (`run --golden` turns it off: at mp256 it was 70% of the run's time
+  // and a third of its memory on an attention layer). CapturedBoundary::exact_text says which.
+  bool capture_exact = true;
   // Refuse to run when the memory estimate exceeds this many bytes (default: 3/4 of the
   // machine's physical memory).
   std::optional<std::uint64_t> max_memory_bytes;
