@@ -16,7 +16,7 @@ namespace shardsim {
 // Converts a tensor's values once to f32, f64, bf16 and f16 with correct rounding (and, at mp, dd
 // and qd, to exact text). The mp branch is only instantiated where mp.hpp and mp_exact.hpp are
 // included (compare_mp.cpp), the NarrowFloat one where narrow_float.hpp is (compare_narrow.cpp),
-// the dd/qd one where qd_exact.hpp is (compare_qd.cpp). A dd/qd value near a rounding midpoint of
+// the dd/qd one where qd_exact.hpp is (compare_dd.cpp, compare_qd.cpp). A dd/qd value near a rounding midpoint of
 // a golden format (qd_exact.hpp) is flagged in near_midpoint. Without `exact` the exact text is
 // left out (RunOptions::capture_exact).
 template <typename T>

@@ -89,13 +89,16 @@ void add_family(const Family& family, const RunReport& reference,
     if (is_mask(b.entry, captured) != (family.dtype == format::Dtype::u8)) continue;
     auto raw = [&](std::string name, const Shape& shape, const CapturedValues& values) {
       switch (family.dtype) {
-        case format::Dtype::f64: return raw_f64(std::move(name), extents(shape), values.f64);
-        case format::Dtype::f32: return raw_f32(std::move(name), extents(shape), values.f32);
+        case format::Dtype::f64:
+          return raw_f64(std::move(name), extents(shape), values.f64);
+        case format::Dtype::f32:
+          return raw_f32(std::move(name), extents(shape), values.f32);
         case format::Dtype::bf16:
           return raw_bits16(std::move(name), family.dtype, extents(shape), values.bf16);
         case format::Dtype::f16:
           return raw_bits16(std::move(name), family.dtype, extents(shape), values.f16);
-        default: return raw_u8(std::move(name), extents(shape), values.f64);
+        default:
+          return raw_u8(std::move(name), extents(shape), values.f64);
       }
     };
     const std::string name = family.prefix + bases[k];
@@ -155,14 +158,27 @@ GoldenSet build_goldens(const Scenario& scenario, const RunReport& reference,
   families.push_back({"u8/", format::Dtype::u8, 0});
   GoldenSet set;
   for (const Family& family : families) add_family(family, reference, kept, bases, set.entries);
+  // One line per flagged tensor up to kListed, then one line for the rest (the manifest has all).
+  constexpr std::size_t kListed = 8;
+  std::int64_t more_tensors = 0, more_values = 0;
   for (const GoldenEntry& entry : set.entries) {
     if (entry.near_midpoint == 0) continue;
-    set.warnings.push_back(
-        "golden " + entry.tensor.name + ": " + std::to_string(entry.near_midpoint) +
-        " value(s) within the " + reference.precision.name() +
-        " error budget of a rounding midpoint (first at flat index " +
-        std::to_string(entry.first_near_midpoint) +
-        "); an exact reference could round them the other way");
+    if (set.warnings.size() == kListed) {
+      ++more_tensors;
+      more_values += entry.near_midpoint;
+      continue;
+    }
+    set.warnings.push_back("golden " + entry.tensor.name + ": " +
+                           std::to_string(entry.near_midpoint) + " value(s) within the " +
+                           reference.precision.name() +
+                           " error budget of a rounding midpoint (first at flat index " +
+                           std::to_string(entry.first_near_midpoint) +
+                           "); an exact reference could round them the other way");
+  }
+  if (more_tensors > 0) {
+    set.warnings.push_back("and " + std::to_string(more_tensors) + " more golden tensor(s) with " +
+                           std::to_string(more_values) +
+                           " such value(s): manifest.json gives each tensor's \"near_midpoint\"");
   }
   assign_files(set.entries, options.format);
   if (options.write_bf16 || options.write_f16) {
@@ -192,7 +208,8 @@ void parse_golden_dtypes(std::string_view text, GoldenOptions& options) {
   std::size_t begin = 0;
   while (true) {
     const std::size_t comma = text.find(',', begin);
-    const std::string_view name = text.substr(begin, comma == std::string_view::npos ? comma : comma - begin);
+    const std::string_view name =
+        text.substr(begin, comma == std::string_view::npos ? comma : comma - begin);
     const bool all = name == "all";
     const bool both = name == "both";
     if (name == "f64" || both || all) chosen.write_f64 = true;
@@ -200,8 +217,10 @@ void parse_golden_dtypes(std::string_view text, GoldenOptions& options) {
     if (name == "bf16" || all) chosen.write_bf16 = true;
     if (name == "f16" || all) chosen.write_f16 = true;
     if (!all && !both && name != "f64" && name != "f32" && name != "bf16" && name != "f16") {
-      throw InputError("--dtype: expected a comma-separated list of f64, f32, bf16 and f16, or "
-                       "both (f64,f32) or all, got " + quote(std::string(text)));
+      throw InputError(
+          "--dtype: expected a comma-separated list of f64, f32, bf16 and f16, or "
+          "both (f64,f32) or all, got " +
+          quote(std::string(text)));
     }
     if (comma == std::string_view::npos) break;
     begin = comma + 1;

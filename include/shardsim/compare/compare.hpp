@@ -146,8 +146,8 @@ namespace detail {
 RunReport evaluate_f32(const Scenario&, const RunOptions&);
 RunReport evaluate_f64(const Scenario&, const RunOptions&);
 RunReport evaluate_mp(const Scenario&, unsigned bits, const RunOptions&);
-RunReport evaluate_dd(const Scenario&, const RunOptions&);  // compare_qd.cpp
-RunReport evaluate_qd(const Scenario&, const RunOptions&);
+RunReport evaluate_dd(const Scenario&, const RunOptions&);  // compare_dd.cpp
+RunReport evaluate_qd(const Scenario&, const RunOptions&);  // compare_qd.cpp
 // accumulate = storage (compare_narrow.cpp); accumulate = f32 runs evaluate_at<float>.
 RunReport evaluate_narrow_storage(const Scenario&, const Precision&, const RunOptions&);
 }  // namespace detail

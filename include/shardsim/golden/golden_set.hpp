@@ -66,8 +66,9 @@ struct GoldenSet {
   std::optional<GoldenBudgets> budgets;
   std::string manifest;              // manifest.json text
   std::string safetensors;           // goldens.safetensors bytes (safetensors format only)
-  // One line per tensor with near_midpoint > 0, for stderr: its golden might differ in the last
-  // bit from one rounded from an exact (or mp256) reference.
+  // One line per tensor with near_midpoint > 0 (the first 8; then one line counting the rest),
+  // for stderr: its golden might differ in the last bit from one rounded from an exact (or mp256)
+  // reference.
   std::vector<std::string> warnings;
 };
 
