@@ -89,8 +89,9 @@ struct RunOptions {
   bool capture_tensors = false;
   // With capture_tensors: also keep each mp/dd/qd value's exact text (CapturedValues::exact),
   // which the precision ladder's gaps need. Goldens need only the rounded values, and the text
-  // costs a string per value (`run --golden` turns it off: at mp256 it was 70% of the run's time
-  // and a third of its memory on an attention layer). CapturedBoundary::exact_text says which.
+  // costs a string per value (`run --golden` turns it off: at mp256 it was a third of a golden
+  // run's time and a quarter of its memory on an attention layer). CapturedBoundary::exact_text
+  // says whether a capture has the texts.
   bool capture_exact = true;
   // Refuse to run when the memory estimate exceeds this many bytes (default: 3/4 of the
   // machine's physical memory).
