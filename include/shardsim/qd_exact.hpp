@@ -34,11 +34,8 @@ Magnitude expansion_abs_difference(const Expansion<R>& a, const Expansion<R>& b)
 // error budget is 2^-150 relative at qd (212 bits, 62 of them headroom for accumulated rounding
 // and cancellation) and 2^-76 at dd (106 bits, 30 of headroom): a value is "near a midpoint" of a
 // format when v (1 - b) and v (1 + b) round to different values in it. Then a reference that is
-// more exact (mp256) could round the other way. The flags are bits of kNearF64 ... kNearF16.
-inline constexpr std::uint8_t kNearF64 = 1;
-inline constexpr std::uint8_t kNearF32 = 2;
-inline constexpr std::uint8_t kNearBf16 = 4;
-inline constexpr std::uint8_t kNearF16 = 8;
+// more exact (mp256) could round the other way. The flags are bits of kNearF64 ... kNearF16
+// (scalar.hpp).
 template <typename R>
 int golden_error_budget_log2();  // -150 (qd), -76 (dd)
 template <typename R>

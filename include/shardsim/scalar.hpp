@@ -35,8 +35,8 @@ struct Precision {
 inline constexpr unsigned kMinMpBits = 64;
 inline constexpr unsigned kMaxMpBits = 65536;
 
-// Parses "bf16", "f16", "f32", "f64", "dd", "qd" or "mp<bits>" with kMinMpBits <= bits <= kMaxMpBits.
-// Throws InputError naming the text and the accepted forms otherwise.
+// Parses "bf16", "f16", "f32", "f64", "dd", "qd" or "mp<bits>" with kMinMpBits <= bits <=
+// kMaxMpBits. Throws InputError naming the text and the accepted forms otherwise.
 Precision parse_precision(std::string_view text);
 
 // Default per-precision tolerance, relative to the tensor's largest magnitude (normwise):
@@ -67,6 +67,12 @@ template <typename T>
 inline constexpr bool kIsExpansion = false;
 template <typename R>
 inline constexpr bool kIsExpansion<Expansion<R>> = true;
+// The golden formats in whose rounding a dd/qd value lies near a midpoint (qd_exact.hpp), as bits
+// of CapturedValues::near_midpoint; the golden writer tests each family's bit.
+inline constexpr std::uint8_t kNearF64 = 1;
+inline constexpr std::uint8_t kNearF32 = 2;
+inline constexpr std::uint8_t kNearBf16 = 4;
+inline constexpr std::uint8_t kNearF16 = 8;
 
 // Per-scalar facts the generic layers need. Specialized for float and double here, for Mp in
 // mp.hpp.

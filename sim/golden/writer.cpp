@@ -11,6 +11,7 @@
 #include "shardsim/golden/golden_set.hpp"
 #include "shardsim/io.hpp"
 #include "shardsim/report/report.hpp"
+#include "shardsim/scalar.hpp"
 #include "shardsim/sha256.hpp"
 #include "sim/golden/manifest.hpp"
 
@@ -68,7 +69,7 @@ std::vector<std::string> base_names(const RunReport& report, const std::vector<s
 struct Family {
   const char* prefix;
   format::Dtype dtype;
-  std::uint8_t near_flag;  // its bit in CapturedValues::near_midpoint (0 for u8 masks)
+  std::uint8_t near_flag;  // its kNear* bit in CapturedValues::near_midpoint (0 for u8 masks)
 };
 
 // Counts the values flagged near a midpoint of the family's dtype (dd/qd references).
@@ -150,11 +151,10 @@ GoldenSet build_goldens(const Scenario& scenario, const RunReport& reference,
   }
   const std::vector<std::string> bases = base_names(reference, kept);
   std::vector<Family> families;
-  // The flags' bits: kNearF64 = 1, kNearF32 = 2, kNearBf16 = 4, kNearF16 = 8 (qd_exact.hpp).
-  if (options.write_f64) families.push_back({"f64/", format::Dtype::f64, 1});
-  if (options.write_f32) families.push_back({"f32/", format::Dtype::f32, 2});
-  if (options.write_bf16) families.push_back({"bf16/", format::Dtype::bf16, 4});
-  if (options.write_f16) families.push_back({"f16/", format::Dtype::f16, 8});
+  if (options.write_f64) families.push_back({"f64/", format::Dtype::f64, kNearF64});
+  if (options.write_f32) families.push_back({"f32/", format::Dtype::f32, kNearF32});
+  if (options.write_bf16) families.push_back({"bf16/", format::Dtype::bf16, kNearBf16});
+  if (options.write_f16) families.push_back({"f16/", format::Dtype::f16, kNearF16});
   families.push_back({"u8/", format::Dtype::u8, 0});
   GoldenSet set;
   for (const Family& family : families) add_family(family, reference, kept, bases, set.entries);

@@ -73,9 +73,9 @@ struct CapturedValues {
   std::vector<std::uint16_t> bf16;
   std::vector<std::uint16_t> f16;
   // dd and qd runs only, and only when some value is flagged: per value, the golden formats
-  // (kNearF64 | kNearF32 | kNearBf16 | kNearF16, qd_exact.hpp) in which it lies within the
-  // precision's error budget of a rounding midpoint, so that its golden could round the other
-  // way in an exact computation. Empty when no value is flagged.
+  // (kNearF64 | kNearF32 | kNearBf16 | kNearF16, scalar.hpp; set by qd_exact.hpp) in which it
+  // lies within the precision's error budget of a rounding midpoint, so that its golden could
+  // round the other way in an exact computation. Empty when no value is flagged.
   std::vector<std::uint8_t> near_midpoint;
 };
 
