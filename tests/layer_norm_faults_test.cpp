@@ -46,6 +46,19 @@ struct Inputs {
   Tensor<T> bias = seeded<T>(Shape({{"hidden", 9}}), uniform(-0.25, 0.25), 53);
 };
 
+// A row sum in LayerNorm's row-sum order (ops/layer_norm.hpp): the lanes at f32/f64
+// (tensor_test::lane_sum), one accumulator over ascending i at mp.
+template <typename T, typename Term>
+T row_sum(std::int64_t n, Term&& term) {
+  if constexpr (std::is_same_v<T, Mp>) {
+    T sum = T(0);
+    for (std::int64_t i = 0; i < n; ++i) sum = sum + term(i);
+    return sum;
+  } else {
+    return tensor_test::lane_sum(n, term);
+  }
+}
+
 // The faulty formula one row at a time, written out with the scalar type's own operators
 // (independently of the kernel's blocks, policy and in-place arithmetic). x's rows are
 // (seq, batch) positions; element i of row (o, j) is x[(o * 9 + i) * 2 + j].
@@ -64,13 +77,10 @@ void textbook(const Inputs<T>& in, const LayerNormFaults& faults, const T* share
       if (shared_mean) {
         mean = *shared_mean;
       } else if (!faults.rmsnorm_substituted) {
-        T sum = T(0);
-        for (int i = 0; i < hidden; ++i) sum = sum + in.x[at(i)];
-        mean = sum / T(hidden);
+        mean = row_sum<T>(hidden, [&](std::int64_t i) { return T(in.x[at(i)]); }) / T(hidden);
       }
-      T sum_sq = T(0);
-      for (int i = 0; i < hidden; ++i)
-        sum_sq = sum_sq + (in.x[at(i)] - mean) * (in.x[at(i)] - mean);
+      const T sum_sq = row_sum<T>(
+          hidden, [&](std::int64_t i) { return T((in.x[at(i)] - mean) * (in.x[at(i)] - mean)); });
       const T var = sum_sq / T(faults.unbiased_variance ? hidden - 1 : hidden);
       const T eps = T(params.eps);
       const T rstd = faults.eps_mismatch ? T(T(1) / (sqrt(var) + eps)) : T(T(1) / sqrt(var + eps));

@@ -25,7 +25,9 @@ using shardsim::Shape;
 using shardsim::SplitPolicy;
 using shardsim::Tensor;
 
-// make, seeded, normal, uniform and unit_roundoff are the normalization tests' shared helpers.
+// make, seeded, normal, uniform, unit_roundoff and lane_sum are the normalization tests' shared
+// helpers.
+using tensor_test::lane_sum;
 using tensor_test::make;
 using tensor_test::normal;
 using tensor_test::seeded;
@@ -174,10 +176,12 @@ TEST_CASE("mp256 forward through MPFR in place equals the formula in Boost opera
 
 TEST_CASE("f64 forward and backward over blocks of rows equal the row-at-a-time formula, bitwise",
           "[layer_norm]") {
-  // The kernels reduce four rows side by side (detail::for_each_row), each row still summed
-  // alone in ascending order, and accumulate dweight/dbias in row order. The textbook loops
-  // below, one row at a time in the header's order, must agree to the bit. hidden is the
-  // middle axis here (inner = 2), so rows are strided; 3 * 2 = 6 rows = one block + 2 tail.
+  // The kernels reduce four rows side by side (detail::for_each_row), each row's sums in the
+  // f64 lane order (lane_sums.hpp: lane i % 8 over ascending i, then ((l0+l1)+(l2+l3)) +
+  // ((l4+l5)+(l6+l7)), written out plainly in lane_sum below), and accumulate dweight/dbias in
+  // row order. The textbook loops below, one row at a time, must agree to the bit. hidden is the
+  // middle axis here (inner = 2), so rows are strided (gathered); 3 * 2 = 6 rows = one block + 2
+  // tail, and 9 positions = one group of 8 plus a tail of 1.
   const Shape shape({{"seq", 3}, {"hidden", 9}, {"batch", 2}});
   const auto x = seeded<double>(shape, normal(0.5, 2.0), 41);
   const auto dy = seeded<double>(shape, normal(0.0, 1.0), 42);
@@ -192,21 +196,17 @@ TEST_CASE("f64 forward and backward over blocks of rows equal the row-at-a-time 
   for (std::int64_t o = 0; o < 3; ++o) {
     for (std::int64_t j = 0; j < 2; ++j) {
       auto at = [&](std::int64_t i) { return (o * 9 + i) * 2 + j; };
-      double sum = 0;
-      for (int i = 0; i < 9; ++i) sum += x[at(i)];
+      const double sum = lane_sum(9, [&](int i) { return x[at(i)]; });
       const double mean = sum / 9;
-      double sum_sq = 0;
-      for (int i = 0; i < 9; ++i) sum_sq += (x[at(i)] - mean) * (x[at(i)] - mean);
+      const double sum_sq =
+          lane_sum(9, [&](int i) { return (x[at(i)] - mean) * (x[at(i)] - mean); });
       const double rstd = 1 / std::sqrt(sum_sq / 9 + params.eps);
       CHECK(saved.mean[o * 2 + j] == mean);
       CHECK(saved.rstd[o * 2 + j] == rstd);
-      double sum_dnorm = 0, sum_dnorm_norm = 0;
-      for (int i = 0; i < 9; ++i) {
-        CHECK(y[at(i)] == ((x[at(i)] - mean) * rstd) * w[i] + b[i]);
-        const double norm = (x[at(i)] - mean) * rstd;
-        sum_dnorm += dy[at(i)] * w[i];
-        sum_dnorm_norm += (dy[at(i)] * w[i]) * norm;
-      }
+      for (int i = 0; i < 9; ++i) CHECK(y[at(i)] == ((x[at(i)] - mean) * rstd) * w[i] + b[i]);
+      const double sum_dnorm = lane_sum(9, [&](int i) { return dy[at(i)] * w[i]; });
+      const double sum_dnorm_norm =
+          lane_sum(9, [&](int i) { return (dy[at(i)] * w[i]) * ((x[at(i)] - mean) * rstd); });
       for (int i = 0; i < 9; ++i) {
         const double norm = (x[at(i)] - mean) * rstd;
         ref_db[i] += dy[at(i)];

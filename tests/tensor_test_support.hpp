@@ -71,6 +71,17 @@ Tensor<T> seeded_normal(Shape shape, std::uint64_t seed, double stddev = 1.0) {
 }
 
 // Unit roundoff u = 2^-p of the type's p-bit significand (round to nearest).
+// A LayerNorm row sum at f32/f64 in the lane order of ops/lane_sums.hpp, written independently
+// of it: eight scalar lanes, lane i % 8 adding term(i) over ascending i from +0, then the fixed
+// tree ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)).
+template <typename Term>
+auto lane_sum(std::int64_t n, Term&& term) {
+  using T = decltype(term(std::int64_t{0}));
+  T lane[8] = {};
+  for (std::int64_t i = 0; i < n; ++i) lane[i % 8] += term(i);
+  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
 template <typename T>
 double unit_roundoff() {
   if constexpr (std::is_same_v<T, Mp>) {

@@ -42,12 +42,12 @@ const char* narrow_name(NarrowFormat format);  // "bf16", "f16"
 // pattern and truncating the low 16 bits is round-to-nearest-even on the 8-bit significand, for
 // subnormals too (bf16 has f32's exponent range), and a carry out of the largest finite binade
 // yields the infinity. NaN becomes the quiet NaN with the input's sign.
+// (Written as a select rather than an early return, so that loops over it vectorize.)
 inline float round_to_bf16(float value) {
-  std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
-  if ((bits & 0x7fffffffu) > 0x7f800000u)
-    return std::bit_cast<float>((bits & 0x80000000u) | 0x7fc00000u);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return std::bit_cast<float>(bits & 0xffff0000u);
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
+  const std::uint32_t quiet_nan = (bits & 0x80000000u) | 0x7fc00000u;
+  const std::uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
+  return std::bit_cast<float>((bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
 // float -> nearest f16, widened back to float (exact); the same result as narrow_from_float.

@@ -169,17 +169,24 @@ void layer_norm_partial_sums(const Tensor<T>& x, const LayerNormParams& params, 
   detail::for_each_row(view, [&](const auto& block) {
     constexpr int n = detail::rows_in<decltype(block)>;
     detail::RowValues<T, n> row_sum, row_sum_sq;  // (n)
-    for (int q = 0; q < n; ++q) {
-      row_sum[q] = T(0);
-      row_sum_sq[q] = T(0);
-    }
-    T square = T(0);  // in place (scalar.hpp): no Mp temporary per element
-    for (std::int64_t i = 0; i < valid; ++i) {
+    if constexpr (detail::kLaneSums<T>) {
+      detail::with_row_stride(block, [&](auto unit) {
+        detail::lane_sums_and_squares<decltype(unit)::value>(block, x.data(), valid, row_sum,
+                                                             row_sum_sq);
+      });
+    } else {
       for (int q = 0; q < n; ++q) {
-        const T& value = x[block.at(q, i)];
-        add_into(row_sum[q], row_sum[q], value);
-        mul_into(square, value, value);
-        add_into(row_sum_sq[q], row_sum_sq[q], square);
+        row_sum[q] = T(0);
+        row_sum_sq[q] = T(0);
+      }
+      T square = T(0);  // in place (scalar.hpp): no Mp temporary per element
+      for (std::int64_t i = 0; i < valid; ++i) {
+        for (int q = 0; q < n; ++q) {
+          const T& value = x[block.at(q, i)];
+          add_into(row_sum[q], row_sum[q], value);
+          mul_into(square, value, value);
+          add_into(row_sum_sq[q], row_sum_sq[q], square);
+        }
       }
     }
     for (int q = 0; q < n; ++q) {
@@ -201,20 +208,29 @@ void layer_norm_partial_moments(const Tensor<T>& x, const LayerNormParams& param
   detail::for_each_row(view, [&](const auto& block) {
     constexpr int n = detail::rows_in<decltype(block)>;
     detail::RowValues<T, n> row_sum, row_mean, row_m2;  // (n)
-    for (int q = 0; q < n; ++q) row_sum[q] = T(0);
-    for (std::int64_t i = 0; i < valid; ++i) {
-      for (int q = 0; q < n; ++q) add_into(row_sum[q], row_sum[q], x[block.at(q, i)]);
-    }
-    for (int q = 0; q < n; ++q) {
-      row_mean[q] = row_sum[q] / count;
-      row_m2[q] = T(0);
-    }
-    T centered = T(0);  // in place (scalar.hpp): no Mp temporary per element
-    for (std::int64_t i = 0; i < valid; ++i) {
+    if constexpr (detail::kLaneSums<T>) {
+      detail::with_row_stride(block, [&](auto unit) {
+        constexpr bool kUnit = decltype(unit)::value;
+        detail::lane_sum_of<kUnit>(block, x.data(), valid, row_sum);
+        for (int q = 0; q < n; ++q) row_mean[q] = row_sum[q] / count;
+        detail::lane_centred_squares<kUnit>(block, x.data(), valid, row_mean, row_m2);
+      });
+    } else {
+      for (int q = 0; q < n; ++q) row_sum[q] = T(0);
+      for (std::int64_t i = 0; i < valid; ++i) {
+        for (int q = 0; q < n; ++q) add_into(row_sum[q], row_sum[q], x[block.at(q, i)]);
+      }
       for (int q = 0; q < n; ++q) {
-        sub_into(centered, x[block.at(q, i)], row_mean[q]);
-        mul_into(centered, centered, centered);
-        add_into(row_m2[q], row_m2[q], centered);
+        row_mean[q] = row_sum[q] / count;
+        row_m2[q] = T(0);
+      }
+      T centered = T(0);  // in place (scalar.hpp): no Mp temporary per element
+      for (std::int64_t i = 0; i < valid; ++i) {
+        for (int q = 0; q < n; ++q) {
+          sub_into(centered, x[block.at(q, i)], row_mean[q]);
+          mul_into(centered, centered, centered);
+          add_into(row_m2[q], row_m2[q], centered);
+        }
       }
     }
     for (int q = 0; q < n; ++q) {

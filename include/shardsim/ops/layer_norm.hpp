@@ -1,13 +1,19 @@
 // LayerNorm over one named axis (Ba, Kiros, Hinton 2016), per-rank kernel and dense oracle.
 //
 // For each row r (every position of the other axes), with H = extent of `axis`:
-//   mean_r = (sum_i x_ri) / H                    sum in ascending i
+//   mean_r = (sum_i x_ri) / H                    sum in the row-sum order below
 //   var_r  = (sum_i (x_ri - mean_r)^2) / H       biased (two-pass), eps inside the sqrt
 //   rstd_r = 1 / sqrt(var_r + eps)
 //   y_ri   = ((x_ri - mean_r) * rstd_r) * w_i + b_i
 // The biased variance (divide by H, not H - 1) is the only convention LayerNorm uses; the
 // unbiased one is a seeded fault (unbiased_variance), never an option. weight and bias are each
 // optional (affine on/off, bias on/off).
+//
+// Row-sum order (every sum over a row's positions, forward, backward and the partial sums below;
+// README "Kernels"): at f32 and f64 (so also bf16/f16, which compute in f32) the documented lane
+// order of lane_sums.hpp, eight interleaved partial sums (lane i % 8, ascending i) combined by
+// the fixed tree ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)); at mp, dd and qd one
+// accumulator over ascending i.
 //
 // The kernel sees one rank's rows; a rank that owns whole rows has everything it needs. It is
 // also the dense oracle, applied to the global tensor: same arithmetic, same order, which is why
@@ -19,13 +25,13 @@
 // no-fault policy, so the sharded plans run the oracle's arithmetic unless a fault is switched
 // on. Backward is likewise the two row reductions (layer_norm_backward_sums) and the elementwise
 // pass given them (layer_norm_backward_apply). Rows are visited through detail::for_each_row
-// (norm_rows.hpp), several side by side, each still reduced alone in ascending order.
+// (norm_rows.hpp), several side by side, each still reduced alone in the row-sum order.
 //
 // The second half of this header holds the remaining building blocks of the hidden-sharded plans
 // (layer_norm_hidden_plan.hpp), where a rank holds only a slice of every row: partial row
 // statistics and the Welford merge. The passes that take a `valid` work on positions [0, valid)
 // of the normalized axis (a padded slice has pad positions after them): the reductions sum over
-// them in ascending position order, the elementwise passes write 0 at the positions after them.
+// them in the row-sum order, the elementwise passes write 0 at the positions after them.
 // REQUIRES: 0 <= valid <= H.
 #pragma once
 
@@ -111,7 +117,7 @@ void layer_norm_backward(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T
                          const LayerNormSaved<T>& saved, const LayerNormParams& params,
                          Tensor<T>& dx, Tensor<T>* dweight, Tensor<T>* dbias);
 
-// The two row reductions of the backward, over [0, valid), ascending:
+// The two row reductions of the backward, over [0, valid), row-sum order:
 //   sum_dnorm = sum_i dnorm_i,  sum_dnorm_norm = sum_i dnorm_i * norm_i,
 // with norm_i = (x_i - mean) * rstd and dnorm_i = dy_i * w_i (dy_i without weight).
 // sum_dnorm, sum_dnorm_norm: (rows), written.
@@ -133,14 +139,14 @@ void layer_norm_backward_apply(const Tensor<T>& dy, const Tensor<T>& x, const Te
 
 // ---- Building blocks for a row split over ranks (hidden-sharded plans) ----
 
-// Per row: sum = sum_i x_i and sum_sq = sum_i x_i^2 over i in [0, valid), ascending.
+// Per row: sum = sum_i x_i and sum_sq = sum_i x_i^2 over i in [0, valid), row-sum order.
 // sum, sum_sq: (rows), written. REQUIRES: 0 <= valid <= extent of axis.
 template <typename T>
 void layer_norm_partial_sums(const Tensor<T>& x, const LayerNormParams& params, std::int64_t valid,
                              Tensor<T>& sum, Tensor<T>& sum_sq);
 
 // One shard's Welford triple per row over [0, valid): count = valid, mean = sum / count (0 when
-// count is 0), m2 = sum_i (x_i - mean)^2 (two-pass, ascending). mean, m2: (rows), written.
+// count is 0), m2 = sum_i (x_i - mean)^2 (two-pass, row-sum order). mean, m2: (rows), written.
 template <typename T>
 void layer_norm_partial_moments(const Tensor<T>& x, const LayerNormParams& params,
                                 std::int64_t valid, Tensor<T>& mean, Tensor<T>& m2);

@@ -4,15 +4,18 @@
 // layer_norm-inl.hpp is one or two of these over the rows, so every arithmetic operation of
 // LayerNorm is written once, here.
 //
-// Within a block, each row has its own accumulators, summed over ascending positions; work
+// Within a block, each row has its own accumulators, summed over ascending positions (at f32 and
+// f64 in the lane order of lane_sums.hpp, through layer_norm_lanes-inl.hpp); work
 // that accumulates across rows (dweight, dbias) visits the block's rows in order. The forward
 // passes write through add_into/sub_into/mul_into into scratch made once per block, so an Mp
 // run allocates nothing per element (scalar.hpp); with floats these are the plain operators.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "shardsim/ops/layer_norm.hpp"
+#include "shardsim/ops/layer_norm_lanes-inl.hpp"
 #include "shardsim/ops/norm_rows.hpp"
 #include "shardsim/scalar.hpp"
 
@@ -39,16 +42,34 @@ LayerNormStatsPolicy<T> layer_norm_stats_policy(std::int64_t extent, const Layer
   return {faults, shared_mean, T(extent), T(faults.variance_divisor(extent)), T(params.eps)};
 }
 
-// mean and rstd of the block's rows, each row's sums over ascending i. mean, rstd: (N), written.
+// Calls f(std::true_type) when the block's rows are contiguous (stride 1), else
+// f(std::false_type): the Unit argument of the lane passes (layer_norm_lanes-inl.hpp).
+template <int N, typename F>
+void with_row_stride(const RowBlock<N>& block, F&& f) {
+  if (block.stride == 1) {
+    f(std::true_type{});
+  } else {
+    f(std::false_type{});
+  }
+}
+
+// mean and rstd of the block's rows, each row's sums in the row-sum order (layer_norm.hpp).
+// mean, rstd: (N), written.
 template <typename T, int N>
 void layer_norm_block_stats(RowBlock<N> block, const Tensor<T>& x, std::int64_t extent,
                             const LayerNormStatsPolicy<T>& policy, RowValues<T, N>& mean,
                             RowValues<T, N>& rstd) {
   RowValues<T, N> row_sum, sum_sq, centered;  // (N), written through *_into
   if (policy.faults.centres_on_own_mean()) {
-    for (int q = 0; q < N; ++q) row_sum[q] = T(0);
-    for (std::int64_t i = 0; i < extent; ++i) {
-      for (int q = 0; q < N; ++q) add_into(row_sum[q], row_sum[q], x[block.at(q, i)]);
+    if constexpr (kLaneSums<T>) {
+      with_row_stride(block, [&](auto unit) {
+        lane_sum_of<decltype(unit)::value>(block, x.data(), extent, row_sum);
+      });
+    } else {
+      for (int q = 0; q < N; ++q) row_sum[q] = T(0);
+      for (std::int64_t i = 0; i < extent; ++i) {
+        for (int q = 0; q < N; ++q) add_into(row_sum[q], row_sum[q], x[block.at(q, i)]);
+      }
     }
     for (int q = 0; q < N; ++q) mean[q] = row_sum[q] / policy.count;
   } else {
@@ -57,12 +78,18 @@ void layer_norm_block_stats(RowBlock<N> block, const Tensor<T>& x, std::int64_t 
   // What each row is centred on, as a local copy for the loop: reading the caller's array
   // instead, GCC 12 compiles the f32 loop to markedly slower code.
   const RowValues<T, N> centre = mean;
-  for (int q = 0; q < N; ++q) sum_sq[q] = T(0);
-  for (std::int64_t i = 0; i < extent; ++i) {
-    for (int q = 0; q < N; ++q) {
-      sub_into(centered[q], x[block.at(q, i)], centre[q]);
-      mul_into(centered[q], centered[q], centered[q]);
-      add_into(sum_sq[q], sum_sq[q], centered[q]);
+  if constexpr (kLaneSums<T>) {
+    with_row_stride(block, [&](auto unit) {
+      lane_centred_squares<decltype(unit)::value>(block, x.data(), extent, centre, sum_sq);
+    });
+  } else {
+    for (int q = 0; q < N; ++q) sum_sq[q] = T(0);
+    for (std::int64_t i = 0; i < extent; ++i) {
+      for (int q = 0; q < N; ++q) {
+        sub_into(centered[q], x[block.at(q, i)], centre[q]);
+        mul_into(centered[q], centered[q], centered[q]);
+        add_into(sum_sq[q], sum_sq[q], centered[q]);
+      }
     }
   }
   for (int q = 0; q < N; ++q) {
@@ -86,7 +113,15 @@ void layer_norm_block_apply(RowBlock<N> block, const Tensor<T>& x, const Tensor<
     const T& row_rstd = rstd[q];
     const std::int64_t base = block.base[q];
     const std::int64_t stride = block.stride;
-    for (std::int64_t i = 0; i < valid; ++i) {
+    std::int64_t i = 0;
+    if constexpr (kLaneSums<T>) {
+      if (stride == 1 && !faults.dtype_mismatch) {
+        i = lane_apply_row(x.data() + base, weight ? weight->data() : nullptr,
+                           bias ? bias->data() : nullptr, row_mean, row_rstd, valid,
+                           y.data() + base);
+      }
+    }
+    for (; i < valid; ++i) {
       const std::int64_t at = base + i * stride;
       sub_into(out, x[at], row_mean);
       mul_into(out, out, row_rstd);
@@ -99,7 +134,7 @@ void layer_norm_block_apply(RowBlock<N> block, const Tensor<T>& x, const Tensor<
   }
 }
 
-// The backward's two row reductions over [0, valid) of the block's rows, ascending i.
+// The backward's two row reductions over [0, valid) of the block's rows, row-sum order.
 // dnorm_total, dnorm_norm_total: (N), written.
 template <typename T, int N>
 void layer_norm_block_backward_sums(RowBlock<N> block, const Tensor<T>& dy, const Tensor<T>& x,
@@ -112,6 +147,14 @@ void layer_norm_block_backward_sums(RowBlock<N> block, const Tensor<T>& dy, cons
     rstd[q] = stats.rstd[block.row(q)];
     dnorm_total[q] = T(0);
     dnorm_norm_total[q] = T(0);
+  }
+  if constexpr (kLaneSums<T>) {
+    with_row_stride(block, [&](auto unit) {
+      lane_backward_sums<decltype(unit)::value>(block, dy.data(), x.data(),
+                                                weight ? weight->data() : nullptr, mean, rstd,
+                                                valid, dnorm_total, dnorm_norm_total);
+    });
+    return;
   }
   T norm = T(0), dnorm = T(0);  // in place (scalar.hpp): no Mp temporary per element
   for (std::int64_t i = 0; i < valid; ++i) {
@@ -147,7 +190,17 @@ void layer_norm_block_backward_apply(RowBlock<N> block, const Tensor<T>& dy, con
     const T rstd = stats.rstd[block.row(q)];
     const T row_dnorm_mean = dnorm_mean[q];
     const T row_dnorm_norm_mean = dnorm_norm_mean[q];
-    for (std::int64_t i = 0; i < valid; ++i) {
+    std::int64_t i = 0;
+    if constexpr (kLaneSums<T>) {
+      if (block.stride == 1) {
+        const std::int64_t base = block.base[q];
+        i = lane_backward_apply_row(
+            dy.data() + base, x.data() + base, weight ? weight->data() : nullptr, mean, rstd,
+            row_dnorm_mean, row_dnorm_norm_mean, valid, dx.data() + base,
+            dweight ? dweight->data() : nullptr, dbias ? dbias->data() : nullptr);
+      }
+    }
+    for (; i < valid; ++i) {
       const std::int64_t at = block.at(q, i);
       sub_into(norm, x[at], mean);
       mul_into(norm, norm, rstd);

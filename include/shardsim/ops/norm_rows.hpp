@@ -7,9 +7,10 @@
 //
 // for_each_row hands the rows out in ascending order, in blocks of kNormRowBlock consecutive rows
 // and then one row at a time for the tail. A kernel reduces the rows of a block side by side:
-// each row keeps its own accumulator, summed over ascending i, so every result is bitwise what
-// one row at a time gives; the independent chains only keep the adder busy (a single sequential
-// sum waits on its own latency). Work that must run in row order, such as accumulating a
+// each row keeps its own accumulators, summed in the kernel's row-sum order (ascending i, or
+// LayerNorm's lanes at f32/f64: layer_norm.hpp), so every result is bitwise what one row at a
+// time gives; the independent chains only keep the adder busy (a single sequential sum waits on
+// its own latency). Work that must run in row order, such as accumulating a
 // parameter gradient over rows, visits the block's rows q = 0, 1, ... in turn.
 #pragma once
 

@@ -1,0 +1,201 @@
+// The f32/f64 versions of the LayerNorm block passes (layer_norm_blocks-inl.hpp calls them when
+// detail::kLaneSums<T>): the row sums in the lane order of lane_sums.hpp, and the elementwise
+// passes eight positions at a time on rows stored contiguously. Each value is computed with the
+// operations of the generic pass, in its order; only the row sums are regrouped into lanes, and
+// parameter gradients still accumulate one row after the other (each dweight[i], dbias[i] adds the
+// block's rows q = 0, 1, ... in turn, as before). Unit: the rows' elements are adjacent (stride
+// 1), so eight positions are one load; otherwise they are gathered.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <type_traits>
+
+#include "shardsim/ops/lane_sums.hpp"
+#include "shardsim/ops/layer_norm.hpp"
+#include "shardsim/ops/norm_rows.hpp"
+
+// The 8-wide vectors pass between inline functions only, never across a library's interface, so
+// GCC's note that their calling convention differs with -mavx / -mavx512f does not apply.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace shardsim::detail {
+
+// v = position i of p (a scalar: V = T) or positions i..i+7 (V = Vec8<T>), p pointing at i.
+template <bool Unit, typename T, typename V>
+void lane_load(V& v, const T* p, std::int64_t stride) {
+  if constexpr (std::is_same_v<V, T>) {
+    v = *p;
+  } else {
+    load8<Unit>(v, p, stride);
+  }
+}
+
+// The block's row sums of x (K = 1) over [0, count): sum[q].
+template <bool Unit, typename T, int N>
+void lane_sum_of(RowBlock<N> block, const T* x, std::int64_t count, RowValues<T, N>& sum) {
+  const std::int64_t stride = Unit ? 1 : block.stride;
+  std::array<RowValues<T, N>, 1> total;
+  run_lanes<T>([&] {
+    lane_row_sums<T, N, 1>(
+        count,
+        [&](int q, std::int64_t i, auto& terms) {
+          lane_load<Unit>(terms[0], x + block.base[q] + i * stride, stride);
+        },
+        total);
+  });
+  sum = total[0];
+}
+
+// The block's sums of (x - centre[q])^2 over [0, count): sum_sq[q].
+template <bool Unit, typename T, int N>
+void lane_centred_squares(RowBlock<N> block, const T* x, std::int64_t count,
+                          const RowValues<T, N>& centre, RowValues<T, N>& sum_sq) {
+  const std::int64_t stride = Unit ? 1 : block.stride;
+  std::array<RowValues<T, N>, 1> total;
+  run_lanes<T>([&] {
+    lane_row_sums<T, N, 1>(
+        count,
+        [&](int q, std::int64_t i, auto& terms) {
+          auto& centred = terms[0];
+          lane_load<Unit>(centred, x + block.base[q] + i * stride, stride);
+          centred = centred - centre[q];
+          centred = centred * centred;
+        },
+        total);
+  });
+  sum_sq = total[0];
+}
+
+// The block's sums of x and of x * x over [0, count).
+template <bool Unit, typename T, int N>
+void lane_sums_and_squares(RowBlock<N> block, const T* x, std::int64_t count, RowValues<T, N>& sum,
+                           RowValues<T, N>& sum_sq) {
+  const std::int64_t stride = Unit ? 1 : block.stride;
+  std::array<RowValues<T, N>, 2> total;
+  run_lanes<T>([&] {
+    lane_row_sums<T, N, 2>(
+        count,
+        [&](int q, std::int64_t i, auto& terms) {
+          lane_load<Unit>(terms[0], x + block.base[q] + i * stride, stride);
+          terms[1] = terms[0] * terms[0];
+        },
+        total);
+  });
+  sum = total[0];
+  sum_sq = total[1];
+}
+
+// The backward's two row sums over [0, count): sum of dnorm = dy * weight (dy without weight) and
+// of dnorm * norm, norm = (x - mean) * rstd.
+template <bool Unit, typename T, int N>
+void lane_backward_sums(RowBlock<N> block, const T* dy, const T* x, const T* weight,
+                        const RowValues<T, N>& mean, const RowValues<T, N>& rstd,
+                        std::int64_t count, RowValues<T, N>& dnorm_total,
+                        RowValues<T, N>& dnorm_norm_total) {
+  const std::int64_t stride = Unit ? 1 : block.stride;
+  std::array<RowValues<T, N>, 2> total;
+  run_lanes<T>([&] {
+    lane_row_sums<T, N, 2>(
+        count,
+        [&](int q, std::int64_t i, auto& terms) {
+          using V = std::remove_reference_t<decltype(terms[0])>;
+          const std::int64_t at = block.base[q] + i * stride;
+          V norm, scale;
+          lane_load<Unit>(norm, x + at, stride);
+          norm = (norm - mean[q]) * rstd[q];
+          auto& dnorm = terms[0];
+          lane_load<Unit>(dnorm, dy + at, stride);
+          if (weight) {
+            lane_load<true>(scale, weight + i, 1);
+            dnorm = dnorm * scale;
+          }
+          terms[1] = dnorm * norm;
+        },
+        total);
+  });
+  dnorm_total = total[0];
+  dnorm_norm_total = total[1];
+}
+
+// y = (((x - mean) * rstd) * weight) + bias on positions [0, valid) of one contiguous row (the
+// generic pass's operations in its order), eight at a time; returns the first position not
+// written (the scalar tail is the caller's). Every argument is a value: the loop's stores
+// (memcpy, which may alias anything) then cannot force reloads of a captured variable.
+template <typename T>
+std::int64_t lane_apply_row_body(const T* x, const T* weight, const T* bias, T mean, T rstd,
+                                 std::int64_t valid, T* y) {
+  std::int64_t i = 0;
+  Vec8<T> out, operand;
+  for (; i + kSumLanes <= valid; i += kSumLanes) {
+    load8<true>(out, x + i, 1);
+    out = (out - mean) * rstd;
+    if (weight) {
+      load8<true>(operand, weight + i, 1);
+      out = out * operand;
+    }
+    if (bias) {
+      load8<true>(operand, bias + i, 1);
+      out = out + operand;
+    }
+    store8(y + i, out);
+  }
+  return i;
+}
+
+template <typename T>
+std::int64_t lane_apply_row(const T* x, const T* weight, const T* bias, T mean, T rstd,
+                            std::int64_t valid, T* y) {
+  std::int64_t done = 0;
+  run_lanes<T>([&] { done = lane_apply_row_body(x, weight, bias, mean, rstd, valid, y); });
+  return done;
+}
+
+// The backward's elementwise pass on positions [0, valid) of one contiguous row, eight at a
+// time (the generic pass's operations in its order); returns the first position not written.
+template <typename T>
+std::int64_t lane_backward_apply_row_body(const T* dy, const T* x, const T* weight, T mean, T rstd,
+                                          T dnorm_mean, T dnorm_norm_mean, std::int64_t valid,
+                                          T* dx, T* dweight, T* dbias) {
+  std::int64_t i = 0;
+  Vec8<T> grad, norm, dnorm, operand;
+  for (; i + kSumLanes <= valid; i += kSumLanes) {
+    load8<true>(grad, dy + i, 1);
+    load8<true>(norm, x + i, 1);
+    norm = (norm - mean) * rstd;
+    dnorm = grad;
+    if (weight) {
+      load8<true>(operand, weight + i, 1);
+      dnorm = grad * operand;
+    }
+    if (dbias) {
+      load8<true>(operand, dbias + i, 1);
+      store8(dbias + i, operand + grad);
+    }
+    if (dweight) {
+      load8<true>(operand, dweight + i, 1);
+      store8(dweight + i, operand + grad * norm);
+    }
+    dnorm = dnorm - dnorm_mean;
+    dnorm = dnorm - norm * dnorm_norm_mean;
+    store8(dx + i, dnorm * rstd);
+  }
+  return i;
+}
+
+template <typename T>
+std::int64_t lane_backward_apply_row(const T* dy, const T* x, const T* weight, T mean, T rstd,
+                                     T dnorm_mean, T dnorm_norm_mean, std::int64_t valid, T* dx,
+                                     T* dweight, T* dbias) {
+  std::int64_t done = 0;
+  run_lanes<T>([&] {
+    done = lane_backward_apply_row_body(dy, x, weight, mean, rstd, dnorm_mean, dnorm_norm_mean,
+                                        valid, dx, dweight, dbias);
+  });
+  return done;
+}
+
+}  // namespace shardsim::detail
+
+#pragma GCC diagnostic pop
