@@ -1,7 +1,7 @@
-// Tests for LayerNorm's f32/f64 row-sum order (ops/lane_sums.hpp, README "Kernels"): a
+// Tests for LayerNorm's f32/f64 row-sum order (ops/lane_sums.hpp, README "Benchmarks"): a
 // hand-derived known answer that tells the lane order from the sequential one, and every kernel
-// on contiguous rows of many lengths against the textbook formulas written with the order
-// spelled out (tensor_test::lane_sum), bit for bit, under each instruction set the CPU has.
+// on contiguous and strided rows of many lengths against the textbook formulas written with the
+// order spelled out (tensor_test::lane_sum), bit for bit, under each instruction set the CPU has.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
@@ -35,12 +35,14 @@ struct EachIsa {
   ~EachIsa() { shardsim::set_lane_isa(detected); }
 };
 
-// Forward and backward of a [rows, h] tensor (rows contiguous) against the textbook formulas with
-// the lane order, bitwise. rows = 6: one block of four side by side plus two single rows.
+// Forward and backward of a [5, h, inner] tensor normalized over its middle axis against the
+// textbook formulas with the lane order, bitwise. inner = 1: contiguous rows (vector loads);
+// inner = 2: rows strided by 2 (gathered). 5 * inner rows: one block of four side by side and a
+// single row (inner = 1), or two blocks and two single rows (inner = 2).
 template <typename T>
-void check_contiguous_rows(std::int64_t h, std::uint64_t seed) {
-  const std::int64_t rows = 6;
-  const Shape shape({{"seq", rows}, {"hidden", h}});
+void check_rows(std::int64_t h, std::int64_t inner, std::uint64_t seed) {
+  const std::int64_t rows = 5 * inner;
+  const Shape shape({{"seq", 5}, {"hidden", h}, {"batch", inner}});
   const auto x = seeded<T>(shape, normal(0.5, 2.0), seed);
   const auto dy = seeded<T>(shape, normal(0.0, 1.0), seed + 1);
   const auto w = seeded<T>(Shape({{"hidden", h}}), uniform(0.5, 1.5), seed + 2);
@@ -53,7 +55,8 @@ void check_contiguous_rows(std::int64_t h, std::uint64_t seed) {
   std::vector<T> ref_dw(static_cast<std::size_t>(h), T(0)), ref_db(ref_dw);
   int mismatches = 0;
   for (std::int64_t r = 0; r < rows; ++r) {
-    const auto at = [&](std::int64_t i) { return r * h + i; };
+    // Row r is (seq o, batch j) = (r / inner, r % inner); its element i is at (o h + i) inner + j.
+    const auto at = [&](std::int64_t i) { return ((r / inner) * h + i) * inner + r % inner; };
     const T mean = lane_sum(h, [&](std::int64_t i) { return x[at(i)]; }) / T(h);
     const T sum_sq =
         lane_sum(h, [&](std::int64_t i) { return (x[at(i)] - mean) * (x[at(i)] - mean); });
@@ -88,8 +91,8 @@ TEST_CASE("LayerNorm row sums: the lane order, not the sequential one (known ans
   // In lanes: lane 0 holds positions 0 and 8, 2^24 + 1 -> 2^24; lanes 1..7 hold 1 each. Tree:
   // l0 + l1 = 2^24 + 1 -> 2^24; l2 + l3 = 2; (2^24) + 2 = 2^24 + 2 (exact: f32 steps by 2
   // there); (l4 + l5) + (l6 + l7) = 4; total 2^24 + 6 = 16777222, exact. sum_sq: the squares
-  // 2^48 and eight 1s, the same shape one binade scale up: every 1 is lost everywhere (2^48 + 1,
-  // 2^48 + 2, 2^48 + 4 all round to 2^48 at f32's 2^25 spacing there), so sum_sq = 2^48.
+  // are 2^48 and eight 1s; f32's spacing at 2^48 is 2^25, so 2^48 + 1, 2^48 + 2 and 2^48 + 4
+  // all round to 2^48: sum_sq = 2^48 (in either order).
   // f64: the same with 2^53 (spacing 2 above it): sum = 2^53 + 6.
   const Shape shape({{"seq", 1}, {"hidden", 9}});
   LayerNormParams params;
@@ -113,8 +116,8 @@ TEST_CASE("LayerNorm row sums: the lane order, not the sequential one (known ans
 }
 
 TEST_CASE(
-    "f32 and f64 LayerNorm on contiguous rows equals the lane-order formulas, bitwise, on "
-    "every instruction set",
+    "f32 and f64 LayerNorm on contiguous and strided rows equals the lane-order formulas, "
+    "bitwise, on every instruction set",
     "[layer_norm][lanes]") {
   // Lengths around the lane width (1, 7, 8, 9, 16, 17), a realistic one with a tail (1027)
   // and one with no vector group at all (3).
@@ -123,9 +126,12 @@ TEST_CASE(
     shardsim::set_lane_isa(isa);
     INFO("isa " << (isa == LaneIsa::avx2 ? "avx2" : "sse2"));
     for (std::int64_t h : {1, 3, 7, 8, 9, 16, 17, 1027}) {
-      INFO("h " << h);
-      check_contiguous_rows<float>(h, 100 + static_cast<std::uint64_t>(h));
-      check_contiguous_rows<double>(h, 200 + static_cast<std::uint64_t>(h));
+      for (std::int64_t inner : {1, 2}) {
+        INFO("h " << h << ", inner " << inner);
+        const auto seed = static_cast<std::uint64_t>(h * 4 + inner);
+        check_rows<float>(h, inner, 100 + seed);
+        check_rows<double>(h, inner, 200 + seed);
+      }
     }
   }
 }

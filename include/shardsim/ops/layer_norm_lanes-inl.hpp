@@ -1,10 +1,11 @@
 // The f32/f64 versions of the LayerNorm block passes (layer_norm_blocks-inl.hpp calls them when
 // detail::kLaneSums<T>): the row sums in the lane order of lane_sums.hpp, and the elementwise
-// passes eight positions at a time on rows stored contiguously. Each value is computed with the
-// operations of the generic pass, in its order; only the row sums are regrouped into lanes, and
-// parameter gradients still accumulate one row after the other (each dweight[i], dbias[i] adds the
-// block's rows q = 0, 1, ... in turn, as before). Unit: the rows' elements are adjacent (stride
-// 1), so eight positions are one load; otherwise they are gathered.
+// passes one lane vector (8 floats or 4 doubles) at a time on rows stored contiguously. Each value
+// is computed with the operations of the generic pass, in its order; only the row sums are
+// regrouped into lanes, and parameter gradients still accumulate one row after the other (each
+// dweight[i], dbias[i] adds the block's rows q = 0, 1, ... in turn, as before). Unit: the rows'
+// elements are adjacent (stride 1), so a vector's positions are one load; otherwise they are
+// gathered.
 #pragma once
 
 #include <array>
@@ -15,20 +16,21 @@
 #include "shardsim/ops/layer_norm.hpp"
 #include "shardsim/ops/norm_rows.hpp"
 
-// The 8-wide vectors pass between inline functions only, never across a library's interface, so
+// The lane vectors pass between inline functions only, never across a library's interface, so
 // GCC's note that their calling convention differs with -mavx / -mavx512f does not apply.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace shardsim::detail {
 
-// v = position i of p (a scalar: V = T) or positions i..i+7 (V = Vec8<T>), p pointing at i.
+// v = position i of p (a scalar: V = T) or positions i..i+W-1 (V = LaneVec<T>), p pointing
+// at i.
 template <bool Unit, typename T, typename V>
 void lane_load(V& v, const T* p, std::int64_t stride) {
   if constexpr (std::is_same_v<V, T>) {
     v = *p;
   } else {
-    load8<Unit>(v, p, stride);
+    load_lanes<Unit>(v, p, stride);
   }
 }
 
@@ -37,7 +39,7 @@ template <bool Unit, typename T, int N>
 void lane_sum_of(RowBlock<N> block, const T* x, std::int64_t count, RowValues<T, N>& sum) {
   const std::int64_t stride = Unit ? 1 : block.stride;
   std::array<RowValues<T, N>, 1> total;
-  run_lanes<T>([&] {
+  run_lanes([&] {
     lane_row_sums<T, N, 1>(
         count,
         [&](int q, std::int64_t i, auto& terms) {
@@ -54,7 +56,7 @@ void lane_centred_squares(RowBlock<N> block, const T* x, std::int64_t count,
                           const RowValues<T, N>& centre, RowValues<T, N>& sum_sq) {
   const std::int64_t stride = Unit ? 1 : block.stride;
   std::array<RowValues<T, N>, 1> total;
-  run_lanes<T>([&] {
+  run_lanes([&] {
     lane_row_sums<T, N, 1>(
         count,
         [&](int q, std::int64_t i, auto& terms) {
@@ -74,7 +76,7 @@ void lane_sums_and_squares(RowBlock<N> block, const T* x, std::int64_t count, Ro
                            RowValues<T, N>& sum_sq) {
   const std::int64_t stride = Unit ? 1 : block.stride;
   std::array<RowValues<T, N>, 2> total;
-  run_lanes<T>([&] {
+  run_lanes([&] {
     lane_row_sums<T, N, 2>(
         count,
         [&](int q, std::int64_t i, auto& terms) {
@@ -96,7 +98,7 @@ void lane_backward_sums(RowBlock<N> block, const T* dy, const T* x, const T* wei
                         RowValues<T, N>& dnorm_norm_total) {
   const std::int64_t stride = Unit ? 1 : block.stride;
   std::array<RowValues<T, N>, 2> total;
-  run_lanes<T>([&] {
+  run_lanes([&] {
     lane_row_sums<T, N, 2>(
         count,
         [&](int q, std::int64_t i, auto& terms) {
@@ -120,26 +122,26 @@ void lane_backward_sums(RowBlock<N> block, const T* dy, const T* x, const T* wei
 }
 
 // y = (((x - mean) * rstd) * weight) + bias on positions [0, valid) of one contiguous row (the
-// generic pass's operations in its order), eight at a time; returns the first position not
+// generic pass's operations in its order), a vector at a time; returns the first position not
 // written (the scalar tail is the caller's). Every argument is a value: the loop's stores
 // (memcpy, which may alias anything) then cannot force reloads of a captured variable.
 template <typename T>
 std::int64_t lane_apply_row_body(const T* x, const T* weight, const T* bias, T mean, T rstd,
                                  std::int64_t valid, T* y) {
   std::int64_t i = 0;
-  Vec8<T> out, operand;
-  for (; i + kSumLanes <= valid; i += kSumLanes) {
-    load8<true>(out, x + i, 1);
+  LaneVec<T> out, operand;
+  for (; i + kVecWidth<T> <= valid; i += kVecWidth<T>) {
+    load_lanes<true>(out, x + i, 1);
     out = (out - mean) * rstd;
     if (weight) {
-      load8<true>(operand, weight + i, 1);
+      load_lanes<true>(operand, weight + i, 1);
       out = out * operand;
     }
     if (bias) {
-      load8<true>(operand, bias + i, 1);
+      load_lanes<true>(operand, bias + i, 1);
       out = out + operand;
     }
-    store8(y + i, out);
+    store_lanes(y + i, out);
   }
   return i;
 }
@@ -148,7 +150,7 @@ template <typename T>
 std::int64_t lane_apply_row(const T* x, const T* weight, const T* bias, T mean, T rstd,
                             std::int64_t valid, T* y) {
   std::int64_t done = 0;
-  run_lanes<T>([&] { done = lane_apply_row_body(x, weight, bias, mean, rstd, valid, y); });
+  run_lanes([&] { done = lane_apply_row_body(x, weight, bias, mean, rstd, valid, y); });
   return done;
 }
 
@@ -159,27 +161,27 @@ std::int64_t lane_backward_apply_row_body(const T* dy, const T* x, const T* weig
                                           T dnorm_mean, T dnorm_norm_mean, std::int64_t valid,
                                           T* dx, T* dweight, T* dbias) {
   std::int64_t i = 0;
-  Vec8<T> grad, norm, dnorm, operand;
-  for (; i + kSumLanes <= valid; i += kSumLanes) {
-    load8<true>(grad, dy + i, 1);
-    load8<true>(norm, x + i, 1);
+  LaneVec<T> grad, norm, dnorm, operand;
+  for (; i + kVecWidth<T> <= valid; i += kVecWidth<T>) {
+    load_lanes<true>(grad, dy + i, 1);
+    load_lanes<true>(norm, x + i, 1);
     norm = (norm - mean) * rstd;
     dnorm = grad;
     if (weight) {
-      load8<true>(operand, weight + i, 1);
+      load_lanes<true>(operand, weight + i, 1);
       dnorm = grad * operand;
     }
     if (dbias) {
-      load8<true>(operand, dbias + i, 1);
-      store8(dbias + i, operand + grad);
+      load_lanes<true>(operand, dbias + i, 1);
+      store_lanes(dbias + i, operand + grad);
     }
     if (dweight) {
-      load8<true>(operand, dweight + i, 1);
-      store8(dweight + i, operand + grad * norm);
+      load_lanes<true>(operand, dweight + i, 1);
+      store_lanes(dweight + i, operand + grad * norm);
     }
     dnorm = dnorm - dnorm_mean;
     dnorm = dnorm - norm * dnorm_norm_mean;
-    store8(dx + i, dnorm * rstd);
+    store_lanes(dx + i, dnorm * rstd);
   }
   return i;
 }
@@ -189,7 +191,7 @@ std::int64_t lane_backward_apply_row(const T* dy, const T* x, const T* weight, T
                                      T dnorm_mean, T dnorm_norm_mean, std::int64_t valid, T* dx,
                                      T* dweight, T* dbias) {
   std::int64_t done = 0;
-  run_lanes<T>([&] {
+  run_lanes([&] {
     done = lane_backward_apply_row_body(dy, x, weight, mean, rstd, dnorm_mean, dnorm_norm_mean,
                                         valid, dx, dweight, dbias);
   });
