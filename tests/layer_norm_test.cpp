@@ -178,10 +178,10 @@ TEST_CASE("f64 forward and backward over blocks of rows equal the row-at-a-time 
           "[layer_norm]") {
   // The kernels reduce four rows side by side (detail::for_each_row), each row's sums in the
   // f64 lane order (lane_sums.hpp: lane i % 8 over ascending i, then ((l0+l1)+(l2+l3)) +
-  // ((l4+l5)+(l6+l7)), written out plainly in lane_sum below), and accumulate dweight/dbias in
-  // row order. The textbook loops below, one row at a time, must agree to the bit. hidden is the
-  // middle axis here (inner = 2), so rows are strided (gathered); 3 * 2 = 6 rows = one block + 2
-  // tail, and 9 positions = one group of 8 plus a tail of 1.
+  // ((l4+l5)+(l6+l7)), written out plainly in tensor_test::lane_sum), and accumulate
+  // dweight/dbias in row order. The textbook loops below, one row at a time, must agree to the
+  // bit. hidden is the middle axis here (inner = 2), so rows are strided (gathered); 3 * 2 = 6
+  // rows = one block + 2 tail, and 9 positions = one group of 8 plus a tail of 1.
   const Shape shape({{"seq", 3}, {"hidden", 9}, {"batch", 2}});
   const auto x = seeded<double>(shape, normal(0.5, 2.0), 41);
   const auto dy = seeded<double>(shape, normal(0.0, 1.0), 42);

@@ -1,7 +1,10 @@
 // The instruction set the f32/f64 lane kernels run with (ops/lane_sums.hpp). Every choice gives
 // the same bits: the kernels' order is fixed by the source, each vector operation is the IEEE
 // operation lane by lane, and nothing is fused (no FMA: -ffp-contract=off, and the AVX2 target
-// does not include FMA). AVX2 only makes the same operations run on 256-bit registers.
+// does not include FMA). AVX2 only makes the same operations run on 256-bit registers. (The one
+// exception is which payload a NaN carries when two NaNs meet in one operation: x86 keeps the
+// first operand's, and the compiler may order a commutative operation's operands differently in
+// the two copies. A NaN stays a NaN, and the comparator reports every NaN as "NaN".)
 #pragma once
 
 namespace shardsim {

@@ -4,8 +4,8 @@
 // layer_norm-inl.hpp is one or two of these over the rows, so every arithmetic operation of
 // LayerNorm is written once, here.
 //
-// Within a block, each row has its own accumulators, summed over ascending positions (at f32 and
-// f64 in the lane order of lane_sums.hpp, through layer_norm_lanes-inl.hpp); work
+// Within a block, each row has its own accumulators (one sum over ascending positions; at f32
+// and f64 the lanes of lane_sums.hpp, through layer_norm_lanes-inl.hpp); work
 // that accumulates across rows (dweight, dbias) visits the block's rows in order. The forward
 // passes write through add_into/sub_into/mul_into into scratch made once per block, so an Mp
 // run allocates nothing per element (scalar.hpp); with floats these are the plain operators.

@@ -154,7 +154,7 @@ std::int64_t lane_apply_row(const T* x, const T* weight, const T* bias, T mean, 
   return done;
 }
 
-// The backward's elementwise pass on positions [0, valid) of one contiguous row, eight at a
+// The backward's elementwise pass on positions [0, valid) of one contiguous row, a vector at a
 // time (the generic pass's operations in its order); returns the first position not written.
 template <typename T>
 std::int64_t lane_backward_apply_row_body(const T* dy, const T* x, const T* weight, T mean, T rstd,
