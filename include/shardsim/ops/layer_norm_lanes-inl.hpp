@@ -34,57 +34,57 @@ void lane_load(V& v, const T* p, std::int64_t stride) {
   }
 }
 
-// The block's row sums of x (K = 1) over [0, count): sum[q].
-template <bool Unit, typename T, int N>
-void lane_sum_of(RowBlock<N> block, const T* x, std::int64_t count, RowValues<T, N>& sum) {
+// The K row sums of the block's rows over [0, count) in the lane order (lane_row_sums), run in
+// the instruction set lane_isa() names. term(q, at, i, terms) writes the terms of row q's
+// position i (a scalar: terms is std::array<T, K>) or positions i..i+W-1 (a vector), at being
+// the flat index of row q's position i and Unit/stride giving the step between positions.
+template <bool Unit, typename T, int N, int K, typename Term>
+std::array<RowValues<T, N>, K> lane_block_sums(const RowBlock<N>& block, std::int64_t count,
+                                               Term&& term) {
   const std::int64_t stride = Unit ? 1 : block.stride;
-  std::array<RowValues<T, N>, 1> total;
+  std::array<RowValues<T, N>, K> total;
   run_lanes([&] {
-    lane_row_sums<T, N, 1>(
+    lane_row_sums<T, N, K>(
         count,
         [&](int q, std::int64_t i, auto& terms) {
-          lane_load<Unit>(terms[0], x + block.base[q] + i * stride, stride);
+          term(q, block.base[q] + i * stride, i, stride, terms);
         },
         total);
   });
-  sum = total[0];
+  return total;
+}
+
+// The block's row sums of x (K = 1) over [0, count): sum[q].
+template <bool Unit, typename T, int N>
+void lane_sum_of(RowBlock<N> block, const T* x, std::int64_t count, RowValues<T, N>& sum) {
+  sum = lane_block_sums<Unit, T, N, 1>(
+      block, count, [&](int, std::int64_t at, std::int64_t, std::int64_t stride, auto& terms) {
+        lane_load<Unit>(terms[0], x + at, stride);
+      })[0];
 }
 
 // The block's sums of (x - centre[q])^2 over [0, count): sum_sq[q].
 template <bool Unit, typename T, int N>
 void lane_centred_squares(RowBlock<N> block, const T* x, std::int64_t count,
                           const RowValues<T, N>& centre, RowValues<T, N>& sum_sq) {
-  const std::int64_t stride = Unit ? 1 : block.stride;
-  std::array<RowValues<T, N>, 1> total;
-  run_lanes([&] {
-    lane_row_sums<T, N, 1>(
-        count,
-        [&](int q, std::int64_t i, auto& terms) {
-          auto& centred = terms[0];
-          lane_load<Unit>(centred, x + block.base[q] + i * stride, stride);
-          centred = centred - centre[q];
-          centred = centred * centred;
-        },
-        total);
-  });
-  sum_sq = total[0];
+  sum_sq = lane_block_sums<Unit, T, N, 1>(
+      block, count, [&](int q, std::int64_t at, std::int64_t, std::int64_t stride, auto& terms) {
+        auto& centred = terms[0];
+        lane_load<Unit>(centred, x + at, stride);
+        centred = centred - centre[q];
+        centred = centred * centred;
+      })[0];
 }
 
 // The block's sums of x and of x * x over [0, count).
 template <bool Unit, typename T, int N>
 void lane_sums_and_squares(RowBlock<N> block, const T* x, std::int64_t count, RowValues<T, N>& sum,
                            RowValues<T, N>& sum_sq) {
-  const std::int64_t stride = Unit ? 1 : block.stride;
-  std::array<RowValues<T, N>, 2> total;
-  run_lanes([&] {
-    lane_row_sums<T, N, 2>(
-        count,
-        [&](int q, std::int64_t i, auto& terms) {
-          lane_load<Unit>(terms[0], x + block.base[q] + i * stride, stride);
-          terms[1] = terms[0] * terms[0];
-        },
-        total);
-  });
+  const auto total = lane_block_sums<Unit, T, N, 2>(
+      block, count, [&](int, std::int64_t at, std::int64_t, std::int64_t stride, auto& terms) {
+        lane_load<Unit>(terms[0], x + at, stride);
+        terms[1] = terms[0] * terms[0];
+      });
   sum = total[0];
   sum_sq = total[1];
 }
@@ -96,27 +96,20 @@ void lane_backward_sums(RowBlock<N> block, const T* dy, const T* x, const T* wei
                         const RowValues<T, N>& mean, const RowValues<T, N>& rstd,
                         std::int64_t count, RowValues<T, N>& dnorm_total,
                         RowValues<T, N>& dnorm_norm_total) {
-  const std::int64_t stride = Unit ? 1 : block.stride;
-  std::array<RowValues<T, N>, 2> total;
-  run_lanes([&] {
-    lane_row_sums<T, N, 2>(
-        count,
-        [&](int q, std::int64_t i, auto& terms) {
-          using V = std::remove_reference_t<decltype(terms[0])>;
-          const std::int64_t at = block.base[q] + i * stride;
-          V norm, scale;
-          lane_load<Unit>(norm, x + at, stride);
-          norm = (norm - mean[q]) * rstd[q];
-          auto& dnorm = terms[0];
-          lane_load<Unit>(dnorm, dy + at, stride);
-          if (weight) {
-            lane_load<true>(scale, weight + i, 1);
-            dnorm = dnorm * scale;
-          }
-          terms[1] = dnorm * norm;
-        },
-        total);
-  });
+  const auto total = lane_block_sums<Unit, T, N, 2>(
+      block, count, [&](int q, std::int64_t at, std::int64_t i, std::int64_t stride, auto& terms) {
+        using V = std::remove_reference_t<decltype(terms[0])>;
+        V norm, scale;
+        lane_load<Unit>(norm, x + at, stride);
+        norm = (norm - mean[q]) * rstd[q];
+        auto& dnorm = terms[0];
+        lane_load<Unit>(dnorm, dy + at, stride);
+        if (weight) {
+          lane_load<true>(scale, weight + i, 1);
+          dnorm = dnorm * scale;
+        }
+        terms[1] = dnorm * norm;
+      });
   dnorm_total = total[0];
   dnorm_norm_total = total[1];
 }
