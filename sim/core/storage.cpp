@@ -29,21 +29,13 @@ const char* narrow_name(NarrowFormat format) {
   return format == NarrowFormat::bf16 ? "bf16" : "f16";
 }
 
-namespace {
-
-// The bf16 loop is integer arithmetic and a select, which GCC vectorizes (SSE2; the sweep is
-// bound by memory traffic, so an AVX2 copy gains nothing measurable, and a target_clones copy's
-// load-time resolver crashed the ThreadSanitizer build before its runtime started).
-void round_to_bf16_in_place(float* values, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) values[i] = round_to_bf16(values[i]);
-}
-
-}  // namespace
-
 void round_to_narrow(NarrowFormat format, float* values, std::int64_t n) {
-  // One loop per format, so that each inlines its rounding without a per-element branch.
+  // One loop per format, so that each inlines its rounding without a per-element branch. The bf16
+  // loop is integer arithmetic and a select, which GCC vectorizes (SSE2; the sweep is bound by
+  // memory traffic, so an AVX2 copy gains nothing measurable, and a target_clones copy's
+  // load-time resolver crashed the ThreadSanitizer build before its runtime started).
   if (format == NarrowFormat::bf16) {
-    round_to_bf16_in_place(values, n);
+    for (std::int64_t i = 0; i < n; ++i) values[i] = round_to_bf16(values[i]);
   } else {
     for (std::int64_t i = 0; i < n; ++i) values[i] = round_to_f16(values[i]);
   }

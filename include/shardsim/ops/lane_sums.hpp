@@ -21,11 +21,6 @@
 
 #include "shardsim/lane_isa.hpp"
 
-// The lane vectors pass between inline functions only, never across a library's interface, so
-// GCC's note that their calling convention differs with -mavx / -mavx512f does not apply.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpsabi"
-
 namespace shardsim::detail {
 
 inline constexpr int kSumLanes = 8;
@@ -159,5 +154,3 @@ void lane_row_sums(std::int64_t count, Term&& term,
 }
 
 }  // namespace shardsim::detail
-
-#pragma GCC diagnostic pop

@@ -16,11 +16,6 @@
 #include "shardsim/ops/layer_norm.hpp"
 #include "shardsim/ops/norm_rows.hpp"
 
-// The lane vectors pass between inline functions only, never across a library's interface, so
-// GCC's note that their calling convention differs with -mavx / -mavx512f does not apply.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpsabi"
-
 namespace shardsim::detail {
 
 // v = position i of p (a scalar: V = T) or positions i..i+W-1 (V = LaneVec<T>), p pointing
@@ -192,5 +187,3 @@ std::int64_t lane_backward_apply_row(const T* dy, const T* x, const T* weight, T
 }
 
 }  // namespace shardsim::detail
-
-#pragma GCC diagnostic pop

@@ -10,8 +10,8 @@
 // each row keeps its own accumulators, summed in the kernel's row-sum order (ascending i, or
 // LayerNorm's lanes at f32/f64: layer_norm.hpp), so every result is bitwise what one row at a
 // time gives; the independent chains only keep the adder busy (a single sequential sum waits on
-// its own latency). Work that must run in row order, such as accumulating a
-// parameter gradient over rows, visits the block's rows q = 0, 1, ... in turn.
+// its own latency). Work that must run in row order, such as accumulating a parameter gradient
+// over rows, visits the block's rows q = 0, 1, ... in turn.
 #pragma once
 
 #include <array>
