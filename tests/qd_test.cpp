@@ -5,6 +5,7 @@
 #include <mpfr.h>
 
 #include <array>
+#include <bit>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
@@ -152,6 +153,59 @@ TEST_CASE("qd: erf agrees with MPFR at 320 bits to 2^-199 (qd) and 2^-93 (dd)", 
   CHECK(signbit(erf(Qd(-0.0))));
   CHECK(erf(Qd(-INFINITY)) == Qd(-1));
   CHECK(isnan(erf(Qd(NAN))));
+}
+
+// Dekker's exact product as QD computes it without an FMA hook (inline.h): split each factor at
+// 27 bits (scaled by 2^-28 above 2^996), then four products. The textbook algorithm, for the
+// comparison below.
+namespace {
+void dekker_split(double a, double& hi, double& lo) {
+  const bool big = std::fabs(a) > 0x1p996;
+  if (big) a *= 0x1p-28;
+  const double t = 134217729.0 * a;  // 2^27 + 1
+  hi = t - (t - a);
+  lo = a - hi;
+  if (big) {
+    hi *= 0x1p28;
+    lo *= 0x1p28;
+  }
+}
+double dekker_error(double a, double b, double p) {
+  double ah = 0, al = 0, bh = 0, bl = 0;
+  dekker_split(a, ah, al);
+  dekker_split(b, bh, bl);
+  return ((ah * bh - p) + ah * bl + al * bh) + al * bl;
+}
+}  // namespace
+
+TEST_CASE("qd: two_prod's error term through fma is Dekker's, the exact remainder", "[qd]") {
+  // qd.hpp routes QD's two_prod through fma(a, b, -p) (QD_FMS). Where a b - p is representable
+  // (products above 2^-969), both ways give it exactly: the same bits, and p + e = a b exactly
+  // (MPFR at 106 bits holds every product of two doubles).
+#ifndef QD_FMS
+  FAIL("qd.hpp no longer defines QD_FMS: this test would compare Dekker's with itself");
+#endif
+  std::mt19937_64 rng(20261202);
+  std::uniform_real_distribution<double> mantissa(1.0, 2.0);
+  std::uniform_int_distribution<int> exponent(-480, 480);
+  Big exact(106), rest(106);
+  for (int i = 0; i < 20000; ++i) {
+    double a = std::ldexp(mantissa(rng), exponent(rng)) * (i % 2 ? -1 : 1);
+    double b = std::ldexp(mantissa(rng), exponent(rng));
+    if (i % 100 == 0) {  // Dekker's scaled path: a factor above 2^996
+      a = std::ldexp(mantissa(rng), 1000);
+      b = std::ldexp(mantissa(rng), -900);
+    }
+    double e = 0;
+    const double p = qd::two_prod(a, b, e);
+    INFO(a << " * " << b);
+    REQUIRE(p == a * b);
+    REQUIRE(std::bit_cast<std::uint64_t>(e) == std::bit_cast<std::uint64_t>(dekker_error(a, b, p)));
+    mpfr_set_d(exact.v, a, MPFR_RNDN);
+    mpfr_mul_d(exact.v, exact.v, b, MPFR_RNDN);  // exact: 106 bits
+    mpfr_sub_d(rest.v, exact.v, p, MPFR_RNDN);   // exact: the remainder fits
+    REQUIRE(mpfr_cmp_d(rest.v, e) == 0);
+  }
 }
 
 TEST_CASE("qd: infinities and domain errors follow IEEE, not QD's NaNs", "[qd]") {
