@@ -10,6 +10,20 @@
 
 namespace shardsim {
 
+namespace detail {
+// __builtin_cpu_init first: this initializer may run before the one that sets up
+// __builtin_cpu_supports. An initializer elsewhere that runs before this one sees false and takes
+// glibc's fma, which gives the same bits.
+const bool kCpuHasFma = [] {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("fma") != 0;
+#else
+  return false;
+#endif
+}();
+}  // namespace detail
+
 namespace {
 
 using Terms = std::array<double, 4>;
@@ -181,12 +195,12 @@ Expansion<R> expansion_erf(const Expansion<R>& x) {
   return negative ? -result : result;
 }
 
-#define SHARDSIM_INSTANTIATE_EXPANSION(R)                                              \
-  template double round_to_f64(const Expansion<R>&);                                   \
-  template double round_to_odd_f64(const Expansion<R>&);                               \
-  template float round_to_f32(const Expansion<R>&);                                    \
-  template std::uint16_t round_to_narrow(const Expansion<R>&, NarrowFormat);           \
-  template double ulp_distance_expansion(const Expansion<R>&, const Expansion<R>&);   \
+#define SHARDSIM_INSTANTIATE_EXPANSION(R)                                           \
+  template double round_to_f64(const Expansion<R>&);                                \
+  template double round_to_odd_f64(const Expansion<R>&);                            \
+  template float round_to_f32(const Expansion<R>&);                                 \
+  template std::uint16_t round_to_narrow(const Expansion<R>&, NarrowFormat);        \
+  template double ulp_distance_expansion(const Expansion<R>&, const Expansion<R>&); \
   template Expansion<R> expansion_erf(const Expansion<R>&);
 
 SHARDSIM_INSTANTIATE_EXPANSION(dd_real)
