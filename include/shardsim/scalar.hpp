@@ -67,6 +67,10 @@ template <typename T>
 inline constexpr bool kIsExpansion = false;
 template <typename R>
 inline constexpr bool kIsExpansion<Expansion<R>> = true;
+// Their exact dot product (qd_dot.hpp), the contraction kernels' accumulator for dd and qd
+// (ops/dot_sum.hpp).
+template <typename R>
+class ExactDot;
 // The golden formats in whose rounding a dd/qd value lies near a midpoint (qd_exact.hpp), as bits
 // of CapturedValues::near_midpoint; the golden writer tests each family's bit.
 inline constexpr std::uint8_t kNearF64 = 1;

@@ -10,6 +10,7 @@
 #include "shardsim/ops/rms_norm-inl.hpp"
 #include "shardsim/ops/rope-inl.hpp"
 #include "shardsim/qd.hpp"
+#include "shardsim/qd_dot.hpp"
 
 namespace shardsim {
 

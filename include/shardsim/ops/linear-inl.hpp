@@ -1,6 +1,7 @@
 // Template bodies of ops/linear.hpp.
 #pragma once
 
+#include "shardsim/ops/dot_sum.hpp"
 #include "shardsim/ops/linear.hpp"
 #include "shardsim/parallel.hpp"
 #include "shardsim/scalar.hpp"
@@ -38,15 +39,15 @@ void linear_forward(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>
     const std::int64_t o = row / xv.inner;
     const std::int64_t j = row % xv.inner;
     // In place (scalar.hpp): an Mp row allocates its two scratch values once, not per element.
-    T sum = T(0), product = T(0);
+    // dd/qd: the exact sum of the products and the bias, rounded once (dot_sum.hpp).
+    detail::DotSum<T> sum;
     for (std::int64_t k = 0; k < out_features; ++k) {
-      sum = 0;
+      sum.clear();
       for (std::int64_t i = 0; i < xv.extent; ++i) {
-        mul_into(product, x[xv.flat(o, i, j)], weight[k * w.out + i * w.in]);
-        add_into(sum, sum, product);
+        sum.add(x[xv.flat(o, i, j)], weight[k * w.out + i * w.in]);
       }
-      if (bias) add_into(sum, sum, (*bias)[k]);
-      y[yv.flat(o, k, j)] = sum;
+      if (bias) sum.add_value((*bias)[k]);
+      y[yv.flat(o, k, j)] = sum.value();
     }
   });
 }
@@ -67,14 +68,13 @@ void linear_backward(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T>& w
   parallel_for(rows, [&](std::int64_t row) {
     const std::int64_t o = row / xv.inner;
     const std::int64_t j = row % xv.inner;
-    T sum = T(0), product = T(0);
+    detail::DotSum<T> sum;
     for (std::int64_t i = 0; i < xv.extent; ++i) {
-      sum = 0;
+      sum.clear();
       for (std::int64_t k = 0; k < yv.extent; ++k) {
-        mul_into(product, dy[yv.flat(o, k, j)], weight[k * w.out + i * w.in]);
-        add_into(sum, sum, product);
+        sum.add(dy[yv.flat(o, k, j)], weight[k * w.out + i * w.in]);
       }
-      dx[xv.flat(o, i, j)] = sum;
+      dx[xv.flat(o, i, j)] = sum.value();
     }
   });
   if (!dweight && !dbias) return;

@@ -4,6 +4,7 @@
 #include "shardsim/ops/attention/project-inl.hpp"
 #include "shardsim/ops/attention/stream-inl.hpp"
 #include "shardsim/qd.hpp"
+#include "shardsim/qd_dot.hpp"
 
 namespace shardsim {
 

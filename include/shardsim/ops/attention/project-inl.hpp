@@ -6,6 +6,7 @@
 
 #include "shardsim/ops/attention/attention-inl.hpp"
 #include "shardsim/ops/attention/project.hpp"
+#include "shardsim/ops/dot_sum.hpp"
 #include "shardsim/parallel.hpp"
 
 namespace shardsim {
@@ -84,6 +85,27 @@ void project_heads(const Tensor<T>& x, const Tensor<T>& w, Tensor<T>& y) {
   const detail::HeadStrides y_layout(y.shape(), "seq");
   const detail::HiddenStrides x_layout(x_shape);
   const std::int64_t outputs = y_layout.heads * y_layout.dim;  // per row: (h, d) flattened
+  if constexpr (kIsExpansion<T>) {
+    // dd/qd: exact dot products (DotSum), one at a time so that its accumulator stays in cache:
+    // each output's weights gathered contiguous (h, d, c), and within a chunk of rows every output
+    // in turn over the chunk's rows. The order of the products changes no exact sum.
+    const std::vector<T> w_cols =
+        detail::gather_rows(w, y_layout.heads, stride_of(w_shape, "head"), y_layout.dim,
+                            stride_of(w_shape, "head_dim"), hidden, stride_of(w_shape, "hidden"));
+    detail::for_each_chunk(batch * seq, [&](std::int64_t first, std::int64_t last) {
+      detail::DotSum<T> sum;
+      for (std::int64_t j = 0; j < outputs; ++j) {
+        const T* w_col = w_cols.data() + j * hidden;
+        for (std::int64_t row = first; row < last; ++row) {
+          const std::int64_t b = row / seq, s = row % seq;
+          sum.clear();
+          for (std::int64_t c = 0; c < hidden; ++c) sum.add(x[x_layout.at(b, s, c)], w_col[c]);
+          y[y_layout.at(b, s, j / y_layout.dim, j % y_layout.dim)] = sum.value();
+        }
+      }
+    });
+    return;
+  }
   // One row (b, s) at a time, all its outputs together: output (h, d) is still one accumulator
   // summed over c ascending, but w is read along contiguous rows and the (h, d) lanes are
   // independent, so the loop vectorizes without changing any sum's order.
@@ -127,35 +149,33 @@ void project_heads_backward(const Tensor<T>& dy, const Tensor<T>& x, const Tenso
   // dx by rows (b, s), then dw by input features c, each in chunks, concurrently.
   const std::int64_t positions = y_layout.positions;
   detail::for_each_chunk(y_layout.batch * positions, [&](std::int64_t first, std::int64_t last) {
-    T sum = T(0), product = T(0);  // in place (scalar.hpp): no Mp temporary per element
+    detail::DotSum<T> sum;  // in place (scalar.hpp): no Mp temporary per element
     for (std::int64_t row = first; row < last; ++row) {
       const std::int64_t b = row / positions, s = row % positions;
       for (std::int64_t c = 0; c < hidden; ++c) {
-        sum = 0;
+        sum.clear();
         for (std::int64_t h = 0; h < y_layout.heads; ++h) {
           for (std::int64_t d = 0; d < y_layout.dim; ++d) {
-            mul_into(product, dy[y_layout.at(b, s, h, d)], w[w_layout.at(c, h, d)]);
-            add_into(sum, sum, product);
+            sum.add(dy[y_layout.at(b, s, h, d)], w[w_layout.at(c, h, d)]);
           }
         }
-        dx[x_layout.at(b, s, c)] = sum;
+        dx[x_layout.at(b, s, c)] = sum.value();
       }
     }
   });
   detail::for_each_chunk(hidden, [&](std::int64_t first, std::int64_t last) {
-    T sum = T(0), product = T(0);
+    detail::DotSum<T> sum;
     for (std::int64_t c = first; c < last; ++c) {
       for (std::int64_t h = 0; h < y_layout.heads; ++h) {
         for (std::int64_t d = 0; d < y_layout.dim; ++d) {
-          sum = 0;
+          sum.clear();
           for (std::int64_t b = 0; b < y_layout.batch; ++b) {
             for (std::int64_t s = 0; s < positions; ++s) {
-              mul_into(product, x[x_layout.at(b, s, c)], dy[y_layout.at(b, s, h, d)]);
-              add_into(sum, sum, product);
+              sum.add(x[x_layout.at(b, s, c)], dy[y_layout.at(b, s, h, d)]);
             }
           }
           T& dw_chd = dw[w_layout.at(c, h, d)];
-          add_into(dw_chd, dw_chd, sum);
+          add_into(dw_chd, dw_chd, sum.value());
         }
       }
     }
@@ -170,12 +190,37 @@ void project_out(const Tensor<T>& attn, const Tensor<T>& wo, Tensor<T>& y) {
   y = Tensor<T>(
       Shape({{"batch", attn_layout.batch}, {"seq", attn_layout.positions}, {"hidden", hidden}}));
   const detail::HiddenStrides y_layout(y.shape());
+  const std::int64_t positions = attn_layout.positions;
+  if constexpr (kIsExpansion<T>) {  // dd/qd: as in project_heads, one exact dot at a time
+    const std::vector<T> w_cols =   // (hidden, head * head_dim)
+        detail::gather_rows(wo, hidden, stride_of(w_shape, "hidden"), attn_layout.heads,
+                            stride_of(w_shape, "head"), attn_layout.dim,
+                            stride_of(w_shape, "head_dim"));
+    const std::int64_t inputs = attn_layout.heads * attn_layout.dim;
+    detail::for_each_chunk(
+        attn_layout.batch * positions, [&](std::int64_t first, std::int64_t last) {
+          detail::DotSum<T> sum;
+          for (std::int64_t c = 0; c < hidden; ++c) {
+            const T* w_col = w_cols.data() + c * inputs;
+            for (std::int64_t row = first; row < last; ++row) {
+              const std::int64_t b = row / positions, s = row % positions;
+              sum.clear();
+              for (std::int64_t h = 0; h < attn_layout.heads; ++h) {
+                for (std::int64_t d = 0; d < attn_layout.dim; ++d) {
+                  sum.add(attn[attn_layout.at(b, s, h, d)], w_col[h * attn_layout.dim + d]);
+                }
+              }
+              y[y_layout.at(b, s, c)] = sum.value();
+            }
+          }
+        });
+    return;
+  }
   // As in project_heads: one row at a time, every output c one accumulator over (h, d)
   // ascending, wo read as contiguous (h, d) rows.
   const std::vector<T> w_rows =  // (head * head_dim, hidden)
       detail::gather_rows(wo, attn_layout.heads, stride_of(w_shape, "head"), attn_layout.dim,
                           stride_of(w_shape, "head_dim"), hidden, stride_of(w_shape, "hidden"));
-  const std::int64_t positions = attn_layout.positions;
   detail::for_each_chunk(attn_layout.batch * positions, [&](std::int64_t first, std::int64_t last) {
     std::vector<T> sums(static_cast<std::size_t>(hidden));  // (hidden)
     T product = T(0);  // in place (scalar.hpp): no Mp temporary per element
@@ -209,36 +254,34 @@ void project_out_backward(const Tensor<T>& dy, const Tensor<T>& attn, const Tens
   // dattn by rows (b, s), then dwo by (h, d), each in chunks, concurrently.
   const std::int64_t positions = attn_layout.positions;
   detail::for_each_chunk(attn_layout.batch * positions, [&](std::int64_t first, std::int64_t last) {
-    T sum = T(0), product = T(0);  // in place (scalar.hpp): no Mp temporary per element
+    detail::DotSum<T> sum;  // in place (scalar.hpp): no Mp temporary per element
     for (std::int64_t row = first; row < last; ++row) {
       const std::int64_t b = row / positions, s = row % positions;
       for (std::int64_t h = 0; h < attn_layout.heads; ++h) {
         for (std::int64_t d = 0; d < attn_layout.dim; ++d) {
-          sum = 0;
+          sum.clear();
           for (std::int64_t c = 0; c < hidden; ++c) {
-            mul_into(product, dy[y_layout.at(b, s, c)], wo[w_layout.at(c, h, d)]);
-            add_into(sum, sum, product);
+            sum.add(dy[y_layout.at(b, s, c)], wo[w_layout.at(c, h, d)]);
           }
-          dattn[attn_layout.at(b, s, h, d)] = sum;
+          dattn[attn_layout.at(b, s, h, d)] = sum.value();
         }
       }
     }
   });
   detail::for_each_chunk(
       attn_layout.heads * attn_layout.dim, [&](std::int64_t first, std::int64_t last) {
-        T sum = T(0), product = T(0);
+        detail::DotSum<T> sum;
         for (std::int64_t hd = first; hd < last; ++hd) {
           const std::int64_t h = hd / attn_layout.dim, d = hd % attn_layout.dim;
           for (std::int64_t c = 0; c < hidden; ++c) {
-            sum = 0;
+            sum.clear();
             for (std::int64_t b = 0; b < attn_layout.batch; ++b) {
               for (std::int64_t s = 0; s < positions; ++s) {
-                mul_into(product, attn[attn_layout.at(b, s, h, d)], dy[y_layout.at(b, s, c)]);
-                add_into(sum, sum, product);
+                sum.add(attn[attn_layout.at(b, s, h, d)], dy[y_layout.at(b, s, c)]);
               }
             }
             T& dwo_chd = dwo[w_layout.at(c, h, d)];
-            add_into(dwo_chd, dwo_chd, sum);
+            add_into(dwo_chd, dwo_chd, sum.value());
           }
         }
       });

@@ -1,0 +1,228 @@
+// Exact dot products for the dd and qd scalars (qd.hpp): every product of terms computed exactly
+// as an integer, summed in a long fixed-point accumulator, and rounded once at the end.
+//
+// The contraction kernels (attention's projections, linear layers: ops/dot_sum.hpp) sum hundreds
+// of products per output. At dd/qd a product followed by an addition, each renormalized (QD's
+// accurate_mul and ieee_add), costs about 135 ns at qd, as much as MPFR's 257-bit multiply-add;
+// most of it is branching on magnitudes. ExactDot<R> instead multiplies every pair of nonzero terms
+// a_i b_j exactly (the 53-bit significands as a 106-bit integer product) and adds it to a
+// LongAccumulator, which holds any such sum exactly as an integer multiple of 2^-2226 (below the
+// product of two least subnormals) in base-2^32 digits. value() rounds the exact sum S to the
+// expansion's N doubles greedily: x0 = RN(S), x1 = RN(S - x0), ..., each remainder exact, so
+// |x(i+1)| <= ulp(x(i)) / 2 (QD's non-overlapping form) and the result differs from the exact dot
+// product by at most half an ulp of its last term (about 2^-213 relative at qd, 2^-107 at dd, and
+// never more than half the least subnormal). That is more accurate than the sequential sum it
+// replaces (whose error grows with every addition), and it does not depend on the order of the
+// products.
+//
+// Non-finite: a non-finite term, or a product of terms at 2^1024 or above, makes value() the IEEE
+// sum of the leading terms' products, the result the sequential kernels gave (Expansion::checked
+// in qd.hpp). A zero sum is +0, as a sequential sum from +0 gives.
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+
+#include "shardsim/qd.hpp"
+
+namespace shardsim {
+
+// The exact sum of products of doubles.
+class LongAccumulator {
+ public:
+  // A finite nonzero double as sign, 53-bit integer significand and exponent: |x| = m 2^(e -
+  // 1075), e >= 1 (a subnormal has e = 1 and no implicit bit).
+  struct Term {
+    std::uint64_t m;
+    int e;
+    bool negative;
+  };
+  // Digit k holds bits [32 k, 32 k + 32) of S / 2^-2226. A product of significands (below 2^106)
+  // at bit position e_a + e_b + 76 spans at most five digits; 2^1025 times 2^31 additions stays
+  // below bit 3282, under the 106 digits' 3392.
+  static constexpr int kDigits = 106;
+  // Products are summed this many times at most before the carries are propagated (a digit takes
+  // below 2^32 per addition and holds 2^63).
+  static constexpr std::uint32_t kAddsBeforeCarry = std::uint32_t(1) << 30;
+
+  LongAccumulator() {
+    std::fill(std::begin(pos_), std::end(pos_), 0);
+    std::fill(std::begin(neg_), std::end(neg_), 0);
+  }
+
+  // Splits x; false when x is zero (nothing to add). x must be finite.
+  [[gnu::always_inline]] static bool unpack(double x, Term& t) {
+    const std::uint64_t u = std::bit_cast<std::uint64_t>(x);
+    const std::uint64_t biased = (u >> 52) & 0x7ff;
+    const std::uint64_t normal = biased != 0 ? 1 : 0;
+    t.m = (u & ((std::uint64_t(1) << 52) - 1)) | (normal << 52);
+    t.e = static_cast<int>(biased + 1 - normal);
+    t.negative = (u >> 63) != 0;
+    return t.m != 0;
+  }
+
+  // S = 0, touching only the digits in use.
+  void clear() {
+    if (lo_ <= hi_) {
+      std::fill(pos_ + lo_, pos_ + hi_ + 1, 0);
+      std::fill(neg_ + lo_, neg_ + hi_ + 1, 0);
+    }
+    lo_ = kDigits;
+    hi_ = -1;
+    adds_ = 0;
+    overflow_ = false;
+  }
+
+  // S += a b, exactly. A product at 2^1024 or above only sets overflow().
+  [[gnu::always_inline]] void add_product(const Term& a, const Term& b) {
+    const int e = a.e + b.e;
+    if (e > kMaxExponentSum) {
+      overflow_ = true;
+      return;
+    }
+    __extension__ const unsigned __int128 product = static_cast<unsigned __int128>(a.m) * b.m;
+    add_bits(static_cast<std::uint64_t>(product), static_cast<std::uint64_t>(product >> 64), e + 76,
+             a.negative != b.negative);
+  }
+  // S += x, exactly (x finite).
+  void add(double x) {
+    Term t{};
+    if (unpack(x, t)) add_bits(t.m, 0, t.e + 1151, t.negative);
+  }
+
+  bool overflow() const { return overflow_; }
+
+  // Rounds S greedily to n doubles (n <= 4): out[0] = RN(S), out[i] = RN(S - out[0] - ... -
+  // out[i - 1]), round to nearest even, each remainder exact. Leaves S minus the terms behind.
+  void split(double* out, int n);
+
+ private:
+  // e_a + e_b of a product below 2^1025: |a b| < 2^(e_a + e_b - 2150 + 106).
+  static constexpr int kMaxExponentSum = 3069;
+
+  // Adds the integer (high 2^64 + low) 2^position (high below 2^42) to S with the given sign.
+  [[gnu::always_inline]] void add_bits(std::uint64_t low, std::uint64_t high, int position,
+                                       bool negative) {
+    const int k = position >> 5, shift = position & 31;
+    // The value shifted by `shift` (< 32) as three 64-bit words; (v >> 1) >> (63 - shift) is
+    // v >> (64 - shift) without a shift by 64 when shift is 0.
+    const std::uint64_t w0 = low << shift;
+    const std::uint64_t w1 = (high << shift) | ((low >> 1) >> (63 - shift));
+    const std::uint64_t w2 = (high >> 1) >> (63 - shift);
+    std::int64_t* d = (negative ? neg_ : pos_) + k;  // no negation: two unsigned sums
+    d[0] += static_cast<std::int64_t>(w0 & 0xffffffffu);
+    d[1] += static_cast<std::int64_t>(w0 >> 32);
+    d[2] += static_cast<std::int64_t>(w1 & 0xffffffffu);
+    d[3] += static_cast<std::int64_t>(w1 >> 32);
+    d[4] += static_cast<std::int64_t>(w2);
+    lo_ = std::min(lo_, k);
+    hi_ = std::max(hi_, k + 4);
+    if (++adds_ == kAddsBeforeCarry) propagate();
+  }
+
+  // Folds neg_ into pos_ and propagates carries so every digit below the top one lies in [0,
+  // 2^32) and the top one in (-2^32, 2^32); S keeps its value and the sign of the top digit is
+  // the sign of S.
+  void propagate();
+  // Propagates, drops zero digits at both ends and negates S when it is negative, so all digits
+  // lie in [0, 2^32). Returns the sign S had (+1, -1, or 0 when S = 0).
+  int normalize();
+  // RN(S) for S > 0 with normalized digits.
+  double round_positive() const;
+  // Bits [q, q + 64) of S (normalized digits; bits outside the digits in use are 0).
+  std::uint64_t bits_from(int q) const;
+
+  std::int64_t pos_[kDigits];
+  std::int64_t neg_[kDigits];
+  int lo_ = kDigits, hi_ = -1;  // the digits that may be nonzero
+  std::uint32_t adds_ = 0;
+  bool overflow_ = false;
+};
+
+// sum_i a_i b_i for Expansion<R> operands, exactly, rounded once (see the top of this file).
+template <typename R>
+class ExactDot {
+ public:
+  using Value = Expansion<R>;
+  static constexpr int kTerms = Value::kTerms;
+
+  void clear() {
+    acc_.clear();
+    lead_ = 0;
+    nonfinite_ = false;
+  }
+
+  // Adds a b: every pair of nonzero terms as its exact product.
+  [[gnu::always_inline]] void add(const Value& a, const Value& b) {
+    lead_ += a.term(0) * b.term(0);
+    if (single(a) && single(b)) {  // the common case: f64 inputs times f64 weights
+      // A non-finite leading term makes lead_ non-finite for good, and value() ignores the
+      // accumulator then: no test is needed here.
+      LongAccumulator::Term ta{}, tb{};
+      if (LongAccumulator::unpack(a.term(0), ta) && LongAccumulator::unpack(b.term(0), tb)) {
+        acc_.add_product(ta, tb);
+      }
+      return;
+    }
+    add_terms(a, b);
+  }
+
+  // Adds v itself, exactly (a bias after the products).
+  void add_value(const Value& v) {
+    lead_ += v.term(0);
+    for (int i = 0; i < kTerms; ++i) {
+      const double x = v.term(i);
+      if (!std::isfinite(x)) {
+        nonfinite_ = true;
+      } else {
+        acc_.add(x);
+      }
+    }
+  }
+
+  // The rounded sum; the accumulator is spent (clear() before reuse).
+  Value value() {
+    if (nonfinite_ || acc_.overflow() || !std::isfinite(lead_)) return Value(R(lead_));
+    R r;
+    acc_.split(r.x, kTerms);
+    return Value(r);
+  }
+
+ private:
+  // Every pair of nonzero terms (out of line: the single-term case above is the hot one).
+  [[gnu::noinline]] void add_terms(const Value& a, const Value& b) {
+    LongAccumulator::Term ta[kTerms], tb[kTerms];
+    const int na = unpack(a, ta), nb = unpack(b, tb);
+    for (int i = 0; i < na; ++i) {
+      for (int j = 0; j < nb; ++j) acc_.add_product(ta[i], tb[j]);
+    }
+  }
+  // Whether v is its leading term alone (every other term +0 or -0).
+  static bool single(const Value& v) {
+    std::uint64_t tails = 0;
+    for (int i = 1; i < kTerms; ++i) tails |= std::bit_cast<std::uint64_t>(v.term(i));
+    return (tails << 1) == 0;
+  }
+  // The nonzero terms of v into t; a non-finite term marks the sum non-finite.
+  int unpack(const Value& v, LongAccumulator::Term* t) {
+    int n = 0;
+    for (int i = 0; i < kTerms; ++i) {
+      const double x = v.term(i);
+      if (x == 0) continue;
+      if (!std::isfinite(x)) {
+        nonfinite_ = true;
+        continue;
+      }
+      LongAccumulator::unpack(x, t[n++]);
+    }
+    return n;
+  }
+
+  LongAccumulator acc_;
+  double lead_ = 0;  // IEEE sum of the leading products: the result when anything is non-finite
+  bool nonfinite_ = false;
+};
+
+}  // namespace shardsim
