@@ -166,7 +166,13 @@ class ExactDot {
       }
       return;
     }
-    add_terms(a, b);
+    if (single(b)) {
+      add_scaled(b, a);  // an expansion times f64 weights, or the transpose
+    } else if (single(a)) {
+      add_scaled(a, b);
+    } else {
+      add_terms(a, b);
+    }
   }
 
   // Adds v itself, exactly (a bias after the products).
@@ -191,7 +197,24 @@ class ExactDot {
   }
 
  private:
-  // Every pair of nonzero terms (out of line: the single-term case above is the hot one).
+  // s's leading term times every term of m (s single).
+  void add_scaled(const Value& s, const Value& m) {
+    LongAccumulator::Term ts{}, tm{};
+    // s = 0 adds nothing; a non-finite s has made lead_ non-finite, and value() then ignores
+    // the accumulator.
+    if (!LongAccumulator::unpack(s.term(0), ts)) return;
+    for (int i = 0; i < kTerms; ++i) {
+      const double x = m.term(i);
+      if (x == 0) continue;
+      if (!std::isfinite(x)) {
+        nonfinite_ = true;
+        continue;
+      }
+      LongAccumulator::unpack(x, tm);
+      acc_.add_product(ts, tm);
+    }
+  }
+  // Every pair of nonzero terms (out of line: the single-term cases above are the hot ones).
   [[gnu::noinline]] void add_terms(const Value& a, const Value& b) {
     LongAccumulator::Term ta[kTerms], tb[kTerms];
     const int na = unpack(a, ta), nb = unpack(b, tb);

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "shardsim/ops/attention/attention.hpp"
+#include "shardsim/ops/dot_sum.hpp"
 #include "shardsim/parallel.hpp"
 #include "shardsim/scalar.hpp"
 
@@ -66,6 +67,16 @@ void row_scores(const Tensor<T>& q, const HeadStrides& q_layout, const Tensor<T>
   scores.resize(keys.size(), T(0));                     // every entry is written below
   const T* query = q.data() + q_layout.at(b, i, h, 0);  // q_i, head_dim values at q_step
   const std::int64_t q_step = q_layout.dim_stride, k_step = k_layout.dim_stride;
+  if constexpr (kIsExpansion<T>) {  // dd/qd: each q . k an exact dot rounded once (dot_sum.hpp)
+    DotSum<T> dot;
+    for (std::size_t n = 0; n < keys.size(); ++n) {
+      const T* key = k.data() + k_layout.at(b, keys[n], h, 0);
+      dot.clear();
+      for (std::int64_t d = 0; d < q_layout.dim; ++d) dot.add(query[d * q_step], key[d * k_step]);
+      mul_into(scores[n], dot.value(), scale);
+    }
+    return;
+  }
   T dot0 = T(0), dot1 = T(0), dot2 = T(0), dot3 = T(0), product = T(0);
   std::size_t n = 0;
   for (; n + 4 <= keys.size(); n += 4) {
@@ -115,19 +126,19 @@ void row_gradients(const Tensor<T>& dout, const Tensor<T>& q, const HeadStrides&
                    std::int64_t i, const std::vector<std::int64_t>& keys,
                    const std::vector<T>& probs, const std::vector<T>& dscores, const T& scale,
                    bool accumulate_dq, Tensor<T>& dq, Tensor<T>& dk, Tensor<T>& dv) {
-  T sum = T(0), product = T(0);
+  DotSum<T> sum;  // dd/qd: exact, rounded once (dot_sum.hpp)
+  T product = T(0);
   for (std::int64_t d = 0; d < q_layout.dim; ++d) {
-    sum = 0;
+    sum.clear();
     for (std::size_t n = 0; n < keys.size(); ++n) {
-      mul_into(product, dscores[n], k[k_layout.at(b, keys[n], h, d)]);
-      add_into(sum, sum, product);
+      sum.add(dscores[n], k[k_layout.at(b, keys[n], h, d)]);
     }
     T& dq_d = dq[q_layout.at(b, i, h, d)];
     if (accumulate_dq) {
-      mul_into(product, sum, scale);
+      mul_into(product, sum.value(), scale);
       add_into(dq_d, dq_d, product);
     } else {
-      mul_into(dq_d, sum, scale);
+      mul_into(dq_d, sum.value(), scale);
     }
   }
   for (std::size_t n = 0; n < keys.size(); ++n) {
@@ -150,14 +161,13 @@ void row_value_gradients(const Tensor<T>& dout, const HeadStrides& q_layout, con
                          std::int64_t i, const std::vector<std::int64_t>& keys,
                          std::vector<T>& dp) {
   dp.resize(keys.size(), T(0));  // every entry is written below
-  T sum = T(0), product = T(0);
+  DotSum<T> sum;                 // dd/qd: exact, rounded once (dot_sum.hpp)
   for (std::size_t n = 0; n < keys.size(); ++n) {
-    sum = 0;
+    sum.clear();
     for (std::int64_t d = 0; d < q_layout.dim; ++d) {
-      mul_into(product, dout[q_layout.at(b, i, h, d)], v[k_layout.at(b, keys[n], h, d)]);
-      add_into(sum, sum, product);
+      sum.add(dout[q_layout.at(b, i, h, d)], v[k_layout.at(b, keys[n], h, d)]);
     }
-    dp[n] = sum;
+    dp[n] = sum.value();
   }
 }
 
@@ -235,13 +245,24 @@ void attention_forward(const Tensor<T>& q, const std::vector<std::int64_t>& q_po
       // out_d = (sum_n e_n v_nd) / l: every d one accumulator over the keys ascending, all d
       // together so v is read along its rows.
       weighted_sum.resize(static_cast<std::size_t>(q_layout.dim), T(0));
-      for (T& sum_d : weighted_sum) sum_d = 0;
-      for (std::size_t n = 0; n < keys.size(); ++n) {
-        const T weight = weights[n];  // a copy: stores into weighted_sum cannot alias it
-        const T* value = v.data() + k_layout.at(b, keys[n], h, 0);
+      if constexpr (kIsExpansion<T>) {  // dd/qd: each d an exact dot rounded once
+        detail::DotSum<T> dot;
         for (std::int64_t d = 0; d < q_layout.dim; ++d) {
-          mul_into(product, weight, value[d * k_layout.dim_stride]);
-          add_into(weighted_sum[d], weighted_sum[d], product);
+          dot.clear();
+          for (std::size_t n = 0; n < keys.size(); ++n) {
+            dot.add(weights[n], v[k_layout.at(b, keys[n], h, d)]);
+          }
+          weighted_sum[static_cast<std::size_t>(d)] = dot.value();
+        }
+      } else {
+        for (T& sum_d : weighted_sum) sum_d = 0;
+        for (std::size_t n = 0; n < keys.size(); ++n) {
+          const T weight = weights[n];  // a copy: stores into weighted_sum cannot alias it
+          const T* value = v.data() + k_layout.at(b, keys[n], h, 0);
+          for (std::int64_t d = 0; d < q_layout.dim; ++d) {
+            mul_into(product, weight, value[d * k_layout.dim_stride]);
+            add_into(weighted_sum[d], weighted_sum[d], product);
+          }
         }
       }
       for (std::int64_t d = 0; d < q_layout.dim; ++d) {
@@ -274,7 +295,7 @@ void attention_backward(const Tensor<T>& dout, const Tensor<T>& q,
     std::vector<std::int64_t> keys;  // the allowed keys of the current row
     std::vector<T> probs;            // per allowed key: s_n, then p_n
     std::vector<T> dscores;          // per allowed key: dp_n, then ds_n
-    T product = T(0);
+    detail::DotSum<T> total;         // D (dd/qd: exact, rounded once)
     for (std::int64_t i = 0; i < q_layout.positions; ++i) {
       const std::int64_t row = row_layout.at(b, i, h);
       const T row_sum = saved.sum[row];  // l
@@ -284,13 +305,11 @@ void attention_backward(const Tensor<T>& dout, const Tensor<T>& q,
                          k_pos, params, scale, keys, probs);
       for (T& prob : probs) prob = exp(prob - row_max) / row_sum;
       detail::row_value_gradients(dout, q_layout, v, k_layout, b, h, i, keys, dscores);
-      T total = T(0);  // D = sum_n p_n dp_n
+      total.clear();  // D = sum_n p_n dp_n
+      for (std::size_t n = 0; n < keys.size(); ++n) total.add(probs[n], dscores[n]);
+      const T row_total = total.value();
       for (std::size_t n = 0; n < keys.size(); ++n) {
-        mul_into(product, probs[n], dscores[n]);
-        add_into(total, total, product);
-      }
-      for (std::size_t n = 0; n < keys.size(); ++n) {
-        sub_into(dscores[n], dscores[n], total);
+        sub_into(dscores[n], dscores[n], row_total);
         mul_into(dscores[n], probs[n], dscores[n]);
       }
       detail::row_gradients(dout, q, q_layout, k, k_layout, b, h, i, keys, probs, dscores, scale,
@@ -320,22 +339,24 @@ void attention_block_backward(const Tensor<T>& dout, const Tensor<T>& q,
     std::vector<std::int64_t> keys;  // the allowed keys of the current row in this block
     std::vector<T> probs;            // per allowed key: s_n, then p_n = exp(s_n - lse_i)
     std::vector<T> dscores;          // per allowed key: dp_n, then ds_n
-    T product = T(0);
+    detail::DotSum<T> total;         // D_i (dd/qd: exact, rounded once)
     for (std::int64_t i = 0; i < q_layout.positions; ++i) {
       const T row_lse = lse[row_layout.at(b, i, h)];
       if (isinf(row_lse)) continue;  // -inf: no allowed key in any block
       detail::row_scores(q, q_layout, k, k_layout, b, h, i, q_pos[static_cast<std::size_t>(i)],
                          k_pos, params, scale, keys, probs);
       if (keys.empty()) continue;
-      T total = T(0);  // D_i = dout_i . out_i
+      // D_i = dout_i . out_i. At dd/qd an exact dot, as dp_n = dout_i . v_n is: a row with one
+      // key has out_i = v_n in value, so D_i = dp_n and ds_n = 0 exactly, as at mp.
+      total.clear();
       for (std::int64_t d = 0; d < q_layout.dim; ++d) {
-        mul_into(product, dout[q_layout.at(b, i, h, d)], out[q_layout.at(b, i, h, d)]);
-        add_into(total, total, product);
+        total.add(dout[q_layout.at(b, i, h, d)], out[q_layout.at(b, i, h, d)]);
       }
+      const T row_total = total.value();
       detail::row_value_gradients(dout, q_layout, v, k_layout, b, h, i, keys, dscores);
       for (std::size_t n = 0; n < keys.size(); ++n) {
         probs[n] = exp(probs[n] - row_lse);
-        sub_into(dscores[n], dscores[n], total);
+        sub_into(dscores[n], dscores[n], row_total);
         mul_into(dscores[n], probs[n], dscores[n]);
       }
       detail::row_gradients(dout, q, q_layout, k, k_layout, b, h, i, keys, probs, dscores, scale,
