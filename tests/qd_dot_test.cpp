@@ -134,8 +134,7 @@ TEST_CASE("qd dot: ties round to even, zero is +0, overflow is inf (derived by h
   // x - x is +0 in every term, as IEEE's round to nearest gives for an exact zero sum.
   const std::vector<double> zero = split({-3.5, 3.5});
   for (double z : zero) CHECK(bits(z) == 0);
-  // The least subnormal and half of it (a tie between 0 and 2^-1074 at the bottom of the range
-  // cannot be formed from doubles; 3 x 2^-1074 is exact).
+  // At the bottom of the range: 2^-1074 + 2^-1073 = 3 x 2^-1074, a subnormal held exactly.
   CHECK(split({0x1p-1074, 0x1p-1073}) == std::vector<double>{0x1.8p-1073, 0, 0, 0});
   // DBL_MAX + DBL_MAX rounds past the range: +inf, the other terms 0.
   const double big = std::numeric_limits<double>::max();

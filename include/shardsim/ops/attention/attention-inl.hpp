@@ -192,8 +192,8 @@ void attention_forward(const Tensor<T>& q, const std::vector<std::int64_t>& q_po
         weight = exp(weight);
         add_into(row_sum, row_sum, weight);
       }
-      // out_d = (sum_n e_n v_nd) / l: every d one accumulator over the keys ascending, all d
-      // together so v is read along its rows.
+      // out_d = (sum_n e_n v_nd) / l. f32/f64/mp: every d one accumulator over the keys
+      // ascending, all d together so v is read along its rows; dd/qd: an exact dot per d.
       weighted_sum.resize(static_cast<std::size_t>(q_layout.dim), T(0));
       if constexpr (kIsExpansion<T>) {  // dd/qd: each d an exact dot rounded once
         detail::DotSum<T> dot;
@@ -257,7 +257,7 @@ void attention_backward(const Tensor<T>& dout, const Tensor<T>& q,
       detail::row_value_gradients(dout, q_layout, v, k_layout, b, h, i, keys, dscores);
       total.clear();  // D = sum_n p_n dp_n
       for (std::size_t n = 0; n < keys.size(); ++n) total.add(probs[n], dscores[n]);
-      const T row_total = total.value();
+      const T& row_total = total.value();  // a reference at mp (no copy), a value at dd/qd
       for (std::size_t n = 0; n < keys.size(); ++n) {
         sub_into(dscores[n], dscores[n], row_total);
         mul_into(dscores[n], probs[n], dscores[n]);
@@ -302,7 +302,7 @@ void attention_block_backward(const Tensor<T>& dout, const Tensor<T>& q,
       for (std::int64_t d = 0; d < q_layout.dim; ++d) {
         total.add(dout[q_layout.at(b, i, h, d)], out[q_layout.at(b, i, h, d)]);
       }
-      const T row_total = total.value();
+      const T& row_total = total.value();  // a reference at mp (no copy), a value at dd/qd
       detail::row_value_gradients(dout, q_layout, v, k_layout, b, h, i, keys, dscores);
       for (std::size_t n = 0; n < keys.size(); ++n) {
         probs[n] = exp(probs[n] - row_lse);
