@@ -257,3 +257,89 @@ TEST_CASE("qd dot: a qd linear layer's output is the exact sum of products and b
     }
   }
 }
+
+TEMPLATE_TEST_CASE("qd dot: unpacked operands give the bits of element-by-element adds", "[qd]",
+                   dd_real, qd_real) {
+  // ExactDot::add(Operand, Operand) must be add(a_i, b_i) for every i (the kernels' previous
+  // loop, itself checked against MPFR above): the same exact sum, the same IEEE sum of the
+  // leading products for the non-finite fallback, the same overflow flag. Vectors mix full
+  // expansions, single doubles, zeros (whole zero vectors too), subnormals, huge values whose
+  // products overflow, infinities and NaNs, and ranges at offsets.
+  using V = Expansion<TestType>;
+  using Operand = typename ExactDot<TestType>::Operand;
+  std::mt19937_64 rng(23);
+  const auto element = [&](int mode) -> V {
+    const int kind = static_cast<int>(rng() % 16);
+    if (kind == 0) return V(0.0);
+    if (kind == 1 && mode >= 1) return V(std::bit_cast<double>(rng() % (1u << 20)));  // subnormal
+    if (kind == 2 && mode >= 2) return V(ranged_double(rng, 500, 1023));  // products overflow
+    if (kind == 3 && mode >= 3) return V(rng() & 1 ? INFINITY : NAN);
+    if (kind == 4 && mode >= 2) return V(std::numeric_limits<double>::max());  // lead_ overflows
+    if (kind < 10) return V(ranged_double(rng, -40, 40));
+    return full_expansion<TestType>(rng);
+  };
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int mode = trial % 8 < 5 ? 0 : trial % 8 - 4;  // mostly finite, ordinary magnitudes
+    const std::int64_t n = 1 + static_cast<std::int64_t>(rng() % 70);
+    const bool zero_a = rng() % 10 == 0;
+    std::vector<V> a(static_cast<std::size_t>(n)), b(static_cast<std::size_t>(n));
+    for (V& x : a) x = zero_a ? V(0.0) : element(mode);
+    for (V& x : b) x = element(mode);
+    Operand pa, pb;
+    pa.assign(n, [&](std::int64_t i) -> const V& { return a[static_cast<std::size_t>(i)]; });
+    pb.assign(n, [&](std::int64_t i) -> const V& { return b[static_cast<std::size_t>(i)]; });
+    // A range: [a0, a0 + len) of a against [b0, b0 + len) of b, after a leading element pair
+    // added directly (the two kinds of add mix in one sum).
+    const std::int64_t len = 1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(n));
+    const std::int64_t a0 =
+        static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(n - len + 1));
+    const std::int64_t b0 =
+        static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(n - len + 1));
+    const V first_a = element(mode), first_b = element(0);
+    ExactDot<TestType> packed, plain;
+    packed.clear();
+    plain.clear();
+    packed.add(first_a, first_b);
+    plain.add(first_a, first_b);
+    if (trial % 2 == 0) {
+      packed.add(pa, pb);
+      for (std::int64_t i = 0; i < n; ++i) {
+        plain.add(a[static_cast<std::size_t>(i)], b[static_cast<std::size_t>(i)]);
+      }
+    } else {
+      packed.add(pa, a0, pb, b0, len);
+      for (std::int64_t i = 0; i < len; ++i) {
+        plain.add(a[static_cast<std::size_t>(a0 + i)], b[static_cast<std::size_t>(b0 + i)]);
+      }
+    }
+    const V got = packed.value(), want = plain.value();
+    for (int i = 0; i < V::kTerms; ++i) {
+      INFO("trial " << trial << " mode " << mode << " term " << i << ": " << got.term(i) << " vs "
+                    << want.term(i));
+      REQUIRE(bits(got.term(i)) == bits(want.term(i)));
+    }
+  }
+}
+
+TEST_CASE("qd dot: unpacked operands at a hand-derived overflow of the leading sum", "[qd]") {
+  // max + max - max: every product is finite and the exact sum is max, but the IEEE sum of the
+  // leading products (the fallback value) is inf after the second addition; the element-wise
+  // ExactDot returns that inf (value() takes lead_ once it is not finite), so must the unpacked.
+  const double big = std::numeric_limits<double>::max();
+  const std::vector<Qd> a{Qd(big), Qd(big), Qd(-big)}, b{Qd(1.0), Qd(1.0), Qd(1.0)};
+  ExactDot<qd_real>::Operand pa, pb;
+  pa.assign(3, [&](std::int64_t i) -> const Qd& { return a[static_cast<std::size_t>(i)]; });
+  pb.assign(3, [&](std::int64_t i) -> const Qd& { return b[static_cast<std::size_t>(i)]; });
+  ExactDot<qd_real> dot;
+  dot.clear();
+  dot.add(pa, pb);
+  CHECK(dot.value().term(0) == INFINITY);
+  // 2^-1074 * 2^-1 twice: exactly 2^-1074 in the accumulator (two products of 2^-1075 each).
+  const std::vector<Qd> tiny{Qd(0x1p-1074), Qd(0x1p-1074)}, half{Qd(0.5), Qd(0.5)};
+  ExactDot<qd_real>::Operand pt, ph;
+  pt.assign(2, [&](std::int64_t i) -> const Qd& { return tiny[static_cast<std::size_t>(i)]; });
+  ph.assign(2, [&](std::int64_t i) -> const Qd& { return half[static_cast<std::size_t>(i)]; });
+  dot.clear();
+  dot.add(pt, ph);
+  CHECK(dot.value().term(0) == 0x1p-1074);
+}

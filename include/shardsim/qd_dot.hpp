@@ -24,6 +24,8 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <vector>
 
 #include "shardsim/qd.hpp"
 
@@ -92,19 +94,52 @@ class LongAccumulator {
     if (unpack(x, t)) add_bits(t.m, 0, t.e + 1151, t.negative);
   }
 
+  // S += sum_i a_i b_i over i < n, exactly, for terms whose exponent sums e_a + e_b lie in
+  // [e_lo, e_hi], e_hi at most kMaxExponentSum (zero significands add nothing). The lead terms'
+  // IEEE sum too when kLead: lead += la_i lb_i in i's order.
+  template <bool kLead>
+  void add_products(const Term* a, const Term* b, std::int64_t n, int e_lo, int e_hi,
+                    const double* la = nullptr, const double* lb = nullptr,
+                    double* lead = nullptr) {
+    lo_ = std::min(lo_, (e_lo + 76) >> 5);
+    hi_ = std::max(hi_, ((e_hi + 76) >> 5) + 4);
+    double l = kLead ? *lead : 0;
+    for (std::int64_t first = 0; first < n; first += kAddsBeforeCarry / 2) {
+      const std::int64_t last = std::min<std::int64_t>(n, first + kAddsBeforeCarry / 2);
+      if (adds_ + (last - first) >= kAddsBeforeCarry) propagate();
+      adds_ += static_cast<std::uint32_t>(last - first);
+      for (std::int64_t i = first; i < last; ++i) {
+        if constexpr (kLead) l += la[i] * lb[i];
+        __extension__ const unsigned __int128 product =
+            static_cast<unsigned __int128>(a[i].m) * b[i].m;
+        add_digits(static_cast<std::uint64_t>(product), static_cast<std::uint64_t>(product >> 64),
+                   a[i].e + b[i].e + 76, a[i].negative != b[i].negative);
+      }
+    }
+    if constexpr (kLead) *lead = l;
+  }
+
   bool overflow() const { return overflow_; }
+  // e_a + e_b of a product below 2^1025: |a b| < 2^(e_a + e_b - 2150 + 106).
+  static constexpr int kMaxExponentSum = 3069;
 
   // Rounds S greedily to n doubles (n <= 4): out[0] = RN(S), out[i] = RN(S - out[0] - ... -
   // out[i - 1]), round to nearest even, each remainder exact. Leaves S minus the terms behind.
   void split(double* out, int n);
 
  private:
-  // e_a + e_b of a product below 2^1025: |a b| < 2^(e_a + e_b - 2150 + 106).
-  static constexpr int kMaxExponentSum = 3069;
-
   // Adds the integer (high 2^64 + low) 2^position (high below 2^42) to S with the given sign.
   [[gnu::always_inline]] void add_bits(std::uint64_t low, std::uint64_t high, int position,
                                        bool negative) {
+    add_digits(low, high, position, negative);
+    const int k = position >> 5;
+    lo_ = std::min(lo_, k);
+    hi_ = std::max(hi_, k + 4);
+    if (++adds_ >= kAddsBeforeCarry) propagate();
+  }
+  // add_bits without the bookkeeping: the digits in use and the count of additions.
+  [[gnu::always_inline]] void add_digits(std::uint64_t low, std::uint64_t high, int position,
+                                         bool negative) {
     const int k = position >> 5, shift = position & 31;
     // The value shifted by `shift` (< 32) as three 64-bit words; (v >> 1) >> (63 - shift) is
     // v >> (64 - shift) without a shift by 64 when shift is 0.
@@ -117,9 +152,6 @@ class LongAccumulator {
     d[2] += static_cast<std::int64_t>(w1 & 0xffffffffu);
     d[3] += static_cast<std::int64_t>(w1 >> 32);
     d[4] += static_cast<std::int64_t>(w2);
-    lo_ = std::min(lo_, k);
-    hi_ = std::max(hi_, k + 4);
-    if (++adds_ == kAddsBeforeCarry) propagate();
   }
 
   // Folds neg_ into pos_ and propagates carries so every digit below the top one lies in [0,
@@ -184,6 +216,109 @@ class ExactDot {
         nonfinite_ = true;
       } else {
         acc_.add(x);
+      }
+    }
+  }
+
+  // n values unpacked once, for the many dot products that reuse them (a row of inputs against
+  // every output's weights): add(a, b) below adds a_i b_i for i < n.
+  class Operand {
+   public:
+    // The values get(0), ..., get(n - 1) (get is called twice for each).
+    template <typename Get>
+    void assign(std::int64_t n, Get get) {
+      n_ = n;
+      lead_.resize(static_cast<std::size_t>(n));
+      values_.clear();
+      planes_ = 0;
+      e_min_ = std::numeric_limits<int>::max();
+      e_max_ = std::numeric_limits<int>::min();
+      finite_ = true;
+      LongAccumulator::Term t{};
+      for (std::int64_t i = 0; i < n; ++i) {
+        const Value& v = get(i);
+        lead_[static_cast<std::size_t>(i)] = v.term(0);
+        for (int p = 0; p < kTerms; ++p) {
+          if (!std::isfinite(v.term(p))) {
+            finite_ = false;
+          } else if (LongAccumulator::unpack(v.term(p), t)) {
+            planes_ = std::max(planes_, p + 1);
+            e_min_ = std::min(e_min_, t.e);
+            e_max_ = std::max(e_max_, t.e);
+          }
+        }
+      }
+      if (!finite_) {  // kept whole for the element-wise fallback
+        for (std::int64_t i = 0; i < n; ++i) values_.push_back(get(i));
+        return;
+      }
+      if (planes_ == 0) return;
+      // Zero terms: significand 0 at an exponent inside [e_min, e_max], so they add nothing.
+      terms_.assign(static_cast<std::size_t>(planes_ * n), LongAccumulator::Term{0, e_min_, false});
+      for (std::int64_t i = 0; i < n; ++i) {
+        const Value& v = get(i);
+        for (int p = 0; p < planes_; ++p) {
+          const double x = v.term(p);
+          if (x != 0) LongAccumulator::unpack(x, terms_[static_cast<std::size_t>(p * n + i)]);
+        }
+      }
+    }
+    std::int64_t size() const { return n_; }
+
+   private:
+    friend class ExactDot;
+    // Value i: kept when a term is not finite, else rebuilt from the leading term (its exact
+    // bits, the sign of a zero too) and the unpacked tail terms (a zero tail term as +0, which
+    // changes no sum and no test of add()).
+    Value value(std::int64_t i) const {
+      if (!finite_) return values_[static_cast<std::size_t>(i)];
+      R r;
+      r.x[0] = lead_[static_cast<std::size_t>(i)];
+      for (int p = 1; p < kTerms; ++p) {
+        r.x[p] = 0;
+        if (p >= planes_) continue;
+        const LongAccumulator::Term& t = terms_[static_cast<std::size_t>(p * n_ + i)];
+        const double magnitude = std::ldexp(static_cast<double>(t.m), t.e - 1075);
+        r.x[p] = t.negative ? -magnitude : magnitude;
+      }
+      return Value(r);
+    }
+
+    std::vector<Value> values_;                 // only when a term is not finite
+    std::vector<double> lead_;                  // each value's leading term
+    std::vector<LongAccumulator::Term> terms_;  // term p of value i at p n + i, p < planes_
+    std::int64_t n_ = 0;
+    int planes_ = 0;             // 1 + the last term index with a nonzero term in some value
+    int e_min_ = 0, e_max_ = 0;  // over the nonzero terms
+    bool finite_ = true;
+  };
+
+  // Adds a_i b_i for i < n (a and b of one size n), as n calls of add(a_i, b_i) would.
+  void add(const Operand& a, const Operand& b) { add(a, 0, b, 0, a.n_); }
+  // Adds a_(a0 + i) b_(b0 + i) for i < n, as n calls of add() would.
+  void add(const Operand& a, std::int64_t a0, const Operand& b, std::int64_t b0, std::int64_t n) {
+    if (!a.finite_ || !b.finite_ ||
+        (a.planes_ > 0 && b.planes_ > 0 &&
+         a.e_max_ + b.e_max_ > LongAccumulator::kMaxExponentSum)) {
+      for (std::int64_t i = 0; i < n; ++i) add(a.value(a0 + i), b.value(b0 + i));
+      return;
+    }
+    const double* la = a.lead_.data() + a0;
+    const double* lb = b.lead_.data() + b0;
+    if (a.planes_ == 0 || b.planes_ == 0) {  // only zero products: the leading sum alone
+      for (std::int64_t i = 0; i < n; ++i) lead_ += la[i] * lb[i];
+      return;
+    }
+    const int e_lo = a.e_min_ + b.e_min_, e_hi = a.e_max_ + b.e_max_;
+    for (int p = 0; p < a.planes_; ++p) {
+      for (int q = 0; q < b.planes_; ++q) {
+        const LongAccumulator::Term* ta = a.terms_.data() + p * a.n_ + a0;
+        const LongAccumulator::Term* tb = b.terms_.data() + q * b.n_ + b0;
+        if (p == 0 && q == 0) {
+          acc_.template add_products<true>(ta, tb, n, e_lo, e_hi, la, lb, &lead_);
+        } else {
+          acc_.template add_products<false>(ta, tb, n, e_lo, e_hi);
+        }
       }
     }
   }

@@ -34,6 +34,19 @@ void linear_forward(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>
   const AxisView xv = AxisView::of(x.shape(), params.in_axis);   // (rows outer, in, rows inner)
   const AxisView yv = AxisView::of(y.shape(), params.out_axis);  // (rows outer, out, rows inner)
   const detail::WeightStrides w = detail::WeightStrides::of(weight.shape(), params);
+  if constexpr (kIsExpansion<T>) {  // dd/qd: products and bias summed exactly, rounded once
+    detail::exact_products<T>(
+        xv.outer * xv.inner, out_features, xv.extent,
+        [&](std::int64_t row, std::int64_t i) -> const T& {
+          return x[xv.flat(row / xv.inner, i, row % xv.inner)];
+        },
+        [&](std::int64_t k, std::int64_t i) -> const T& { return weight[k * w.out + i * w.in]; },
+        [&](std::int64_t row, std::int64_t k, detail::DotSum<T>& sum) {
+          if (bias) sum.add_value((*bias)[k]);
+          y[yv.flat(row / xv.inner, k, row % xv.inner)] = sum.value();
+        });
+    return;
+  }
   // Rows (o, j) concurrently (parallel.hpp): each writes only its own output row.
   parallel_for(xv.outer * xv.inner, [&](std::int64_t row) {
     const std::int64_t o = row / xv.inner;
@@ -65,18 +78,30 @@ void linear_backward(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T>& w
   const std::int64_t rows = xv.outer * xv.inner;
   // dx: the transposed contraction, over output features; rows concurrently, each writing its
   // own row of dx.
-  parallel_for(rows, [&](std::int64_t row) {
-    const std::int64_t o = row / xv.inner;
-    const std::int64_t j = row % xv.inner;
-    detail::DotSum<T> sum;
-    for (std::int64_t i = 0; i < xv.extent; ++i) {
-      sum.clear();
-      for (std::int64_t k = 0; k < yv.extent; ++k) {
-        sum.add(dy[yv.flat(o, k, j)], weight[k * w.out + i * w.in]);
+  if constexpr (kIsExpansion<T>) {  // dd/qd: exact dots rounded once
+    detail::exact_products<T>(
+        rows, xv.extent, yv.extent,
+        [&](std::int64_t row, std::int64_t k) -> const T& {
+          return dy[yv.flat(row / xv.inner, k, row % xv.inner)];
+        },
+        [&](std::int64_t i, std::int64_t k) -> const T& { return weight[k * w.out + i * w.in]; },
+        [&](std::int64_t row, std::int64_t i, detail::DotSum<T>& sum) {
+          dx[xv.flat(row / xv.inner, i, row % xv.inner)] = sum.value();
+        });
+  } else {
+    parallel_for(rows, [&](std::int64_t row) {
+      const std::int64_t o = row / xv.inner;
+      const std::int64_t j = row % xv.inner;
+      detail::DotSum<T> sum;
+      for (std::int64_t i = 0; i < xv.extent; ++i) {
+        sum.clear();
+        for (std::int64_t k = 0; k < yv.extent; ++k) {
+          sum.add(dy[yv.flat(o, k, j)], weight[k * w.out + i * w.in]);
+        }
+        dx[xv.flat(o, i, j)] = sum.value();
       }
-      dx[xv.flat(o, i, j)] = sum.value();
-    }
-  });
+    });
+  }
   if (!dweight && !dbias) return;
   // dW and db: every row's outer product, accumulated row by row in ascending row order. Output
   // features run concurrently: feature k owns db[k] and row k of dW, and adds the rows' terms

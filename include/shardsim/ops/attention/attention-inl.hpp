@@ -57,8 +57,8 @@ template <typename T>
 void row_scores(const Tensor<T>& q, const HeadStrides& q_layout, const Tensor<T>& k,
                 const HeadStrides& k_layout, std::int64_t b, std::int64_t h, std::int64_t i,
                 std::int64_t q_position, const std::vector<std::int64_t>& k_pos,
-                const AttentionParams& params, const T& scale, std::vector<std::int64_t>& keys,
-                std::vector<T>& scores) {
+                const AttentionParams& params, const T& scale, const DotOperands<T>& key_rows,
+                std::vector<std::int64_t>& keys, std::vector<T>& scores) {
   keys.clear();
   for (std::int64_t j = 0; j < k_layout.positions; ++j) {
     if (attention_allowed(params, q_position, k_pos[static_cast<std::size_t>(j)]))
@@ -69,10 +69,11 @@ void row_scores(const Tensor<T>& q, const HeadStrides& q_layout, const Tensor<T>
   const std::int64_t q_step = q_layout.dim_stride, k_step = k_layout.dim_stride;
   if constexpr (kIsExpansion<T>) {  // dd/qd: each q . k an exact dot rounded once (dot_sum.hpp)
     DotSum<T> dot;
+    DotOperand<T> query_row;  // key_rows[j] is k_j
+    query_row.assign(q_layout.dim, [&](std::int64_t d) -> const T& { return query[d * q_step]; });
     for (std::size_t n = 0; n < keys.size(); ++n) {
-      const T* key = k.data() + k_layout.at(b, keys[n], h, 0);
       dot.clear();
-      for (std::int64_t d = 0; d < q_layout.dim; ++d) dot.add(query[d * q_step], key[d * k_step]);
+      dot.add(query_row, key_rows[keys[n]]);
       mul_into(scores[n], dot.value(), scale);
     }
     return;
@@ -171,10 +172,17 @@ void attention_forward(const Tensor<T>& q, const std::vector<std::int64_t>& q_po
     std::vector<std::int64_t> keys;  // the allowed keys of the current row
     std::vector<T> weights;          // per allowed key: s_n, then e_n = exp(s_n - m)
     std::vector<T> weighted_sum;     // (head_dim): sum_n e_n v_n
-    T product = T(0);
+    // dd/qd: the pair's k_j and, per d, its v_jd over j, unpacked once (dot_sum.hpp).
+    detail::DotOperands<T> key_rows, value_cols;
+    key_rows.assign(
+        k_layout.positions, k_layout.dim,
+        [&](std::int64_t j, std::int64_t d) -> const T& { return k[k_layout.at(b, j, h, d)]; });
+    value_cols.assign(
+        k_layout.dim, k_layout.positions,
+        [&](std::int64_t d, std::int64_t j) -> const T& { return v[k_layout.at(b, j, h, d)]; });
     for (std::int64_t i = 0; i < q_layout.positions; ++i) {
       detail::row_scores(q, q_layout, k, k_layout, b, h, i, q_pos[static_cast<std::size_t>(i)],
-                         k_pos, params, scale, keys, weights);
+                         k_pos, params, scale, key_rows, keys, weights);
       const std::int64_t row = row_layout.at(b, i, h);
       if (keys.empty()) {
         saved.max[row] = negative_infinity<T>();
@@ -192,29 +200,8 @@ void attention_forward(const Tensor<T>& q, const std::vector<std::int64_t>& q_po
         weight = exp(weight);
         add_into(row_sum, row_sum, weight);
       }
-      // out_d = (sum_n e_n v_nd) / l. f32/f64/mp: every d one accumulator over the keys
-      // ascending, all d together so v is read along its rows; dd/qd: an exact dot per d.
-      weighted_sum.resize(static_cast<std::size_t>(q_layout.dim), T(0));
-      if constexpr (kIsExpansion<T>) {  // dd/qd: each d an exact dot rounded once
-        detail::DotSum<T> dot;
-        for (std::int64_t d = 0; d < q_layout.dim; ++d) {
-          dot.clear();
-          for (std::size_t n = 0; n < keys.size(); ++n) {
-            dot.add(weights[n], v[k_layout.at(b, keys[n], h, d)]);
-          }
-          weighted_sum[static_cast<std::size_t>(d)] = dot.value();
-        }
-      } else {
-        for (T& sum_d : weighted_sum) sum_d = 0;
-        for (std::size_t n = 0; n < keys.size(); ++n) {
-          const T weight = weights[n];  // a copy: stores into weighted_sum cannot alias it
-          const T* value = v.data() + k_layout.at(b, keys[n], h, 0);
-          for (std::int64_t d = 0; d < q_layout.dim; ++d) {
-            mul_into(product, weight, value[d * k_layout.dim_stride]);
-            add_into(weighted_sum[d], weighted_sum[d], product);
-          }
-        }
-      }
+      // out_d = (sum_n e_n v_nd) / l.
+      detail::row_weighted_sum(v, k_layout, b, h, keys, weights, value_cols, weighted_sum);
       for (std::int64_t d = 0; d < q_layout.dim; ++d) {
         out[q_layout.at(b, i, h, d)] = weighted_sum[d] / row_sum;
       }
@@ -246,15 +233,16 @@ void attention_backward(const Tensor<T>& dout, const Tensor<T>& q,
     std::vector<T> probs;            // per allowed key: s_n, then p_n
     std::vector<T> dscores;          // per allowed key: dp_n, then ds_n
     detail::DotSum<T> total;         // D (dd/qd: exact, rounded once)
+    const detail::HeadOperands<T> kv(k, v, k_layout, b, h);
     for (std::int64_t i = 0; i < q_layout.positions; ++i) {
       const std::int64_t row = row_layout.at(b, i, h);
       const T row_sum = saved.sum[row];  // l
       if (!(row_sum > T(0))) continue;   // no allowed key: no gradient
       const T row_max = saved.max[row];  // m
       detail::row_scores(q, q_layout, k, k_layout, b, h, i, q_pos[static_cast<std::size_t>(i)],
-                         k_pos, params, scale, keys, probs);
+                         k_pos, params, scale, kv.key_rows, keys, probs);
       for (T& prob : probs) prob = exp(prob - row_max) / row_sum;
-      detail::row_value_gradients(dout, q_layout, v, k_layout, b, h, i, keys, dscores);
+      detail::row_value_gradients(dout, q_layout, v, k_layout, b, h, i, kv, keys, dscores);
       total.clear();  // D = sum_n p_n dp_n
       for (std::size_t n = 0; n < keys.size(); ++n) total.add(probs[n], dscores[n]);
       const T& row_total = total.value();  // a reference at mp (no copy), a value at dd/qd
@@ -262,8 +250,8 @@ void attention_backward(const Tensor<T>& dout, const Tensor<T>& q,
         sub_into(dscores[n], dscores[n], row_total);
         mul_into(dscores[n], probs[n], dscores[n]);
       }
-      detail::row_gradients(dout, q, q_layout, k, k_layout, b, h, i, keys, probs, dscores, scale,
-                            false, dq, dk, dv);
+      detail::row_gradients(dout, q, q_layout, k, k_layout, b, h, i, kv, keys, probs, dscores,
+                            scale, false, dq, dk, dv);
     }
   });
 }
@@ -290,11 +278,12 @@ void attention_block_backward(const Tensor<T>& dout, const Tensor<T>& q,
     std::vector<T> probs;            // per allowed key: s_n, then p_n = exp(s_n - lse_i)
     std::vector<T> dscores;          // per allowed key: dp_n, then ds_n
     detail::DotSum<T> total;         // D_i (dd/qd: exact, rounded once)
+    const detail::HeadOperands<T> kv(k, v, k_layout, b, h);
     for (std::int64_t i = 0; i < q_layout.positions; ++i) {
       const T row_lse = lse[row_layout.at(b, i, h)];
       if (isinf(row_lse)) continue;  // -inf: no allowed key in any block
       detail::row_scores(q, q_layout, k, k_layout, b, h, i, q_pos[static_cast<std::size_t>(i)],
-                         k_pos, params, scale, keys, probs);
+                         k_pos, params, scale, kv.key_rows, keys, probs);
       if (keys.empty()) continue;
       // D_i = dout_i . out_i. At dd/qd an exact dot, as dp_n = dout_i . v_n is: a row with one
       // key has out_i = v_n in value, so D_i = dp_n and ds_n = 0 exactly, as at mp.
@@ -303,14 +292,14 @@ void attention_block_backward(const Tensor<T>& dout, const Tensor<T>& q,
         total.add(dout[q_layout.at(b, i, h, d)], out[q_layout.at(b, i, h, d)]);
       }
       const T& row_total = total.value();  // a reference at mp (no copy), a value at dd/qd
-      detail::row_value_gradients(dout, q_layout, v, k_layout, b, h, i, keys, dscores);
+      detail::row_value_gradients(dout, q_layout, v, k_layout, b, h, i, kv, keys, dscores);
       for (std::size_t n = 0; n < keys.size(); ++n) {
         probs[n] = exp(probs[n] - row_lse);
         sub_into(dscores[n], dscores[n], row_total);
         mul_into(dscores[n], probs[n], dscores[n]);
       }
-      detail::row_gradients(dout, q, q_layout, k, k_layout, b, h, i, keys, probs, dscores, scale,
-                            true, dq, dk, dv);
+      detail::row_gradients(dout, q, q_layout, k, k_layout, b, h, i, kv, keys, probs, dscores,
+                            scale, true, dq, dk, dv);
     }
   });
 }

@@ -86,24 +86,19 @@ void project_heads(const Tensor<T>& x, const Tensor<T>& w, Tensor<T>& y) {
   const detail::HiddenStrides x_layout(x_shape);
   const std::int64_t outputs = y_layout.heads * y_layout.dim;  // per row: (h, d) flattened
   if constexpr (kIsExpansion<T>) {
-    // dd/qd: exact dot products (DotSum), one at a time so that its accumulator stays in cache:
-    // each output's weights gathered contiguous (h, d, c), and within a chunk of rows every output
-    // in turn over the chunk's rows. The order of the products changes no exact sum.
-    const std::vector<T> w_cols =
-        detail::gather_rows(w, y_layout.heads, stride_of(w_shape, "head"), y_layout.dim,
-                            stride_of(w_shape, "head_dim"), hidden, stride_of(w_shape, "hidden"));
-    detail::for_each_chunk(batch * seq, [&](std::int64_t first, std::int64_t last) {
-      detail::DotSum<T> sum;
-      for (std::int64_t j = 0; j < outputs; ++j) {
-        const T* w_col = w_cols.data() + j * hidden;
-        for (std::int64_t row = first; row < last; ++row) {
-          const std::int64_t b = row / seq, s = row % seq;
-          sum.clear();
-          for (std::int64_t c = 0; c < hidden; ++c) sum.add(x[x_layout.at(b, s, c)], w_col[c]);
-          y[y_layout.at(b, s, j / y_layout.dim, j % y_layout.dim)] = sum.value();
-        }
-      }
-    });
+    // dd/qd: exact dot products rounded once (exact_products, dot_sum.hpp).
+    const detail::WeightStrides w_layout(w_shape);
+    detail::exact_products<T>(
+        batch * seq, outputs, hidden,
+        [&](std::int64_t row, std::int64_t c) -> const T& {
+          return x[x_layout.at(row / seq, row % seq, c)];
+        },
+        [&](std::int64_t j, std::int64_t c) -> const T& {  // output j = (h, d)
+          return w[w_layout.at(c, j / y_layout.dim, j % y_layout.dim)];
+        },
+        [&](std::int64_t row, std::int64_t j, detail::DotSum<T>& sum) {
+          y[y_layout.at(row / seq, row % seq, j / y_layout.dim, j % y_layout.dim)] = sum.value();
+        });
     return;
   }
   // One row (b, s) at a time, all its outputs together: output (h, d) is still one accumulator
@@ -148,6 +143,31 @@ void project_heads_backward(const Tensor<T>& dy, const Tensor<T>& x, const Tenso
   dx = Tensor<T>(x_shape);
   // dx by rows (b, s), then dw by input features c, each in chunks, concurrently.
   const std::int64_t positions = y_layout.positions;
+  if constexpr (kIsExpansion<T>) {  // dd/qd: exact dots rounded once (dot_sum.hpp)
+    const std::int64_t dim = y_layout.dim;
+    const auto dy_at = [&](std::int64_t row, std::int64_t hd) -> const T& {
+      return dy[y_layout.at(row / positions, row % positions, hd / dim, hd % dim)];
+    };
+    detail::exact_products<T>(
+        y_layout.batch * positions, hidden, y_layout.heads * dim, dy_at,
+        [&](std::int64_t c, std::int64_t hd) -> const T& {
+          return w[w_layout.at(c, hd / dim, hd % dim)];
+        },
+        [&](std::int64_t row, std::int64_t c, detail::DotSum<T>& sum) {
+          dx[x_layout.at(row / positions, row % positions, c)] = sum.value();
+        });
+    detail::exact_products<T>(
+        hidden, y_layout.heads * dim, y_layout.batch * positions,
+        [&](std::int64_t c, std::int64_t row) -> const T& {
+          return x[x_layout.at(row / positions, row % positions, c)];
+        },
+        [&](std::int64_t hd, std::int64_t row) -> const T& { return dy_at(row, hd); },
+        [&](std::int64_t c, std::int64_t hd, detail::DotSum<T>& sum) {
+          T& dw_chd = dw[w_layout.at(c, hd / dim, hd % dim)];
+          add_into(dw_chd, dw_chd, sum.value());
+        });
+    return;
+  }
   detail::for_each_chunk(y_layout.batch * positions, [&](std::int64_t first, std::int64_t last) {
     detail::DotSum<T> sum;  // in place (scalar.hpp): no Mp temporary per element
     for (std::int64_t row = first; row < last; ++row) {
@@ -191,28 +211,19 @@ void project_out(const Tensor<T>& attn, const Tensor<T>& wo, Tensor<T>& y) {
       Shape({{"batch", attn_layout.batch}, {"seq", attn_layout.positions}, {"hidden", hidden}}));
   const detail::HiddenStrides y_layout(y.shape());
   const std::int64_t positions = attn_layout.positions;
-  if constexpr (kIsExpansion<T>) {  // dd/qd: as in project_heads, one exact dot at a time
-    const std::vector<T> w_cols =   // (hidden, head * head_dim)
-        detail::gather_rows(wo, hidden, stride_of(w_shape, "hidden"), attn_layout.heads,
-                            stride_of(w_shape, "head"), attn_layout.dim,
-                            stride_of(w_shape, "head_dim"));
-    const std::int64_t inputs = attn_layout.heads * attn_layout.dim;
-    detail::for_each_chunk(
-        attn_layout.batch * positions, [&](std::int64_t first, std::int64_t last) {
-          detail::DotSum<T> sum;
-          for (std::int64_t c = 0; c < hidden; ++c) {
-            const T* w_col = w_cols.data() + c * inputs;
-            for (std::int64_t row = first; row < last; ++row) {
-              const std::int64_t b = row / positions, s = row % positions;
-              sum.clear();
-              for (std::int64_t h = 0; h < attn_layout.heads; ++h) {
-                for (std::int64_t d = 0; d < attn_layout.dim; ++d) {
-                  sum.add(attn[attn_layout.at(b, s, h, d)], w_col[h * attn_layout.dim + d]);
-                }
-              }
-              y[y_layout.at(b, s, c)] = sum.value();
-            }
-          }
+  if constexpr (kIsExpansion<T>) {  // dd/qd: exact dots rounded once, as in project_heads
+    const detail::WeightStrides w_layout(w_shape);
+    const std::int64_t dim = attn_layout.dim;
+    detail::exact_products<T>(
+        attn_layout.batch * positions, hidden, attn_layout.heads * dim,
+        [&](std::int64_t row, std::int64_t hd) -> const T& {
+          return attn[attn_layout.at(row / positions, row % positions, hd / dim, hd % dim)];
+        },
+        [&](std::int64_t c, std::int64_t hd) -> const T& {
+          return wo[w_layout.at(c, hd / dim, hd % dim)];
+        },
+        [&](std::int64_t row, std::int64_t c, detail::DotSum<T>& sum) {
+          y[y_layout.at(row / positions, row % positions, c)] = sum.value();
         });
     return;
   }
@@ -253,6 +264,31 @@ void project_out_backward(const Tensor<T>& dy, const Tensor<T>& attn, const Tens
   dattn = Tensor<T>(attn.shape());
   // dattn by rows (b, s), then dwo by (h, d), each in chunks, concurrently.
   const std::int64_t positions = attn_layout.positions;
+  if constexpr (kIsExpansion<T>) {  // dd/qd: exact dots rounded once (dot_sum.hpp)
+    const std::int64_t dim = attn_layout.dim;
+    const auto dy_at = [&](std::int64_t row, std::int64_t c) -> const T& {
+      return dy[y_layout.at(row / positions, row % positions, c)];
+    };
+    detail::exact_products<T>(
+        attn_layout.batch * positions, attn_layout.heads * dim, hidden, dy_at,
+        [&](std::int64_t hd, std::int64_t c) -> const T& {
+          return wo[w_layout.at(c, hd / dim, hd % dim)];
+        },
+        [&](std::int64_t row, std::int64_t hd, detail::DotSum<T>& sum) {
+          dattn[attn_layout.at(row / positions, row % positions, hd / dim, hd % dim)] = sum.value();
+        });
+    detail::exact_products<T>(
+        attn_layout.heads * dim, hidden, attn_layout.batch * positions,
+        [&](std::int64_t hd, std::int64_t row) -> const T& {
+          return attn[attn_layout.at(row / positions, row % positions, hd / dim, hd % dim)];
+        },
+        [&](std::int64_t c, std::int64_t row) -> const T& { return dy_at(row, c); },
+        [&](std::int64_t hd, std::int64_t c, detail::DotSum<T>& sum) {
+          T& dwo_chd = dwo[w_layout.at(c, hd / dim, hd % dim)];
+          add_into(dwo_chd, dwo_chd, sum.value());
+        });
+    return;
+  }
   detail::for_each_chunk(attn_layout.batch * positions, [&](std::int64_t first, std::int64_t last) {
     detail::DotSum<T> sum;  // in place (scalar.hpp): no Mp temporary per element
     for (std::int64_t row = first; row < last; ++row) {
