@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "shardsim/parallel.hpp"
 #include "shardsim/placement.hpp"
 #include "shardsim/tensor.hpp"
 
@@ -42,14 +43,15 @@ template <typename T>
 DistTensor<T> make_dist(std::string name, const Shape& global, const Layout& layout,
                         std::shared_ptr<const Mesh> mesh) {
   DistTensor<T> out{std::move(name), global, layout, std::move(mesh), {}};
-  out.locals.reserve(static_cast<std::size_t>(out.mesh->size()));
-  for (int r = 0; r < out.mesh->size(); ++r) {
-    if (!out.mesh->holds(r)) {
-      out.locals.emplace_back();
-      continue;
+  out.locals.resize(static_cast<std::size_t>(out.mesh->size()));
+  // The ranks' tensors are made concurrently (parallel.hpp): each index writes only its own.
+  parallel_for(out.mesh->size(), [&](std::int64_t r) {
+    const int rank = static_cast<int>(r);
+    if (out.mesh->holds(rank)) {
+      out.locals[static_cast<std::size_t>(r)] =
+          Tensor<T>(local_shape(global, layout, *out.mesh, rank));
     }
-    out.locals.emplace_back(local_shape(global, layout, *out.mesh, r));
-  }
+  });
   return out;
 }
 
@@ -132,13 +134,14 @@ DistTensor<T> distribute(std::string name, const Tensor<T>& global, const Layout
   DistTensor<T> out = make_dist<T>(std::move(name), global.shape(), layout, std::move(mesh));
   std::vector<Slice> whole;
   for (const Axis& axis : global.shape().axes()) whole.push_back({0, axis.extent, axis.extent});
-  for (int r = 0; r < out.ranks(); ++r) {
+  parallel_for(out.ranks(), [&](std::int64_t index) {  // each rank writes only its own tensor
+    const int r = static_cast<int>(index);
     bool holds_value = out.held(r);
     for (int d = 0; d < layout.ndim(); ++d) {
       if (layout.on(d).is_partial() && out.mesh->coord(r, d) != 0) holds_value = false;
     }
     if (holds_value) copy_overlap(global, whole, out.local(r), local_box(out, r));
-  }
+  });
   return out;
 }
 
