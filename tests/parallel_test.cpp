@@ -1,10 +1,11 @@
-// Tests for parallel.hpp: every index runs exactly once whatever the thread count, nesting runs
-// serially instead of deadlocking, the smallest failing index's exception is the one rethrown,
-// worker threads compute mp values at the caller's precision, and bad thread counts are refused.
-// (That whole runs do not depend on the thread count is the digests ctest, run under
-// SHARDSIM_THREADS = 1, 2, 3 and 8: tests/CMakeLists.txt.)
+// Tests for parallel.hpp: every index runs exactly once whatever the thread count, nested loops
+// (shared with idle threads) cover everything without deadlocking, the smallest failing index's
+// exception is the one rethrown, worker threads compute mp values at the caller's precision, and
+// bad thread counts are refused. (That whole runs do not depend on the thread count is the digests
+// ctest, run under SHARDSIM_THREADS = 1, 2, 3 and 8: tests/CMakeLists.txt.)
 #include "shardsim/parallel.hpp"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <stdexcept>
@@ -48,19 +49,68 @@ TEST_CASE("parallel: parallel_for runs every index exactly once for any thread c
   }
 }
 
-TEST_CASE("parallel: a parallel_for inside a parallel_for runs serially and covers everything",
+TEST_CASE("parallel: a parallel_for inside a parallel_for covers everything exactly once",
           "[parallel]") {
   const ThreadCountGuard guard;
-  set_thread_count(4);
-  constexpr std::int64_t kOuter = 6, kInner = 50;
-  std::vector<std::int64_t> sums(kOuter, 0);
-  parallel_for(kOuter, [&](std::int64_t o) {
-    std::vector<std::int64_t> inner(kInner, 0);
-    parallel_for(kInner, [&](std::int64_t i) { inner[static_cast<std::size_t>(i)] = i + 1; });
-    for (std::int64_t v : inner) sums[static_cast<std::size_t>(o)] += v;
-  });
-  // 1 + 2 + ... + 50 = 50 * 51 / 2 = 1275 for every outer index.
-  for (std::int64_t s : sums) CHECK(s == 1275);
+  for (int threads : {2, 3, 4}) {
+    set_thread_count(threads);
+    constexpr std::int64_t kOuter = 6, kInner = 50;
+    std::vector<std::int64_t> sums(kOuter, 0);
+    parallel_for(kOuter, [&](std::int64_t o) {
+      std::vector<std::int64_t> inner(kInner, 0);
+      parallel_for(kInner, [&](std::int64_t i) { inner[static_cast<std::size_t>(i)] += i + 1; });
+      for (std::int64_t v : inner) sums[static_cast<std::size_t>(o)] += v;
+    });
+    // 1 + 2 + ... + 50 = 50 * 51 / 2 = 1275 for every outer index (an index run twice or
+    // skipped changes it).
+    for (std::int64_t s : sums) CHECK(s == 1275);
+  }
+}
+
+TEST_CASE("parallel: a slow outer index shares its nested loops with the idle threads",
+          "[parallel]") {
+  // Outer index 0 is trivial and 1 runs 40 nested loops (three levels deep), so once index 0 is
+  // done its thread is idle and may join them: every inner index must still run exactly once,
+  // at the caller's mp precision, and an inner failure must reach the outer caller as the
+  // smallest failing index's.
+  const ThreadCountGuard guard;
+  const unsigned saved_bits = shardsim::mp_significand_bits();
+  shardsim::set_mp_precision(300);
+  const long want = static_cast<long>(mpfr_get_prec(shardsim::Mp(1).backend().data()));
+  for (int threads : {2, 3, 8}) {
+    set_thread_count(threads);
+    constexpr std::int64_t kLoops = 40, kInner = 64, kDeep = 3;
+    std::vector<int> visits(kLoops * kInner * kDeep, 0);
+    std::vector<long> precision(kLoops * kInner, 0);
+    parallel_for(2, [&](std::int64_t o) {
+      if (o == 0) return;
+      for (std::int64_t loop = 0; loop < kLoops; ++loop) {
+        parallel_for(kInner, [&](std::int64_t i) {
+          const std::int64_t at = loop * kInner + i;
+          precision[static_cast<std::size_t>(at)] =
+              static_cast<long>(mpfr_get_prec(shardsim::Mp(3).backend().data()));
+          parallel_for(kDeep,
+                       [&](std::int64_t d) { ++visits[static_cast<std::size_t>(at * kDeep + d)]; });
+        });
+      }
+    });
+    INFO("threads " << threads);
+    CHECK(std::count(visits.begin(), visits.end(), 1) == static_cast<long>(visits.size()));
+    CHECK(std::count(precision.begin(), precision.end(), want) ==
+          static_cast<long>(precision.size()));
+    try {
+      parallel_for(2, [&](std::int64_t o) {
+        if (o == 0) return;
+        parallel_for(500, [&](std::int64_t i) {
+          if (i == 7 || i == 450) throw std::runtime_error("inner " + std::to_string(i));
+        });
+      });
+      FAIL("no exception");
+    } catch (const std::runtime_error& e) {
+      CHECK(std::string(e.what()) == "inner 7");
+    }
+  }
+  shardsim::set_mp_precision(saved_bits);
 }
 
 TEST_CASE("parallel: parallel_for rethrows the exception of the smallest failing index",

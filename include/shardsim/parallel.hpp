@@ -9,8 +9,10 @@
 //   - an index's work is the same whichever thread runs it: a thread's mp precision and narrow
 //     format (narrow_float.hpp) are set to the caller's before it runs anything (both are kept
 //     per thread).
-// A parallel_for called from inside another one runs serially on its thread, so nesting is safe
-// and never oversubscribes. When bodies throw, every index still runs or is skipped after the
+// A parallel_for called from inside another one (a rank's kernel inside the loop over ranks) is
+// shared with the threads that are idle at that moment (their part of the outer loop done), and
+// runs serially on its thread when none is: nesting never oversubscribes, and a slow rank's rows
+// or heads still use every core. When bodies throw, every index still runs or is skipped after the
 // first failure, and the exception of the smallest failing index is rethrown to the caller.
 #pragma once
 

@@ -49,11 +49,6 @@ class LongAccumulator {
   // below 2^32 per addition and holds 2^63).
   static constexpr std::uint32_t kAddsBeforeCarry = std::uint32_t(1) << 30;
 
-  LongAccumulator() {
-    std::fill(std::begin(pos_), std::end(pos_), 0);
-    std::fill(std::begin(neg_), std::end(neg_), 0);
-  }
-
   // Splits x; false when x is zero (nothing to add). x must be finite.
   [[gnu::always_inline]] static bool unpack(double x, Term& t) {
     const std::uint64_t u = std::bit_cast<std::uint64_t>(x);
@@ -70,6 +65,8 @@ class LongAccumulator {
     if (lo_ <= hi_) {
       std::fill(pos_ + lo_, pos_ + hi_ + 1, 0);
       std::fill(neg_ + lo_, neg_ + hi_ + 1, 0);
+      std::fill(pos1_ + lo_, pos1_ + hi_ + 1, 0);
+      std::fill(neg1_ + lo_, neg1_ + hi_ + 1, 0);
     }
     lo_ = kDigits;
     hi_ = -1;
@@ -96,7 +93,9 @@ class LongAccumulator {
 
   // S += sum_i a_i b_i over i < n, exactly, for terms whose exponent sums e_a + e_b lie in
   // [e_lo, e_hi], e_hi at most kMaxExponentSum (zero significands add nothing). The lead terms'
-  // IEEE sum too when kLead: lead += la_i lb_i in i's order.
+  // IEEE sum too when kLead: lead += la_i lb_i in i's order. Odd i add into a second set of
+  // digits (pos1_, neg1_), so that consecutive products at the same digits do not wait for each
+  // other's stores; propagate() adds the two sets, and integer sums do not depend on the split.
   template <bool kLead>
   void add_products(const Term* a, const Term* b, std::int64_t n, int e_lo, int e_hi,
                     const double* la = nullptr, const double* lb = nullptr,
@@ -108,12 +107,16 @@ class LongAccumulator {
       const std::int64_t last = std::min<std::int64_t>(n, first + kAddsBeforeCarry / 2);
       if (adds_ + (last - first) >= kAddsBeforeCarry) propagate();
       adds_ += static_cast<std::uint32_t>(last - first);
-      for (std::int64_t i = first; i < last; ++i) {
+      std::int64_t i = first;
+      for (; i + 1 < last; i += 2) {
         if constexpr (kLead) l += la[i] * lb[i];
-        __extension__ const unsigned __int128 product =
-            static_cast<unsigned __int128>(a[i].m) * b[i].m;
-        add_digits(static_cast<std::uint64_t>(product), static_cast<std::uint64_t>(product >> 64),
-                   a[i].e + b[i].e + 76, a[i].negative != b[i].negative);
+        if constexpr (kLead) l += la[i + 1] * lb[i + 1];
+        add_product_digits(a[i], b[i], pos_, neg_);
+        add_product_digits(a[i + 1], b[i + 1], pos1_, neg1_);
+      }
+      if (i < last) {
+        if constexpr (kLead) l += la[i] * lb[i];
+        add_product_digits(a[i], b[i], pos_, neg_);
       }
     }
     if constexpr (kLead) *lead = l;
@@ -131,22 +134,31 @@ class LongAccumulator {
   // Adds the integer (high 2^64 + low) 2^position (high below 2^42) to S with the given sign.
   [[gnu::always_inline]] void add_bits(std::uint64_t low, std::uint64_t high, int position,
                                        bool negative) {
-    add_digits(low, high, position, negative);
+    add_digits(low, high, position, negative, pos_, neg_);
     const int k = position >> 5;
     lo_ = std::min(lo_, k);
     hi_ = std::max(hi_, k + 4);
     if (++adds_ >= kAddsBeforeCarry) propagate();
   }
-  // add_bits without the bookkeeping: the digits in use and the count of additions.
-  [[gnu::always_inline]] void add_digits(std::uint64_t low, std::uint64_t high, int position,
-                                         bool negative) {
+  // The exact product a b into the digit set (pos, neg), without the bookkeeping.
+  [[gnu::always_inline]] static void add_product_digits(const Term& a, const Term& b,
+                                                        std::int64_t* pos, std::int64_t* neg) {
+    __extension__ const unsigned __int128 product = static_cast<unsigned __int128>(a.m) * b.m;
+    add_digits(static_cast<std::uint64_t>(product), static_cast<std::uint64_t>(product >> 64),
+               a.e + b.e + 76, a.negative != b.negative, pos, neg);
+  }
+  // add_bits without the bookkeeping (the digits in use and the count of additions), into the
+  // digit set (pos, neg).
+  [[gnu::always_inline]] static void add_digits(std::uint64_t low, std::uint64_t high, int position,
+                                                bool negative, std::int64_t* pos,
+                                                std::int64_t* neg) {
     const int k = position >> 5, shift = position & 31;
     // The value shifted by `shift` (< 32) as three 64-bit words; (v >> 1) >> (63 - shift) is
     // v >> (64 - shift) without a shift by 64 when shift is 0.
     const std::uint64_t w0 = low << shift;
     const std::uint64_t w1 = (high << shift) | ((low >> 1) >> (63 - shift));
     const std::uint64_t w2 = (high >> 1) >> (63 - shift);
-    std::int64_t* d = (negative ? neg_ : pos_) + k;  // no negation: two unsigned sums
+    std::int64_t* d = (negative ? neg : pos) + k;  // no negation: two unsigned sums
     d[0] += static_cast<std::int64_t>(w0 & 0xffffffffu);
     d[1] += static_cast<std::int64_t>(w0 >> 32);
     d[2] += static_cast<std::int64_t>(w1 & 0xffffffffu);
@@ -154,9 +166,9 @@ class LongAccumulator {
     d[4] += static_cast<std::int64_t>(w2);
   }
 
-  // Folds neg_ into pos_ and propagates carries so every digit below the top one lies in [0,
-  // 2^32) and the top one in (-2^32, 2^32); S keeps its value and the sign of the top digit is
-  // the sign of S.
+  // Folds neg_, pos1_ and neg1_ into pos_ and propagates carries so every digit below the top one
+  // lies in [0, 2^32) and the top one in (-2^32, 2^32); S keeps its value and the sign of the top
+  // digit is the sign of S.
   void propagate();
   // Propagates, drops zero digits at both ends and negates S when it is negative, so all digits
   // lie in [0, 2^32). Returns the sign S had (+1, -1, or 0 when S = 0).
@@ -166,8 +178,10 @@ class LongAccumulator {
   // Bits [q, q + 64) of S (normalized digits; bits outside the digits in use are 0).
   std::uint64_t bits_from(int q) const;
 
-  std::int64_t pos_[kDigits];
-  std::int64_t neg_[kDigits];
+  std::int64_t pos_[kDigits] = {};
+  std::int64_t neg_[kDigits] = {};
+  std::int64_t pos1_[kDigits] = {};  // add_products' second digit set
+  std::int64_t neg1_[kDigits] = {};
   int lo_ = kDigits, hi_ = -1;  // the digits that may be nonzero
   std::uint32_t adds_ = 0;
   bool overflow_ = false;

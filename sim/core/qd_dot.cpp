@@ -19,8 +19,11 @@ void LongAccumulator::propagate() {
   adds_ = 0;
   if (lo_ > hi_) return;
   for (int k = lo_; k <= hi_; ++k) {
-    pos_[k] -= neg_[k];
+    // Each set took at most adds_ < 2^30 additions below 2^32 per digit: no overflow.
+    pos_[k] += pos1_[k] - neg_[k] - neg1_[k];
     neg_[k] = 0;
+    pos1_[k] = 0;
+    neg1_[k] = 0;
   }
   // Arithmetic shifts (C++20): carry = floor(v / 2^32), and v - carry 2^32 = v & mask.
   std::int64_t carry = 0;
