@@ -144,11 +144,12 @@ int attention_scores_part(const Options& o, mpfr_prec_t prec) {
   // row buffers, so a repeated call allocates only each row's scratch).
   std::vector<std::vector<Mp>> rows(static_cast<std::size_t>(seq));
   std::vector<std::int64_t> keys;
+  const shardsim::detail::DotOperands<Mp> key_rows;  // dd/qd only: empty at mp
   auto kernel = [&] {
     for (std::int64_t i = 0; i < seq; ++i) {
       shardsim::detail::row_scores(q, q_layout, k, k_layout, 0, 0, i,
                                    positions[static_cast<std::size_t>(i)], positions, params, scale,
-                                   keys, rows[static_cast<std::size_t>(i)]);
+                                   key_rows, keys, rows[static_cast<std::size_t>(i)]);
     }
   };
   std::vector<mpfr_t> rs(static_cast<std::size_t>(seq * (seq + 1) / 2));
@@ -168,7 +169,7 @@ int attention_scores_part(const Options& o, mpfr_prec_t prec) {
   std::vector<Mp>& last = rows.back();  // already sized by the calls above
   const std::int64_t allocations = count_allocations([&] {
     shardsim::detail::row_scores(q, q_layout, k, k_layout, 0, 0, seq - 1, seq - 1, positions,
-                                 params, scale, keys, last);
+                                 params, scale, key_rows, keys, last);
   });
   std::printf("  attention scores: heap allocations for one row of %lld scores: %lld\n",
               (long long)seq, (long long)allocations);
