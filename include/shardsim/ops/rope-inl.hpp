@@ -1,9 +1,12 @@
 // Template bodies of ops/rope.hpp.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "shardsim/ops/rope.hpp"
+#include "shardsim/parallel.hpp"
 #include "shardsim/shape.hpp"
 
 namespace shardsim {
@@ -31,11 +34,17 @@ void for_each_rope_pair(const Shape& shape, const std::vector<std::int64_t>& pos
     inv_freq.push_back(pow(T(params.theta), T(-2 * i) / T(dim.extent)));
   }
   // pos.inner = (the axes inside pos) = (head, head_dim) in some order: one vector per value of
-  // the axes other than head_dim, at stride dim.inner.
-  std::vector<T> cosines;  // (planes), for the current position
-  std::vector<T> sines;    // (planes)
-  for (std::int64_t outer = 0; outer < pos.outer; ++outer) {
-    for (std::int64_t p = 0; p < pos.extent; ++p) {
+  // the axes other than head_dim, at stride dim.inner. The (outer, position) rows in chunks of
+  // kRowChunk, concurrently (parallel.hpp): a row's cosines and sines and its pairs belong to
+  // it alone, so no value depends on the thread count.
+  constexpr std::int64_t kRowChunk = 8;
+  const std::int64_t rows = pos.outer * pos.extent;
+  parallel_for((rows + kRowChunk - 1) / kRowChunk, [&](std::int64_t chunk) {
+    std::vector<T> cosines;  // (planes), for the current position
+    std::vector<T> sines;    // (planes)
+    const std::int64_t last = std::min(rows, (chunk + 1) * kRowChunk);
+    for (std::int64_t r = chunk * kRowChunk; r < last; ++r) {
+      const std::int64_t outer = r / pos.extent, p = r % pos.extent;
       const T position = T(positions[static_cast<std::size_t>(p)]);
       const std::int64_t row = pos.flat(outer, p, 0);
       cosines.clear();
@@ -55,7 +64,7 @@ void for_each_rope_pair(const Shape& shape, const std::vector<std::int64_t>& pos
         }
       }
     }
-  }
+  });
 }
 
 }  // namespace detail

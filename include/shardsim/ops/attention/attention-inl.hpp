@@ -1,6 +1,7 @@
 // Template bodies of ops/attention/attention.hpp.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 
 #include "shardsim/ops/attention/attention.hpp"
@@ -169,9 +170,6 @@ void attention_forward(const Tensor<T>& q, const std::vector<std::int64_t>& q_po
   const detail::RowStrides row_layout(rows);
   const T scale = T(1) / sqrt(T(q_layout.dim));
   detail::for_each_head(q_layout, [&](std::int64_t b, std::int64_t h) {
-    std::vector<std::int64_t> keys;  // the allowed keys of the current row
-    std::vector<T> weights;          // per allowed key: s_n, then e_n = exp(s_n - m)
-    std::vector<T> weighted_sum;     // (head_dim): sum_n e_n v_n
     // dd/qd: the pair's k_j and, per d, its v_jd over j, unpacked once (dot_sum.hpp).
     detail::DotOperands<T> key_rows, value_cols;
     key_rows.assign(
@@ -180,35 +178,46 @@ void attention_forward(const Tensor<T>& q, const std::vector<std::int64_t>& q_po
     value_cols.assign(
         k_layout.dim, k_layout.positions,
         [&](std::int64_t d, std::int64_t j) -> const T& { return v[k_layout.at(b, j, h, d)]; });
-    for (std::int64_t i = 0; i < q_layout.positions; ++i) {
-      detail::row_scores(q, q_layout, k, k_layout, b, h, i, q_pos[static_cast<std::size_t>(i)],
-                         k_pos, params, scale, key_rows, keys, weights);
-      const std::int64_t row = row_layout.at(b, i, h);
-      if (keys.empty()) {
-        saved.max[row] = negative_infinity<T>();
-        saved.sum[row] = T(0);
-        saved.lse[row] = negative_infinity<T>();
-        continue;  // out stays 0
+    // The rows in chunks of kRowChunk, a nested loop that idle threads share (parallel.hpp; the
+    // slow rank of a causal split need not finish alone). A row reads only the pair's inputs
+    // and writes only its own outputs, so no value depends on who runs it.
+    constexpr std::int64_t kRowChunk = 16;
+    const std::int64_t chunks = (q_layout.positions + kRowChunk - 1) / kRowChunk;
+    parallel_for(chunks, [&](std::int64_t chunk) {
+      std::vector<std::int64_t> keys;  // the allowed keys of the current row
+      std::vector<T> weights;          // per allowed key: s_n, then e_n = exp(s_n - m)
+      std::vector<T> weighted_sum;     // (head_dim): sum_n e_n v_n
+      const std::int64_t last = std::min(q_layout.positions, (chunk + 1) * kRowChunk);
+      for (std::int64_t i = chunk * kRowChunk; i < last; ++i) {
+        detail::row_scores(q, q_layout, k, k_layout, b, h, i, q_pos[static_cast<std::size_t>(i)],
+                           k_pos, params, scale, key_rows, keys, weights);
+        const std::int64_t row = row_layout.at(b, i, h);
+        if (keys.empty()) {
+          saved.max[row] = negative_infinity<T>();
+          saved.sum[row] = T(0);
+          saved.lse[row] = negative_infinity<T>();
+          continue;  // out stays 0
+        }
+        T row_max = negative_infinity<T>();  // m
+        for (const T& score : weights) {
+          if (score > row_max) row_max = score;
+        }
+        T row_sum = T(0);  // l
+        for (T& weight : weights) {
+          sub_into(weight, weight, row_max);
+          weight = exp(weight);
+          add_into(row_sum, row_sum, weight);
+        }
+        // out_d = (sum_n e_n v_nd) / l.
+        detail::row_weighted_sum(v, k_layout, b, h, keys, weights, value_cols, weighted_sum);
+        for (std::int64_t d = 0; d < q_layout.dim; ++d) {
+          out[q_layout.at(b, i, h, d)] = weighted_sum[d] / row_sum;
+        }
+        saved.max[row] = row_max;
+        saved.sum[row] = row_sum;
+        saved.lse[row] = row_max + log(row_sum);
       }
-      T row_max = negative_infinity<T>();  // m
-      for (const T& score : weights) {
-        if (score > row_max) row_max = score;
-      }
-      T row_sum = T(0);  // l
-      for (T& weight : weights) {
-        sub_into(weight, weight, row_max);
-        weight = exp(weight);
-        add_into(row_sum, row_sum, weight);
-      }
-      // out_d = (sum_n e_n v_nd) / l.
-      detail::row_weighted_sum(v, k_layout, b, h, keys, weights, value_cols, weighted_sum);
-      for (std::int64_t d = 0; d < q_layout.dim; ++d) {
-        out[q_layout.at(b, i, h, d)] = weighted_sum[d] / row_sum;
-      }
-      saved.max[row] = row_max;
-      saved.sum[row] = row_sum;
-      saved.lse[row] = row_max + log(row_sum);
-    }
+    });
   });
 }
 
