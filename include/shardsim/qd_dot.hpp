@@ -81,9 +81,8 @@ class LongAccumulator {
       overflow_ = true;
       return;
     }
-    __extension__ const unsigned __int128 product = static_cast<unsigned __int128>(a.m) * b.m;
-    add_bits(static_cast<std::uint64_t>(product), static_cast<std::uint64_t>(product >> 64), e + 76,
-             a.negative != b.negative);
+    add_product_digits(a, b, pos_, neg_);
+    count_addition(e + 76);
   }
   // S += x, exactly (x finite).
   void add(double x) {
@@ -109,8 +108,7 @@ class LongAccumulator {
       adds_ += static_cast<std::uint32_t>(last - first);
       std::int64_t i = first;
       for (; i + 1 < last; i += 2) {
-        if constexpr (kLead) l += la[i] * lb[i];
-        if constexpr (kLead) l += la[i + 1] * lb[i + 1];
+        if constexpr (kLead) l = l + la[i] * lb[i] + la[i + 1] * lb[i + 1];  // in i's order
         add_product_digits(a[i], b[i], pos_, neg_);
         add_product_digits(a[i + 1], b[i + 1], pos1_, neg1_);
       }
@@ -125,7 +123,6 @@ class LongAccumulator {
   bool overflow() const { return overflow_; }
   // e_a + e_b of a product below 2^1025: |a b| < 2^(e_a + e_b - 2150 + 106).
   static constexpr int kMaxExponentSum = 3069;
-
   // Rounds S greedily to n doubles (n <= 4): out[0] = RN(S), out[i] = RN(S - out[0] - ... -
   // out[i - 1]), round to nearest even, each remainder exact. Leaves S minus the terms behind.
   void split(double* out, int n);
@@ -135,6 +132,10 @@ class LongAccumulator {
   [[gnu::always_inline]] void add_bits(std::uint64_t low, std::uint64_t high, int position,
                                        bool negative) {
     add_digits(low, high, position, negative, pos_, neg_);
+    count_addition(position);
+  }
+  // Bookkeeping of one addition at `position`: the digits in use, the count of additions.
+  [[gnu::always_inline]] void count_addition(int position) {
     const int k = position >> 5;
     lo_ = std::min(lo_, k);
     hi_ = std::max(hi_, k + 4);
@@ -147,8 +148,7 @@ class LongAccumulator {
     add_digits(static_cast<std::uint64_t>(product), static_cast<std::uint64_t>(product >> 64),
                a.e + b.e + 76, a.negative != b.negative, pos, neg);
   }
-  // add_bits without the bookkeeping (the digits in use and the count of additions), into the
-  // digit set (pos, neg).
+  // add_bits into the digit set (pos, neg), without count_addition().
   [[gnu::always_inline]] static void add_digits(std::uint64_t low, std::uint64_t high, int position,
                                                 bool negative, std::int64_t* pos,
                                                 std::int64_t* neg) {

@@ -28,11 +28,13 @@ namespace {
 thread_local bool t_inside_parallel_for = false;
 
 struct Job {
-  std::int64_t n = 0;
-  std::int64_t block = 1;
-  const std::function<void(std::int64_t)>* body = nullptr;
-  unsigned mp_digits10 = 0;                  // the caller's Mp::thread_default_precision()
-  NarrowFormat narrow = NarrowFormat::bf16;  // the caller's narrow_float_format()
+  const std::int64_t n;
+  // About eight blocks per thread: few atomic claims, and still balanced when indices differ in
+  // cost (causal attention rows). The partition never changes what an index computes.
+  const std::int64_t block;
+  const std::function<void(std::int64_t)>* const body;
+  const unsigned mp_digits10;  // the caller's Mp::thread_default_precision()
+  const NarrowFormat narrow;   // the caller's narrow_float_format()
   std::atomic<std::int64_t> next{0};
   std::mutex error_mutex;
   std::int64_t first_error = -1;  // the smallest failing index, -1 while none failed
@@ -40,13 +42,11 @@ struct Job {
   int helpers = 0;  // threads other than the caller inside work() (guarded by the pool's mutex)
 
   Job(std::int64_t count, const std::function<void(std::int64_t)>& f, int threads)
-      : n(count), body(&f) {
-    // About eight blocks per thread: few atomic claims, and still balanced when indices differ
-    // in cost (causal attention rows). The partition never changes what an index computes.
-    block = std::max<std::int64_t>(1, n / (8 * static_cast<std::int64_t>(threads)));
-    mp_digits10 = Mp::thread_default_precision();
-    narrow = narrow_float_format();
-  }
+      : n(count),
+        block(std::max<std::int64_t>(1, count / (8 * static_cast<std::int64_t>(threads)))),
+        body(&f),
+        mp_digits10(Mp::thread_default_precision()),
+        narrow(narrow_float_format()) {}
 
   bool unclaimed() const { return next.load(std::memory_order_relaxed) < n; }
 
@@ -240,19 +240,16 @@ void parallel_for(std::int64_t n, const std::function<void(std::int64_t)>& body)
       if (job.error) std::rethrow_exception(job.error);
       return;
     }
-    for (std::int64_t i = 0; i < n; ++i) body(i);
+  } else if (n > 1 && threads > 1) {
+    const std::lock_guard submit(g_submit);
+    Pool& workers = pool();
+    if (workers.workers() != threads - 1) workers.resize(threads - 1);
+    Job job(n, body, threads);
+    workers.run(job);
+    if (job.error) std::rethrow_exception(job.error);
     return;
   }
-  if (n == 1 || threads == 1) {
-    for (std::int64_t i = 0; i < n; ++i) body(i);
-    return;
-  }
-  const std::lock_guard submit(g_submit);
-  Pool& workers = pool();
-  if (workers.workers() != threads - 1) workers.resize(threads - 1);
-  Job job(n, body, threads);
-  workers.run(job);
-  if (job.error) std::rethrow_exception(job.error);
+  for (std::int64_t i = 0; i < n; ++i) body(i);
 }
 
 }  // namespace shardsim
