@@ -1,0 +1,132 @@
+// Tests for mp_arena.hpp: GMP allocates mp values from the pools, freed blocks are reused (on the
+// thread that freed them, and across threads through the depot), and the paths that move a value
+// between block sizes (MPFR's precision changes, strings, blocks above the pooled sizes) keep its
+// value. That no result moves is the digests ctest (every bundled scenario's reports and goldens,
+// mp levels included, hash as before the pools).
+#include "shardsim/mp_arena.hpp"
+
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "shardsim/mp.hpp"
+#include "shardsim/parallel.hpp"
+
+using shardsim::Mp;
+using shardsim::mp_arena_chunk_bytes;
+
+namespace {
+
+struct ThreadCountGuard {
+  int saved = shardsim::thread_count();
+  ~ThreadCountGuard() { shardsim::set_thread_count(saved); }
+};
+
+// Makes n mp256 values i / 3 (i < n) and checks each (a used block holds its value).
+std::vector<Mp> make_values(int n) {
+  std::vector<Mp> values;
+  values.reserve(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) values.push_back(Mp(i) / 3);
+  return values;
+}
+
+}  // namespace
+
+TEST_CASE("mp arena: GMP's memory functions are the pools' in every program of the library",
+          "[mp_arena]") {
+  CHECK(shardsim::mp_arena_installed());
+  CHECK(shardsim::kMpArenaMaxBlock == 512);
+}
+
+TEST_CASE("mp arena: a thread reuses the blocks it freed, so repeated rounds take no new chunks",
+          "[mp_arena]") {
+  // On a fresh thread (empty lists): round 1 may carve chunks (or take the depot's batches);
+  // rounds 2-5 make and drop the same number of values and must be served from the blocks round 1
+  // freed. With malloc's own blocks (no pools) the count would not move at all, so the first
+  // check says the pools served round 1.
+  std::int64_t after_first = 0, after_last = 0;
+  bool values_right = true;
+  std::thread worker([&] {
+    shardsim::set_mp_precision(256);
+    for (int round = 1; round <= 5; ++round) {
+      std::vector<Mp> values = make_values(20000);
+      for (int i = 0; i < 20000; i += 997) values_right &= values[i] * 3 == Mp(i);
+      if (round == 1) after_first = mp_arena_chunk_bytes();
+    }
+    after_last = mp_arena_chunk_bytes();
+  });
+  worker.join();
+  CHECK(values_right);
+  CHECK(after_last == after_first);
+}
+
+TEST_CASE("mp arena: values made by the pool's workers and dropped by the caller are reused",
+          "[mp_arena]") {
+  // Eight rounds: workers make 60000 values each (48-byte blocks at 257 bits: 2.9 MB a round),
+  // the caller drops them all. Without the depot every worker would carve new chunks each round
+  // (about 1.9 MB of them for the two workers' share) while the freed blocks piled up on the
+  // caller's lists: 13 MB over rounds 2-8. With it the growth after round 1 stays within a few
+  // chunks per thread (256 KiB each).
+  const ThreadCountGuard guard;
+  shardsim::set_thread_count(3);
+  shardsim::set_mp_precision(256);
+  std::int64_t after_first = 0;
+  bool values_right = true;
+  for (int round = 1; round <= 8; ++round) {
+    std::vector<std::vector<Mp>> parts(6);
+    shardsim::parallel_for(6, [&](std::int64_t k) { parts[k] = make_values(10000); });
+    for (const std::vector<Mp>& part : parts) values_right &= part[9999] * 3 == Mp(9999);
+    parts.clear();
+    if (round == 1) after_first = mp_arena_chunk_bytes();
+  }
+  CHECK(values_right);
+  CHECK(mp_arena_chunk_bytes() - after_first <= 6 * (std::int64_t(256) << 10));
+}
+
+TEST_CASE("mp arena: a thread that ends leaves its free blocks to the threads after it",
+          "[mp_arena]") {
+  // Twenty threads one after another, each making and dropping 21480 values (20 batches of 1024
+  // and 1000 more). Each thread's lists go to the depot when it ends, so from the second thread
+  // on every value comes from blocks an earlier thread made: no new chunk. Without that hand-over
+  // each thread would take about 1000 blocks with it, and the rest of its chunk, and the later
+  // ones would carve new chunks (5 MB more when this was checked).
+  // At 1500 bits (24 limbs: 200-byte blocks, a class no other test uses, so that no earlier
+  // test's blocks in the depot can stand in for the ones handed over here).
+  std::int64_t after_first = 0;
+  for (int i = 0; i < 20; ++i) {
+    std::thread thread([] {
+      shardsim::set_mp_precision(1500);
+      const std::vector<Mp> values = make_values(21480);
+    });
+    thread.join();
+    if (i == 0) after_first = mp_arena_chunk_bytes();
+  }
+  CHECK(mp_arena_chunk_bytes() == after_first);
+}
+
+TEST_CASE("mp arena: precision changes, strings and large blocks keep their values", "[mp_arena]") {
+  shardsim::set_mp_precision(256);
+  const Mp third = Mp(1) / 3;
+  // 257 bits: 5 limbs, a 48-byte block. 1000 bits: 16 limbs, 136 bytes (another class). 4300
+  // bits: 68 limbs, 552 bytes, above kMpArenaMaxBlock (malloc's). Each mpfr_prec_round reallocates
+  // and keeps the value exactly (it has 257 bits, which every one of these precisions holds).
+  Mp x = third;
+  for (mpfr_prec_t bits : {1000, 4300, 300, 257}) {
+    mpfr_prec_round(x.backend().data(), bits, MPFR_RNDN);
+    CHECK(mpfr_get_prec(x.backend().data()) == bits);
+    CHECK(mpfr_equal_p(x.backend().data(), third.backend().data()) != 0);
+  }
+  // Strings come from the same functions and are freed with their length + 1 (mpfr_free_str):
+  // 1/3 to 20 digits is 0.33333333333333333333 x 10^0. Repeated so that freed string blocks are
+  // reused by the next string and by the values made between them.
+  for (int i = 0; i < 1000; ++i) {
+    mpfr_exp_t exponent = 0;
+    char* text = mpfr_get_str(nullptr, &exponent, 10, 20, third.backend().data(), MPFR_RNDN);
+    const Mp filler = third * i;
+    CHECK((std::strcmp(text, "33333333333333333333") == 0 && exponent == 0));
+    mpfr_free_str(text);
+    CHECK(filler == third * i);
+  }
+}
