@@ -13,6 +13,8 @@
 
 #include "shardsim/mp.hpp"
 #include "shardsim/parallel.hpp"
+#include "shardsim/runner/runner.hpp"
+#include "shardsim/scenario/scenario.hpp"
 
 using shardsim::Mp;
 using shardsim::mp_arena_chunk_bytes;
@@ -129,4 +131,38 @@ TEST_CASE("mp arena: precision changes, strings and large blocks keep their valu
     mpfr_free_str(text);
     CHECK(filler == third * i);
   }
+}
+
+TEST_CASE("mp arena: the memory estimate counts an mp value as its mpfr_t and its pooled block",
+          "[mp_arena]") {
+  // Per element, by hand: f64 8 bytes; mp256 (257 bits carried, counted as 5 limbs) 32 + 8 +
+  // 5 x 8 = 80, no header from the pools; mp128 counted as 3 limbs: 32 + 8 + 24 = 64; mp4096
+  // counted as 65 limbs, a 528-byte block, above the pools' 512: malloc's, with its 16-byte
+  // header: 32 + 528 + 16 = 576. The element count is the same at every precision, so the
+  // estimates stand in these ratios to f64's.
+  const auto scenario = shardsim::parse_scenario(R"toml(name = "estimate"
+seed = 1
+[mesh]
+ranks = 2
+[[tensors]]
+name = "x"
+axes = ["seq", "hidden"]
+shape = [4, 8]
+init = { dist = "normal", mean = 0.0, std = 1.0 }
+placement = "Shard(seq)"
+[[steps]]
+op = "layer_norm"
+input = "x"
+output = "y"
+axis = "hidden"
+)toml",
+                                                 "estimate.toml");
+  const auto estimate = [&](const char* precision) {
+    return shardsim::estimate_memory_bytes(scenario, shardsim::parse_precision(precision));
+  };
+  const std::uint64_t f64 = estimate("f64");
+  REQUIRE(f64 > 0);
+  CHECK(estimate("mp256") == 10 * f64);
+  CHECK(estimate("mp128") == 8 * f64);
+  CHECK(estimate("mp4096") == 72 * f64);
 }
