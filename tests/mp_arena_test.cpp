@@ -36,9 +36,19 @@ std::vector<Mp> make_values(int n) {
 
 }  // namespace
 
+// An AddressSanitizer build does not install the pools (mp_arena.hpp): there the tests below
+// check that no pool memory was ever taken, and the pools themselves are tested by the other
+// builds (Release, ThreadSanitizer).
+bool pools_off() {
+  if (shardsim::mp_arena_installed()) return false;
+  CHECK(shardsim::kMpArenaSanitized);
+  CHECK(mp_arena_chunk_bytes() == 0);
+  return true;
+}
+
 TEST_CASE("mp arena: GMP's memory functions are the pools' in every program of the library",
           "[mp_arena]") {
-  CHECK(shardsim::mp_arena_installed());
+  CHECK(shardsim::mp_arena_installed() == !shardsim::kMpArenaSanitized);
   CHECK(shardsim::kMpArenaMaxBlock == 512);
 }
 
@@ -46,8 +56,8 @@ TEST_CASE("mp arena: a thread reuses the blocks it freed, so repeated rounds tak
           "[mp_arena]") {
   // On a fresh thread (empty lists): round 1 may carve chunks (or take the depot's batches);
   // rounds 2-5 make and drop the same number of values and must be served from the blocks round 1
-  // freed. With malloc's own blocks (no pools) the count would not move at all, so the first
-  // check says the pools served round 1.
+  // freed.
+  if (pools_off()) return;
   std::int64_t after_first = 0, after_last = 0;
   bool values_right = true;
   std::thread worker([&] {
@@ -71,6 +81,7 @@ TEST_CASE("mp arena: values made by the pool's workers and dropped by the caller
   // (about 1.9 MB of them for the two workers' share) while the freed blocks piled up on the
   // caller's lists: 13 MB over rounds 2-8. With it the growth after round 1 stays within a few
   // chunks per thread (256 KiB each).
+  if (pools_off()) return;
   const ThreadCountGuard guard;
   shardsim::set_thread_count(3);
   shardsim::set_mp_precision(256);
@@ -96,6 +107,7 @@ TEST_CASE("mp arena: a thread that ends leaves its free blocks to the threads af
   // ones would carve new chunks (5 MB more when this was checked).
   // At 1500 bits (24 limbs: 200-byte blocks, a class no other test uses, so that no earlier
   // test's blocks in the depot can stand in for the ones handed over here).
+  if (pools_off()) return;
   std::int64_t after_first = 0;
   for (int i = 0; i < 20; ++i) {
     std::thread thread([] {
@@ -108,21 +120,63 @@ TEST_CASE("mp arena: a thread that ends leaves its free blocks to the threads af
   CHECK(mp_arena_chunk_bytes() == after_first);
 }
 
+TEST_CASE("mp arena: a thread that only frees values hands its blocks over when it ends",
+          "[mp_arena]") {
+  // The caller makes 50 x 1000 values at 2000 bits (32 limbs: 264-byte blocks, a class no other
+  // test uses); 50 threads, one after another, each drop 1000 of them and end without ever taking
+  // a block. Their lists go to the depot, so the caller's next 50000 values take no new chunk;
+  // lost with the threads they would need 13 MB of new chunks.
+  if (pools_off()) return;
+  shardsim::set_mp_precision(2000);
+  std::vector<std::vector<Mp>> parts(50);
+  for (std::vector<Mp>& part : parts) part = make_values(1000);
+  for (std::vector<Mp>& part : parts) {
+    std::thread thread([dropped = std::move(part)]() mutable { dropped.clear(); });
+    thread.join();
+  }
+  const std::int64_t before = mp_arena_chunk_bytes();
+  for (std::vector<Mp>& part : parts) part = make_values(1000);
+  CHECK(mp_arena_chunk_bytes() == before);
+  shardsim::set_mp_precision(256);
+}
+
+TEST_CASE("mp arena: realloc moves a block between classes and to malloc, keeping its bytes",
+          "[mp_arena]") {
+  // GMP's realloc function as installed: shrinking within a class keeps the block; growing into
+  // another class, above the pooled sizes (malloc's) and back moves it and keeps the first bytes.
+  if (pools_off()) return;
+  void* (*allocate)(std::size_t) = nullptr;
+  void* (*reallocate)(void*, std::size_t, std::size_t) = nullptr;
+  void (*release)(void*, std::size_t) = nullptr;
+  mp_get_memory_functions(&allocate, &reallocate, &release);
+  auto* p = static_cast<unsigned char*>(allocate(48));
+  for (int i = 0; i < 48; ++i) p[i] = static_cast<unsigned char>(i + 1);
+  CHECK(reallocate(p, 48, 41) == p);  // class 5 (41-48 bytes) both
+  auto* q = static_cast<unsigned char*>(reallocate(p, 41, 200));
+  auto* r = static_cast<unsigned char*>(reallocate(q, 200, 600));
+  auto* s = static_cast<unsigned char*>(reallocate(r, 600, 24));
+  bool kept = true;
+  for (int i = 0; i < 24; ++i) kept &= s[i] == i + 1;
+  CHECK(kept);
+  release(s, 24);
+}
+
 TEST_CASE("mp arena: precision changes, strings and large blocks keep their values", "[mp_arena]") {
   shardsim::set_mp_precision(256);
   const Mp third = Mp(1) / 3;
   // 257 bits: 5 limbs, a 48-byte block. 1000 bits: 16 limbs, 136 bytes (another class). 4300
-  // bits: 68 limbs, 552 bytes, above kMpArenaMaxBlock (malloc's). Each mpfr_prec_round reallocates
-  // and keeps the value exactly (it has 257 bits, which every one of these precisions holds).
+  // bits: 68 limbs, 552 bytes, above kMpArenaMaxBlock (malloc's). mpfr_prec_round reallocates on
+  // the way up (MPFR keeps the block on the way down) and keeps the value exactly (it has 257
+  // bits, which every one of these precisions holds).
   Mp x = third;
   for (mpfr_prec_t bits : {1000, 4300, 300, 257}) {
     mpfr_prec_round(x.backend().data(), bits, MPFR_RNDN);
     CHECK(mpfr_get_prec(x.backend().data()) == bits);
     CHECK(mpfr_equal_p(x.backend().data(), third.backend().data()) != 0);
   }
-  // Strings come from the same functions and are freed with their length + 1 (mpfr_free_str):
-  // 1/3 to 20 digits is 0.33333333333333333333 x 10^0. Repeated so that freed string blocks are
-  // reused by the next string and by the values made between them.
+  // Strings come from the same functions and are freed with their length + 1 (mpfr_free_str; in
+  // MPFR 4.2 the size mpfr_get_str allocated): 1/3 to 20 digits is 0.33333333333333333333 x 10^0.
+  // Repeated, with values made between them, so that freed string blocks are reused.
   for (int i = 0; i < 1000; ++i) {
     mpfr_exp_t exponent = 0;
     char* text = mpfr_get_str(nullptr, &exponent, 10, 20, third.backend().data(), MPFR_RNDN);

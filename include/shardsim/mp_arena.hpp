@@ -9,10 +9,18 @@
 //
 // The pools (sim/core/mp_arena.cpp): blocks of up to kMpArenaMaxBlock bytes, in size classes of 8
 // bytes, carved from 256 KiB chunks that are never returned (a freed block goes on the freeing
-// thread's list for its class and is reused by that thread); larger requests go to malloc. GMP
-// passes every block's size to free and realloc, so a block needs no header. Chunks stay listed
-// in an immortal registry, so leak checkers see them reachable. Under AddressSanitizer every
-// free block and uncarved byte is poisoned, so a use after free of an mp value is still caught.
+// thread's list for its class and is reused by that thread, or through a shared depot by others);
+// larger requests go to malloc. GMP passes every block's size to free and realloc, so a block
+// needs no header. Chunks stay listed in an immortal registry.
+//
+// What that costs: a class's memory serves only that class, so a process that runs several mp
+// precisions one after another (`precision --levels mp128,mp256,...`, `run --precision
+// mp128,mp256`) keeps each one's peak of blocks; its mp memory is about the sum of the levels'
+// peaks where malloc's would be nearer the largest.
+//
+// AddressSanitizer builds do not install the pools: there every mp value keeps its own malloc
+// block, so ASan reports a use after free or a double clear of an mp value, and LSan a leaked one,
+// which a pool would hide (a freed block is reused at once and chunks stay reachable).
 #pragma once
 
 #include <cstddef>
@@ -22,13 +30,26 @@ namespace shardsim {
 
 inline constexpr std::size_t kMpArenaMaxBlock = 512;
 
-// Makes the pools GMP's memory functions. Idempotent; the core library calls it during static
-// initialization (mp_arena.cpp), so every program that links it allocates mp values from the
-// pools. Safe at any moment, even after blocks were made by malloc: a block's size alone decides
-// where it goes when freed (see the .cpp).
+#if defined(__SANITIZE_ADDRESS__)  // GCC
+inline constexpr bool kMpArenaSanitized = true;
+#elif defined(__has_feature)  // Clang
+#if __has_feature(address_sanitizer)
+inline constexpr bool kMpArenaSanitized = true;
+#else
+inline constexpr bool kMpArenaSanitized = false;
+#endif
+#else
+inline constexpr bool kMpArenaSanitized = false;
+#endif
+
+// Makes the pools GMP's memory functions (nothing in an AddressSanitizer build). Idempotent.
+// mp.cpp calls it during static initialization, so every program in which mp.cpp is linked (every
+// program that makes mp values: their precision is set there) allocates them from the pools.
+// GMP's mp_set_memory_functions is not thread-safe: call it before other threads use GMP. Blocks
+// malloc made before are adopted when freed (a block's size alone decides where it goes).
 void install_mp_arena();
 
-// Whether GMP's memory functions are the pools' now.
+// Whether GMP's memory functions are the pools' now (false in an AddressSanitizer build).
 bool mp_arena_installed();
 
 // Bytes taken from malloc for chunks so far, all threads.

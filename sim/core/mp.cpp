@@ -11,7 +11,8 @@ namespace shardsim {
 
 namespace {
 // Mp values allocate from the pools of mp_arena.hpp in every program that links this file (every
-// program that makes mp values: they all set their precision here), installed before main.
+// program that makes mp values: they all set their precision here), installed before main (not
+// in an AddressSanitizer build).
 const bool kArenaInstalled = (install_mp_arena(), true);
 }  // namespace
 

@@ -3,14 +3,19 @@
 // Where a block goes is decided by the size GMP passes, never by where it came from: sizes up to
 // kMpArenaMaxBlock bytes belong to class (size - 1) / 8, whose blocks are (class + 1) * 8 bytes;
 // larger ones are malloc's. GMP's contract (and MPFR's use of it) passes free and realloc the size
-// a block was allocated with, or for a string a smaller one (mpfr_free_str: its length + 1), so a
-// block is always put on a list of blocks no larger than itself. A block malloc made before the
-// pools were installed is, by the same rule, adopted by the pools when freed and never returned.
+// a block was allocated with (MPFR 4.2 and GMP 6.2 pass exactly that, strings included:
+// mpfr_free_str's length + 1 is the size mpfr_get_str and mpfr_asprintf allocated), and a smaller
+// size would only put a block on a list of smaller blocks. A block malloc made before the pools
+// were installed is, by the same rule, adopted by the pools when freed and never returned.
 //
 // Each thread keeps, per class, a free list and the uncarved end of its current chunk. A list that
-// reaches kBatch blocks is handed whole to a shared depot, and an empty list takes a batch from
-// the depot before carving: blocks freed on one thread (a tensor made by the pool's workers and
-// dropped by the caller) are reused by the others instead of piling up where they were freed.
+// reaches kBatch blocks is handed whole to a shared depot, and a thread whose list and chunk are
+// both empty takes a batch from the depot before carving a new chunk: blocks freed on one thread
+// (a tensor made by the pool's workers and dropped by the caller) are reused by the others instead
+// of piling up where they were freed.
+//
+// The callbacks are noexcept: GMP and MPFR are C, and nothing may unwind through them; running out
+// of memory aborts with a message, as GMP's own allocator does.
 #include "shardsim/mp_arena.hpp"
 
 #include <gmp.h>
@@ -21,16 +26,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <utility>
 #include <vector>
-
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/asan_interface.h>
-#define SHARDSIM_ARENA_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
-#define SHARDSIM_ARENA_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
-#else
-#define SHARDSIM_ARENA_POISON(p, n) ((void)(p), (void)(n))
-#define SHARDSIM_ARENA_UNPOISON(p, n) ((void)(p), (void)(n))
-#endif
 
 namespace shardsim {
 namespace {
@@ -52,7 +49,8 @@ struct Batch {
 // One thread's pools: constant-initialized and trivially destructible, because GMP frees blocks
 // during static destruction too (Boost's MPFR cleanup), after destructible thread-locals are gone.
 // A thread that exits hands its lists to the depot (ExitFlush); the rest of its current chunks
-// stays unused (registered, so a leak checker sees it reachable).
+// stays unused, and blocks it frees after its ExitFlush ran (a thread-local destroyed later) stay
+// on its lists: both are lost to reuse, not to the registry.
 struct ThreadPools {
   FreeBlock* free[kClasses];
   int count[kClasses];
@@ -88,10 +86,21 @@ void* checked(void* p, std::size_t size) {
   return p;
 }
 
+// Appends to one of the registry's vectors, which may need memory.
+template <typename V, typename X>
+void push(V& vector, X&& x) noexcept {
+  try {
+    vector.push_back(std::forward<X>(x));
+  } catch (...) {
+    out_of_memory(sizeof(x));
+  }
+}
+
 // Hands a finishing thread's free lists to the depot, so that threads that come and go (the
 // pool's workers when the thread count changes, a test's threads) leave their blocks to the
-// others. Armed by a thread's first refill. On the main thread it runs at exit, and blocks freed
-// after it (static destruction) go on the lists again, which stay valid until the process ends.
+// others. Armed when a thread first takes blocks or frees onto an empty list. On the main thread it
+// runs at exit, and blocks freed after it (static destruction) go on the lists again, which stay
+// valid until the process ends.
 struct ExitFlush {
   bool armed = false;
   ~ExitFlush() {
@@ -101,7 +110,7 @@ struct ExitFlush {
     std::lock_guard<std::mutex> lock(r.mutex);
     for (int c = 0; c < kClasses; ++c) {
       if (t.free[c] == nullptr) continue;
-      r.depot[c].push_back({t.free[c], t.count[c]});
+      push(r.depot[c], Batch{t.free[c], t.count[c]});
       t.free[c] = nullptr;
       t.count[c] = 0;
     }
@@ -110,7 +119,7 @@ struct ExitFlush {
 thread_local ExitFlush t_exit_flush;
 
 // Refills class c of this thread from the depot, or else gives it a fresh chunk to carve.
-void refill(ThreadPools& t, int c) {
+void refill(ThreadPools& t, int c) noexcept {
   t_exit_flush.armed = true;
   Registry& r = registry();
   {
@@ -124,17 +133,16 @@ void refill(ThreadPools& t, int c) {
     }
   }
   char* chunk = static_cast<char*>(checked(std::malloc(kChunkBytes), kChunkBytes));
-  SHARDSIM_ARENA_POISON(chunk, kChunkBytes);
   {
     std::lock_guard<std::mutex> lock(r.mutex);
-    r.chunks.push_back(chunk);
+    push(r.chunks, static_cast<void*>(chunk));
   }
   r.chunk_bytes.fetch_add(static_cast<std::int64_t>(kChunkBytes), std::memory_order_relaxed);
   t.next[c] = chunk;
   t.end[c] = chunk + kChunkBytes;
 }
 
-void* allocate(std::size_t size) {
+void* allocate(std::size_t size) noexcept {
   if (size > kMpArenaMaxBlock) return checked(std::malloc(size), size);
   const int c = class_of(size);
   ThreadPools& t = t_pools;
@@ -143,7 +151,6 @@ void* allocate(std::size_t size) {
   }
   void* p = nullptr;
   if (FreeBlock* b = t.free[c]) {
-    SHARDSIM_ARENA_UNPOISON(b, sizeof(FreeBlock));
     t.free[c] = b->next;
     --t.count[c];
     p = b;
@@ -151,11 +158,10 @@ void* allocate(std::size_t size) {
     p = t.next[c];
     t.next[c] += block_bytes(c);
   }
-  SHARDSIM_ARENA_UNPOISON(p, std::max<std::size_t>(size, 1));
   return p;
 }
 
-void release(void* p, std::size_t size) {
+void release(void* p, std::size_t size) noexcept {
   if (p == nullptr) return;
   if (size > kMpArenaMaxBlock) {
     std::free(p);
@@ -166,19 +172,18 @@ void release(void* p, std::size_t size) {
   if (t.count[c] >= kBatch) {  // hand the full list to the depot
     Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mutex);
-    r.depot[c].push_back({t.free[c], t.count[c]});
+    push(r.depot[c], Batch{t.free[c], t.count[c]});
     t.free[c] = nullptr;
     t.count[c] = 0;
   }
+  if (t.count[c] == 0) t_exit_flush.armed = true;  // a thread that only frees hands over too
   auto* b = static_cast<FreeBlock*>(p);
-  SHARDSIM_ARENA_UNPOISON(b, sizeof(FreeBlock));
   b->next = t.free[c];
   t.free[c] = b;
   ++t.count[c];
-  SHARDSIM_ARENA_POISON(b, block_bytes(c));
 }
 
-void* reallocate(void* p, std::size_t old_size, std::size_t new_size) {
+void* reallocate(void* p, std::size_t old_size, std::size_t new_size) noexcept {
   if (p == nullptr) return allocate(new_size);
   if (old_size > kMpArenaMaxBlock && new_size > kMpArenaMaxBlock) {
     return checked(std::realloc(p, new_size), new_size);
@@ -197,7 +202,9 @@ void* reallocate(void* p, std::size_t old_size, std::size_t new_size) {
 
 }  // namespace
 
-void install_mp_arena() { mp_set_memory_functions(allocate, reallocate, release); }
+void install_mp_arena() {
+  if constexpr (!kMpArenaSanitized) mp_set_memory_functions(allocate, reallocate, release);
+}
 
 bool mp_arena_installed() {
   void* (*a)(std::size_t) = nullptr;
