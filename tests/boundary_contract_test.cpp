@@ -1,6 +1,8 @@
 // The boundary contract (trace.hpp, BoundaryLabel): every boundary finds the oracle tensor it
 // names, or declares it has none; an exactness claim without an oracle tensor is an internal
 // error, never a silent "unchecked".
+#include "sim/runner/boundary_contract.hpp"
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -9,7 +11,7 @@
 #include "shardsim/ops/layer_norm_plan.hpp"
 #include "shardsim/scenario/scenario.hpp"
 #include "shardsim/world-inl.hpp"
-#include "sim/runner/boundary_contract.hpp"
+#include "sim/scenario/loader_internal.hpp"
 
 using namespace shardsim;
 namespace fs = std::filesystem;
@@ -26,6 +28,21 @@ std::vector<fs::path> bundled_scenarios() {
   return all;
 }
 
+// Whether a boundary's tensor name is the scenario's own or one the loader keeps scenarios from
+// taking (names.cpp): grad(NAME), NAME@WHERE, the runner's own names, or OWNER.PART for a
+// scenario tensor OWNER and a PART of is_runner_part's list.
+bool scenario_or_reserved(const std::string& name, const Scenario& scenario) {
+  if (scenario.tensor_layouts.count(name)) return true;
+  if (name.find_first_of("(@") != std::string::npos || is_runner_name(name)) return true;
+  for (std::size_t dot = name.find('.'); dot != std::string::npos; dot = name.find('.', dot + 1)) {
+    if (scenario.tensor_layouts.count(name.substr(0, dot)) &&
+        is_runner_part(name.substr(dot + 1))) {
+      return true;
+    }
+  }
+  return false;
+}
+
 TraceEntry entry_of(const BoundaryLabel& label) {
   TraceEntry entry;
   entry.id = 7;
@@ -36,8 +53,10 @@ TraceEntry entry_of(const BoundaryLabel& label) {
 
 }  // namespace
 
-TEST_CASE("no bundled scenario has an exact-claimed boundary without its oracle tensor",
-          "[contract]") {
+TEST_CASE(
+    "no bundled scenario has an exact-claimed boundary without its oracle tensor, or a "
+    "boundary name a scenario could take",
+    "[contract]") {
   const std::vector<fs::path> scenarios = bundled_scenarios();
   REQUIRE(scenarios.size() >= 10);
   for (const fs::path& path : scenarios) {
@@ -50,6 +69,11 @@ TEST_CASE("no bundled scenario has an exact-claimed boundary without its oracle 
       // The runner keeps a claim only while the inputs matched; either way an unchecked
       // boundary must not claim anything.
       CHECK_FALSE((b.entry.exact && b.status == Status::unchecked));
+      // Every name a boundary records is one the loader refuses to scenarios unless it is their
+      // own, so no scenario tensor can collide with it (a part missing from is_runner_part's list
+      // fails here).
+      CHECK(scenario_or_reserved(b.entry.tensor, scenario));
+      CHECK(scenario_or_reserved(b.entry.dense, scenario));
     }
   }
 }
@@ -64,12 +88,11 @@ TEST_CASE("find_oracle: the named tensor, none by declaration, or an internal er
   const BoundaryLabel misspelt{.op = "layer_norm", .tensor = "y.maen", .exact = false};
   CHECK_THROWS_AS(find_oracle(misspelt, entry_of(misspelt), dense), InternalError);
 
-  const BoundaryLabel declared_none{.op = "all_gather", .tensor = "y.moments",
-                                    .has_oracle = false};
+  const BoundaryLabel declared_none{.op = "all_gather", .tensor = "y.moments", .has_oracle = false};
   CHECK(find_oracle(declared_none, entry_of(declared_none), dense) == nullptr);
 
-  const BoundaryLabel exact_without{.op = "all_gather", .tensor = "y.moments", .exact = true,
-                                    .has_oracle = false};
+  const BoundaryLabel exact_without{
+      .op = "all_gather", .tensor = "y.moments", .exact = true, .has_oracle = false};
   CHECK_THROWS_WITH(find_oracle(exact_without, entry_of(exact_without), dense),
                     Catch::Contains("claims exactness but has no oracle tensor"));
 }

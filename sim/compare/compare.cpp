@@ -47,7 +47,8 @@ RunReport evaluate(const Scenario& scenario, const Precision& precision,
       if (scenario.micro_batches >= 2) {
         throw InputError(scenario.file + ": " + precision.name() +
                          " runs of a scenario with micro_batches >= 2 are not supported yet; "
-                         "run it at f32, f64 or mp");
+                         "run it at f32, f64, dd, qd or mp (the scenario's micro_batches is " +
+                         std::to_string(scenario.micro_batches) + ")");
       }
       if (options.accumulate.value_or(scenario.accumulate) == Accumulate::storage) {
         return detail::evaluate_narrow_storage(scenario, precision, options);

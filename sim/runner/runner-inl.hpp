@@ -176,6 +176,10 @@ class ScenarioRun {
   // The error for a non-finite oracle at element `flat` of a tensor of shape `shape`.
   InputError oracle_not_finite(const TraceEntry& entry, const Shape& shape,
                                std::int64_t flat) const;
+  // The run's precision in messages: a bf16/f16 run's storage format (its T is float), else T's.
+  std::string run_name() const {
+    return env_.storage ? narrow_name(*env_.storage) : ScalarTraits<T>::name;
+  }
 
   // A non-finite oracle is no reference (update_step-inl.hpp): bad input, exit 2.
   void check_oracle_finite(const Tensor<T>& oracle, const TraceEntry& entry) const;

@@ -123,7 +123,7 @@ InputError ScenarioRun<T>::oracle_not_finite(const TraceEntry& entry, const Shap
   return InputError(scenario_.file + ": the oracle is not finite at boundary #" +
                     std::to_string(entry.id) + " (step " + std::to_string(entry.step) + ", chunk " +
                     std::to_string(entry.chunk) + ", " + entry.op + " -> " + entry.tensor +
-                    ") in the " + ScalarTraits<T>::name + " run, first at [" + at +
+                    ") in the " + run_name() + " run, first at [" + at +
                     "]: the scenario's values overflow or are undefined at this "
                     "precision, so there is no reference to compare with");
 }

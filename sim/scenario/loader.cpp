@@ -91,7 +91,9 @@ TensorSpec Loader::tensor(const toml::node& node, const std::string& path,
     if (!t.get(key)) fail(node, path, std::string("missing required key '") + key + "'");
   }
   spec.name = string(*t.get("name"), path + ".name");
-  if (spec.name.empty()) fail(*t.get("name"), path + ".name", "tensor name must not be empty");
+  if (const std::string problem = tensor_name_problem(spec.name); !problem.empty()) {
+    fail(*t.get("name"), path + ".name", problem);
+  }
   const toml::array& axes = array(*t.get("axes"), path + ".axes");
   const toml::array& shape = array(*t.get("shape"), path + ".shape");
   if (axes.size() != shape.size()) {
@@ -172,7 +174,8 @@ void Loader::header(const toml::table& root, Scenario& s) const {
     if (!accumulate) {
       fail(*a, "accumulate",
            "expected \"f32\" (bf16/f16 kernels accumulate in f32, the default) or \"storage\" "
-           "(they accumulate in the narrow format), got " + quote(text));
+           "(they accumulate in the narrow format), got " +
+               quote(text));
     }
     s.accumulate = *accumulate;
   }
@@ -206,6 +209,9 @@ void Loader::tensors(const toml::table& root, Scenario& s,
     if (defined.count(spec.name)) {
       fail(*list.get(i)->as_table()->get("name"), path + ".name",
            "duplicate tensor name " + quote(spec.name));
+    }
+    if (const std::string clash = tensor_name_clash(spec.name, defined); !clash.empty()) {
+      fail(*list.get(i)->as_table()->get("name"), path + ".name", clash);
     }
     defined[spec.name] = {spec.shape, spec.layout};
     s.tensors.push_back(std::move(spec));
@@ -241,8 +247,8 @@ Magnitude Loader::tolerance_value(const toml::node& node, const std::string& pat
     const std::string text = *node.value<std::string>();
     const std::optional<Magnitude> rtol = Magnitude::parse(text);
     if (!rtol) {
-      fail(node, path, "expected a number or a string such as \"2^-2000\" or \"1e-700\", got " +
-                           quote(text));
+      fail(node, path,
+           "expected a number or a string such as \"2^-2000\" or \"1e-700\", got " + quote(text));
     }
     if (rtol->is_zero() || !(*rtol < Magnitude::of(1.0))) fail(node, path, range + quote(text));
     return *rtol;
@@ -250,8 +256,9 @@ Magnitude Loader::tolerance_value(const toml::node& node, const std::string& pat
   const double rtol = number(node, path);
   if (rtol == 0 && node.is_floating_point()) {
     fail(node, path,
-         range + "0 (a float literal below the double range, such as 1e-700, reads as 0: write "
-                 "such a tolerance as a string, e.g. \"2^-2000\" or \"1e-700\")");
+         range +
+             "0 (a float literal below the double range, such as 1e-700, reads as 0: write "
+             "such a tolerance as a string, e.g. \"2^-2000\" or \"1e-700\")");
   }
   if (!(rtol > 0 && rtol < 1)) fail(node, path, range + format_number(rtol));
   return Magnitude::of(rtol);
@@ -297,11 +304,10 @@ Scenario parse_scenario(std::string text, const std::string& file) {
         "", "malformed TOML: " + std::string(e.description())));
   }
   Loader load(file);
-  load.check_keys(
-      root, "",
-      {"name", "description", "seed", "precisions", "mesh", "tensors", "steps", "faults",
-       "tolerance", "train_steps", "learning_rate", "expect", "stream", "accumulate", "clip_grad_norm", "fsdp",
-       "micro_batches"});
+  load.check_keys(root, "",
+                  {"name", "description", "seed", "precisions", "mesh", "tensors", "steps",
+                   "faults", "tolerance", "train_steps", "learning_rate", "expect", "stream",
+                   "accumulate", "clip_grad_norm", "fsdp", "micro_batches"});
   Scenario s;
   s.file = file;
   s.text = std::move(text);

@@ -3,6 +3,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "shardsim/error.hpp"
@@ -51,6 +52,20 @@ class StepContext {
   const std::string& file_;
   std::map<std::string, TensorState>& tensors_;
 };
+
+// Tensor names (names.cpp). "" when a scenario may name a tensor `name` by itself, else why not:
+// letters, digits, '_', '.' and '-' only, and not a name the runner uses of its own (grad_norm,
+// flat_param and their parts).
+std::string tensor_name_problem(std::string_view name);
+// "" unless `name` and a `defined` name are an owner and one of the parts the runner records for
+// it (OWNER.PART, is_runner_part), in either order; then the message.
+std::string tensor_name_clash(std::string_view name,
+                              const std::map<std::string, TensorState>& defined);
+// Whether `part`, the text after "OWNER.", starts with (up to its first '.' or '@') a part that the
+// runner or a plan records for a tensor named OWNER: y.mean, d.mask@repetition, attn.q_rot, ...
+bool is_runner_part(std::string_view part);
+// Whether `name` is or extends a name the runner uses of its own (grad_norm, flat_param).
+bool is_runner_name(std::string_view name);
 
 std::string located(const std::string& file, SourceLoc loc, const std::string& path,
                     const std::string& message);

@@ -125,6 +125,12 @@ const TensorState& StepContext::tensor(const StepSpec& step, const std::string& 
 void StepContext::define(const StepSpec& step, const std::string& key, TensorState state) {
   const std::string& name = step.str(key);
   if (tensors_.count(name)) fail(step, key, "duplicate tensor name " + quote(name));
+  if (const std::string problem = tensor_name_problem(name); !problem.empty()) {
+    fail(step, key, problem);
+  }
+  if (const std::string clash = tensor_name_clash(name, tensors_); !clash.empty()) {
+    fail(step, key, clash);
+  }
   tensors_.emplace(name, std::move(state));
 }
 
