@@ -36,20 +36,38 @@ std::vector<Mp> make_values(int n) {
 
 }  // namespace
 
-// An AddressSanitizer build does not install the pools (mp_arena.hpp): there the tests below
-// check that no pool memory was ever taken, and the pools themselves are tested by the other
-// builds (Release, ThreadSanitizer).
+// Installs the pools for the tests below (the test program, like every program but `run` with one
+// mp precision, starts on malloc; installing later adopts malloc's blocks as they are freed). An
+// AddressSanitizer build does not install them (mp_arena.hpp): there the tests check that no pool
+// memory was ever taken, and the pools are tested by the other builds (Release, ThreadSanitizer).
 bool pools_off() {
+  shardsim::install_mp_arena();
   if (shardsim::mp_arena_installed()) return false;
   CHECK(shardsim::kMpArenaSanitized);
   CHECK(mp_arena_chunk_bytes() == 0);
   return true;
 }
 
-TEST_CASE("mp arena: GMP's memory functions are the pools' in every program of the library",
+TEST_CASE("mp arena: GMP's memory functions are the pools' once installed (not under ASan)",
           "[mp_arena]") {
+  shardsim::install_mp_arena();
+  shardsim::install_mp_arena();  // idempotent
   CHECK(shardsim::mp_arena_installed() == !shardsim::kMpArenaSanitized);
   CHECK(shardsim::kMpArenaMaxBlock == 512);
+}
+
+TEST_CASE("mp arena: the pools are for processes that evaluate at most one mp precision",
+          "[mp_arena]") {
+  using shardsim::mp_arena_wanted;
+  using shardsim::parse_precision;
+  const shardsim::Precision mp256 = parse_precision("mp256"), mp128 = parse_precision("mp128");
+  CHECK(mp_arena_wanted({}));
+  CHECK(mp_arena_wanted({parse_precision("f64"), parse_precision("qd")}));
+  CHECK(mp_arena_wanted({parse_precision("f32"), mp256}));
+  CHECK(mp_arena_wanted({mp256, mp256}, &mp256));  // run --precision mp256 with mp256 goldens
+  CHECK_FALSE(mp_arena_wanted({mp128, mp256}));    // a ladder keeps each level's blocks
+  CHECK(mp_arena_wanted({parse_precision("f64")}, &mp128));
+  CHECK_FALSE(mp_arena_wanted({mp128}, &mp256));  // the goldens' reference is evaluated too
 }
 
 TEST_CASE("mp arena: a thread reuses the blocks it freed, so repeated rounds take no new chunks",

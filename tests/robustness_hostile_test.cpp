@@ -122,6 +122,14 @@ TEST_CASE("robustness: a dense oracle that is not finite is bad input naming the
                  "overflow or are undefined at this precision");
   CHECK(entries(dir.path()) == std::vector<std::string>{"s.toml"});
   CHECK(run_cli("run --quiet " + q(scenario) + " --precision f64").exit_code == 0);
+  // An f16 run (its T is float) names itself: x = 7e4 is above f16's largest finite value 65504,
+  // so the stored input is inf already.
+  const fs::path f16 = dir.write("h.toml", with_init("{ dist = \"constant\", value = 7e4 }"));
+  expect_refused(run_cli("run " + q(f16) + " --precision f16"),
+                 f16.string() +
+                     ": the oracle is not finite at boundary #0 (step 1, chunk 1, input -> x) "
+                     "in the f16 run, first at [batch=0, seq=0, hidden=0]",
+                 "overflow or are undefined at this precision");
 }
 
 TEST_CASE("robustness: axis names that placements and goldens cannot spell are refused",

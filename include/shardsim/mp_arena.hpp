@@ -13,10 +13,11 @@
 // larger requests go to malloc. GMP passes every block's size to free and realloc, so a block
 // needs no header. Chunks stay listed in an immortal registry.
 //
-// What that costs: a class's memory serves only that class, so a process that runs several mp
+// What that costs: a class's memory serves only that class, so a process that ran several mp
 // precisions one after another (`precision --levels mp128,mp256,...`, `run --precision
-// mp128,mp256`) keeps each one's peak of blocks; its mp memory is about the sum of the levels'
-// peaks where malloc's would be nearer the largest.
+// mp128,mp256`) would keep each one's peak of blocks, about the sum of the levels' peaks where
+// malloc's is nearer the largest. Hence the policy: only a process that evaluates at most one mp
+// precision installs the pools (install_mp_arena_for; `run` does); every other keeps malloc.
 //
 // AddressSanitizer builds do not install the pools: there every mp value keeps its own malloc
 // block, so ASan reports a use after free or a double clear of an mp value, and LSan a leaked one,
@@ -25,6 +26,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
+
+#include "shardsim/scalar.hpp"
 
 namespace shardsim {
 
@@ -43,11 +47,18 @@ inline constexpr bool kMpArenaSanitized = false;
 #endif
 
 // Makes the pools GMP's memory functions (nothing in an AddressSanitizer build). Idempotent.
-// mp.cpp calls it during static initialization, so every program in which mp.cpp is linked (every
-// program that makes mp values: their precision is set there) allocates them from the pools.
-// GMP's mp_set_memory_functions is not thread-safe: call it before other threads use GMP. Blocks
+// GMP's mp_set_memory_functions is not thread-safe: call it while no other thread uses GMP. Blocks
 // malloc made before are adopted when freed (a block's size alone decides where it goes).
 void install_mp_arena();
+
+// The policy (README "Multiprecision memory"): the pools when `precisions` and `also` (if not
+// null), everything a process will evaluate, hold at most one mp precision; else malloc stays,
+// since a process that runs several would keep each one's blocks (above). `run` calls it with its
+// precisions and the goldens' reference.
+void install_mp_arena_for(const std::vector<Precision>& precisions,
+                          const Precision* also = nullptr);
+// The policy's test: at most one distinct mp precision among `precisions` and `also`.
+bool mp_arena_wanted(const std::vector<Precision>& precisions, const Precision* also = nullptr);
 
 // Whether GMP's memory functions are the pools' now (false in an AddressSanitizer build).
 bool mp_arena_installed();

@@ -196,9 +196,8 @@ int run_command(const Args& args) {
   const std::vector<Precision> precisions =
       vm.count("precision") ? parse_precision_list("--precision", vm["precision"].as<std::string>())
                             : scenario.precisions;
-  // Refuse oversized runs before any of them starts.
-  for (const Precision& precision : precisions) check_memory(scenario, precision, run);
-  if (golden) check_memory(scenario, golden->reference, run);
+  // Refuse oversized runs before any of them starts; one mp precision takes the mp pools.
+  prepare_runs(scenario, precisions, golden ? &golden->reference : nullptr, run);
   // stdout is written at the end: bad input found on the way (e.g. a full disk) leaves it empty.
   std::ostringstream out;
   std::optional<std::size_t> golden_run;  // the replay run that captured the goldens, if any

@@ -5,16 +5,8 @@
 #include <limits>
 
 #include "shardsim/error.hpp"
-#include "shardsim/mp_arena.hpp"
 
 namespace shardsim {
-
-namespace {
-// Mp values allocate from the pools of mp_arena.hpp in every program that links this file (every
-// program that makes mp values: they all set their precision here), installed before main (not
-// in an AddressSanitizer build).
-const bool kArenaInstalled = (install_mp_arena(), true);
-}  // namespace
 
 unsigned set_mp_precision(unsigned bits) {
   SHARDSIM_ASSERT(bits >= 2, "mp precision needs at least 2 bits");

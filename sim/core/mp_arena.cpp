@@ -206,6 +206,20 @@ void install_mp_arena() {
   if constexpr (!kMpArenaSanitized) mp_set_memory_functions(allocate, reallocate, release);
 }
 
+void install_mp_arena_for(const std::vector<Precision>& precisions, const Precision* also) {
+  if (mp_arena_wanted(precisions, also)) install_mp_arena();
+}
+
+bool mp_arena_wanted(const std::vector<Precision>& precisions, const Precision* also) {
+  std::vector<unsigned> mp_bits;
+  for (const Precision& p : precisions) {
+    if (p.kind == ScalarKind::mp) mp_bits.push_back(p.bits);
+  }
+  if (also && also->kind == ScalarKind::mp) mp_bits.push_back(also->bits);
+  std::sort(mp_bits.begin(), mp_bits.end());
+  return std::unique(mp_bits.begin(), mp_bits.end()) - mp_bits.begin() <= 1;
+}
+
 bool mp_arena_installed() {
   void* (*a)(std::size_t) = nullptr;
   void* (*r)(void*, std::size_t, std::size_t) = nullptr;

@@ -62,8 +62,7 @@ std::uint64_t default_memory_limit_bytes() {
   return static_cast<std::uint64_t>(pages) / 4 * 3 * static_cast<std::uint64_t>(page_size);
 }
 
-void check_memory(const Scenario& scenario, const Precision& precision,
-                  const RunOptions& options) {
+void check_memory(const Scenario& scenario, const Precision& precision, const RunOptions& options) {
   const std::uint64_t limit = options.max_memory_bytes.value_or(default_memory_limit_bytes());
   const std::uint64_t needed = estimate_memory_bytes(scenario, precision);
   if (needed <= limit) return;
@@ -75,6 +74,13 @@ void check_memory(const Scenario& scenario, const Precision& precision,
   throw InputError(scenario.file + ": scenario '" + scenario.name + "' at " + precision.name() +
                    " needs at least " + gib(needed) + " of memory, over the limit of " +
                    gib(limit) + " (raise it with --max-memory)");
+}
+
+void prepare_runs(const Scenario& scenario, const std::vector<Precision>& precisions,
+                  const Precision* also, const RunOptions& options) {
+  for (const Precision& precision : precisions) check_memory(scenario, precision, options);
+  if (also) check_memory(scenario, *also, options);
+  install_mp_arena_for(precisions, also);
 }
 
 template std::vector<TraceEntry> run_scenario(const Scenario&, const RunOptions&,

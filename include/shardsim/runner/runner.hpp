@@ -124,6 +124,10 @@ std::uint64_t default_memory_limit_bytes();
 // Throws InputError, before anything is allocated, when the estimate exceeds the limit; the
 // message says how many GiB would be needed.
 void check_memory(const Scenario& scenario, const Precision& precision, const RunOptions& options);
+// Before a command's runs: check_memory for each of `precisions` and `also` (when not null), then
+// the mp allocation policy for all of them (install_mp_arena_for, mp_arena.hpp).
+void prepare_runs(const Scenario& scenario, const std::vector<Precision>& precisions,
+                  const Precision* also, const RunOptions& options);
 
 // The effective mesh settings of a run.
 ReduceOrder effective_reduce_order(const Scenario& scenario, const RunOptions& options);
