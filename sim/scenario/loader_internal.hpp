@@ -61,8 +61,8 @@ std::string tensor_name_problem(std::string_view name);
 // it (OWNER.PART, is_runner_part), in either order; then the message.
 std::string tensor_name_clash(std::string_view name,
                               const std::map<std::string, TensorState>& defined);
-// Whether `part`, the text after "OWNER.", starts with (up to its first '.' or '@') a part that the
-// runner or a plan records for a tensor named OWNER: y.mean, d.mask@repetition, attn.q_rot, ...
+// Whether `part`, the text after "OWNER.", is (up to an '@') a part that the runner or a plan
+// records for a tensor named OWNER: y.mean, d.mask@repetition, attn.q_rot, ...
 bool is_runner_part(std::string_view part);
 // Whether `name` is or extends a name the runner uses of its own (grad_norm, flat_param).
 bool is_runner_name(std::string_view name);

@@ -6,7 +6,8 @@
 // overwritten by, or would overwrite, the runner's own tensor: a wrong gradient, an abort, or a
 // false divergence. So a scenario's names use letters, digits, '_', '.' and '-' only (no '(',
 // '@', '#', '[' or spaces), none is or extends a name the runner uses of its own, and no name is
-// another's NAME.PART for a PART the runner records.
+// another's NAME.PART for a PART the runner records (exactly: ln.weight.mean or attn.q.weight is
+// no part of ln or attn, since the runner never appends to a part but with '@').
 #include <algorithm>
 #include <array>
 #include <string>
@@ -39,7 +40,7 @@ bool allowed_char(char c) {
 }  // namespace
 
 bool is_runner_part(std::string_view part) {
-  const std::string_view head = part.substr(0, part.find_first_of(".@"));
+  const std::string_view head = part.substr(0, part.find('@'));  // a part moved: PART@WHERE
   for (std::string_view p :
        {layer_norm_parts::mean, layer_norm_parts::rstd, layer_norm_parts::sum,
         layer_norm_parts::sum_sq, layer_norm_parts::moments, layer_norm_parts::token_mean_sum,
@@ -64,8 +65,10 @@ std::string tensor_name_problem(std::string_view name) {
   if (name.empty()) return "tensor name must not be empty";
   for (char c : name) {
     if (allowed_char(c)) continue;
-    const std::string shown =
-        (c > ' ' && c < 127) ? std::string(1, c) : "a space or control character";
+    const auto byte = static_cast<unsigned char>(c);
+    const std::string shown = byte >= 0x80                 ? "a non-ASCII character"
+                              : (byte > ' ' && byte < 127) ? std::string(1, c)
+                                                           : "a space or control character";
     return "tensor name '" + std::string(name) + "' uses '" + shown +
            "': names use letters, digits, '_', '.' and '-' (the runner builds grad(NAME), "
            "NAME@WHERE and the goldens' NAME@rankR[...] and NAME#K from them)";
