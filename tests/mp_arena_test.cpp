@@ -1,8 +1,9 @@
-// Tests for mp_arena.hpp: GMP allocates mp values from the pools, freed blocks are reused (on the
-// thread that freed them, and across threads through the depot), and the paths that move a value
-// between block sizes (MPFR's precision changes, strings, blocks above the pooled sizes) keep its
-// value. That no result moves is the digests ctest (every bundled scenario's reports and goldens,
-// mp levels included, hash as before the pools).
+// Tests for mp_arena.hpp: once installed, GMP allocates mp values from the pools, freed blocks are
+// reused (on the thread that freed them, and across threads through the depot), and the paths that
+// move a value between block sizes (MPFR's precision changes, strings, blocks above the pooled
+// sizes) keep its value; the policy says when a process installs them. That no result moves is the
+// digests ctest (every bundled scenario's reports and goldens, mp levels included, hash as before
+// the pools).
 #include "shardsim/mp_arena.hpp"
 
 #include <catch2/catch.hpp>
@@ -26,15 +27,13 @@ struct ThreadCountGuard {
   ~ThreadCountGuard() { shardsim::set_thread_count(saved); }
 };
 
-// Makes n mp256 values i / 3 (i < n) and checks each (a used block holds its value).
+// n values i / 3 (i < n) at this thread's mp precision.
 std::vector<Mp> make_values(int n) {
   std::vector<Mp> values;
   values.reserve(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) values.push_back(Mp(i) / 3);
   return values;
 }
-
-}  // namespace
 
 // Installs the pools for the tests below (the test program, like every program but `run` with one
 // mp precision, starts on malloc; installing later adopts malloc's blocks as they are freed). An
@@ -47,6 +46,8 @@ bool pools_off() {
   CHECK(mp_arena_chunk_bytes() == 0);
   return true;
 }
+
+}  // namespace
 
 TEST_CASE("mp arena: GMP's memory functions are the pools' once installed (not under ASan)",
           "[mp_arena]") {

@@ -17,7 +17,8 @@
 // precisions one after another (`precision --levels mp128,mp256,...`, `run --precision
 // mp128,mp256`) would keep each one's peak of blocks, about the sum of the levels' peaks where
 // malloc's is nearer the largest. Hence the policy: only a process that evaluates at most one mp
-// precision installs the pools (install_mp_arena_for; `run` does); every other keeps malloc.
+// precision installs the pools (install_mp_arena_for; `run` does); every other keeps malloc. A
+// `run` that diverges still runs its diagnosis's other trend levels (mp128 beside mp256) on them.
 //
 // AddressSanitizer builds do not install the pools: there every mp value keeps its own malloc
 // block, so ASan reports a use after free or a double clear of an mp value, and LSan a leaked one,
