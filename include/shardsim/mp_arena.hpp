@@ -13,12 +13,13 @@
 // larger requests go to malloc. GMP passes every block's size to free and realloc, so a block
 // needs no header. Chunks stay listed in an immortal registry.
 //
-// What that costs: a class's memory serves only that class, so a process that ran several mp
+// What that costs: a class's memory serves only that class and, through the depot, classes down
+// to half its block size (mp256's blocks serve mp128), so a process that ran several mp
 // precisions one after another (`precision --levels mp128,mp256,...`, `run --precision
 // mp128,mp256`) would keep each one's peak of blocks, about the sum of the levels' peaks where
 // malloc's is nearer the largest. Hence the policy: only a process that evaluates at most one mp
 // precision installs the pools (install_mp_arena_for; `run` does); every other keeps malloc. A
-// `run` that diverges still runs its diagnosis's other trend levels (mp128 beside mp256) on them.
+// `run` that diverges still runs its diagnosis's other trend levels (mp128, mp256) on them.
 //
 // AddressSanitizer builds do not install the pools: there every mp value keeps its own malloc
 // block, so ASan reports a use after free or a double clear of an mp value, and LSan a leaked one,

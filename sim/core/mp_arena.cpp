@@ -118,14 +118,18 @@ struct ExitFlush {
 };
 thread_local ExitFlush t_exit_flush;
 
-// Refills class c of this thread from the depot, or else gives it a fresh chunk to carve.
+// Refills class c of this thread from the depot: a batch of class c, or else one of a larger class
+// up to twice its block size (a block serves any request it holds, and when freed joins the class
+// of the size it is freed with, so a run at mp128 after one at mp256 reuses the mp256 blocks);
+// else it gives the thread a fresh chunk to carve.
 void refill(ThreadPools& t, int c) noexcept {
   t_exit_flush.armed = true;
   Registry& r = registry();
   {
     std::lock_guard<std::mutex> lock(r.mutex);
-    std::vector<Batch>& depot = r.depot[c];
-    if (!depot.empty()) {
+    for (int from = c; from < kClasses && from <= 2 * c + 1; ++from) {
+      std::vector<Batch>& depot = r.depot[from];
+      if (depot.empty()) continue;
       t.free[c] = depot.back().head;
       t.count[c] = depot.back().count;
       depot.pop_back();
