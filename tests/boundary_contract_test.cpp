@@ -34,13 +34,9 @@ std::vector<fs::path> bundled_scenarios() {
 bool scenario_or_reserved(const std::string& name, const Scenario& scenario) {
   if (scenario.tensor_layouts.count(name)) return true;
   if (name.find_first_of("(@") != std::string::npos || is_runner_name(name)) return true;
-  for (std::size_t dot = name.find('.'); dot != std::string::npos; dot = name.find('.', dot + 1)) {
-    if (scenario.tensor_layouts.count(name.substr(0, dot)) &&
-        is_runner_part(name.substr(dot + 1))) {
-      return true;
-    }
-  }
-  return false;
+  return !runner_part_owner(name, [&](std::string_view owner) {
+            return scenario.tensor_layouts.count(std::string(owner)) != 0;
+          }).empty();
 }
 
 TraceEntry entry_of(const BoundaryLabel& label) {

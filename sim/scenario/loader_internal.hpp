@@ -66,6 +66,19 @@ std::string tensor_name_clash(std::string_view name,
 bool is_runner_part(std::string_view part);
 // Whether `name` is or extends a name the runner uses of its own (grad_norm, flat_param).
 bool is_runner_name(std::string_view name);
+// The OWNER for which `name` is OWNER.PART, a part the runner records (is_runner_part), where
+// `is_name(OWNER)` says OWNER is a tensor's name (every '.' of name may end an owner); "" when
+// there is none.
+template <typename IsName>
+std::string_view runner_part_owner(std::string_view name, IsName&& is_name) {
+  for (std::size_t dot = name.find('.'); dot != std::string_view::npos;
+       dot = name.find('.', dot + 1)) {
+    if (is_name(name.substr(0, dot)) && is_runner_part(name.substr(dot + 1))) {
+      return name.substr(0, dot);
+    }
+  }
+  return {};
+}
 
 std::string located(const std::string& file, SourceLoc loc, const std::string& path,
                     const std::string& message);

@@ -90,13 +90,10 @@ std::string tensor_name_clash(std::string_view name,
            std::string(owner) +
            "' (NAME.PART, e.g. y.mean, y.rstd, d.mask, loss.sum); rename one of the two";
   };
-  // name = OWNER.PART for a defined OWNER (every '.' of name may end an owner).
-  for (std::size_t dot = name.find('.'); dot != std::string_view::npos;
-       dot = name.find('.', dot + 1)) {
-    if (defined.count(std::string(name.substr(0, dot))) && is_runner_part(name.substr(dot + 1))) {
-      return clash(name.substr(0, dot), name);
-    }
-  }
+  // name = OWNER.PART for a defined OWNER.
+  const std::string_view owner = runner_part_owner(
+      name, [&](std::string_view o) { return defined.count(std::string(o)) != 0; });
+  if (!owner.empty()) return clash(owner, name);
   // A defined name = name.PART.
   const std::string prefix = std::string(name) + ".";
   for (auto it = defined.lower_bound(prefix); it != defined.end() && it->first.starts_with(prefix);
