@@ -206,6 +206,12 @@ class ScenarioRun {
       if (spec.role == TensorRole::parameter) pinned_.insert(grad_name(spec.name));
     }
     for (const std::string& name : fsdp_.pinned()) pinned_.insert(name);
+    // A forward-only run without [stream] reads a declared tensor only in the steps that name
+    // it: no update, no later chunk or micro-batch. With FSDP the units gather their parameters
+    // by unit, not by step, so they stay.
+    const bool once = scenario_.train_steps == 0 && scenario_.micro_batches < 2 &&
+                      !scenario_.stream && !fsdp_.on();
+    forward_pinned_ = once ? std::set<std::string>() : pinned_;
     fsdp_.shard(env_);
     if (env_.storage) stored_names_ = stored_tensor_names(scenario_);
   }
@@ -225,7 +231,8 @@ class ScenarioRun {
 
   // Every step forward. The first pass that reports activation memory records each step's
   // saved bytes right after its forward. A forward-only run then releases every entry no later
-  // step names (forward_live_names), so it holds one step's tensors at a time, not all.
+  // step names (forward_live_names), so it holds one step's tensors at a time, not all; without
+  // [stream] that includes the declared inputs and parameters (forward_pinned_).
   void forward() {
     const bool forward_only = scenario_.train_steps == 0 && scenario_.micro_batches < 2;
     const bool measure = saved_bytes_.empty() && !whole_pass_;
@@ -233,11 +240,13 @@ class ScenarioRun {
       scenario_step_ = static_cast<int>(i);
       bind_world(i);
       fsdp_.gather(static_cast<int>(i), env_);
+      const LiveNames live = forward_live_names(scenario_.steps, i + 1, forward_pinned_);
+      env_.after_step = forward_only ? &live : nullptr;
       ops_[i]->forward(env_);
+      env_.after_step = nullptr;
       fsdp_.release(static_cast<int>(i), env_);
       if (measure) saved_bytes_.push_back(ops_[i]->saved_bytes(env_));
       if (!forward_only) continue;
-      const LiveNames live = forward_live_names(scenario_.steps, i + 1, pinned_);
       std::erase_if(env_.dense, [&](const auto& entry) { return !live.keeps(entry.first); });
       std::erase_if(env_.sharded, [&](const auto& entry) { return !live.keeps(entry.first); });
     }
@@ -305,6 +314,7 @@ class ScenarioRun {
   Fsdp<T> fsdp_;
   std::vector<std::unique_ptr<StepOp<T>>> ops_;
   std::set<std::string> pinned_;            // never released: declared tensors, parameter gradients
+  std::set<std::string> forward_pinned_;    // what forward() of a forward-only run never releases
   std::set<std::string> stored_names_;      // narrow runs: what stores_narrow rounds
   std::map<std::string, Tensor<T>> whole_;  // streamed or micro-batched inputs, whole
   std::vector<std::int64_t> chunk_lengths_{0};

@@ -46,6 +46,7 @@ class LayerNormStep final : public StepOp<T> {
     const DistTensor<T>& sx = env.sharded_at(input);
     hidden_ = env.world.placement(sx).is_shard() && env.world.placement(sx).axis == params_.axis;
     if (!hidden_) {
+      env.release_spent_input(input);  // x is not read again (and dangles from here on)
       env.sharded[output] =
           layer_norm_row_sharded(env.world, sx, env.sharded_opt(args_.weight),
                                  env.sharded_opt(args_.bias), params_, output, row_saved_, faults_);

@@ -36,6 +36,7 @@ class RmsNormStep final : public StepOp<T> {
       env.sharded[output] = rms_norm_hidden_sharded(env.world, sx, env.sharded_opt(args_.weight),
                                                     params_, output, sharded_saved_);
     } else {
+      env.release_spent_input(input);  // x is not read again (and dangles from here on)
       env.sharded[output] = rms_norm_row_sharded(env.world, sx, env.sharded_opt(args_.weight),
                                                  params_, output, sharded_saved_);
     }

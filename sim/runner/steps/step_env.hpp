@@ -70,6 +70,9 @@ struct StepEnv {
   // --oracle distributed (oracle_rows.hpp): this process's rows of the batch axis. Every process
   // computes the oracle then, each on its rows: a dense tensor with the axis holds only them.
   std::optional<OracleRows> rows;
+  // A forward-only run's entries that outlive the running step's forward (forward_live_names);
+  // null in every other run.
+  const LiveNames* after_step = nullptr;
 
   // The shape of the oracle's tensor of global shape `global` on this process.
   Shape dense_shape(const Shape& global) const {
@@ -139,6 +142,14 @@ struct StepEnv {
       const std::int64_t handed = r.i64();
       if (count) *count = handed;
     }
+  }
+
+  // Called by a step once its oracle has run: releases the oracle's input `name` when no later
+  // step reads it (after_step), instead of after the step, so that it does not stay beside the
+  // step's output and the ranks' copies of both. The step's sharded plan must then record no
+  // boundary whose oracle is `name` (find_oracle would fail, loudly).
+  void release_spent_input(const std::string& name) {
+    if (after_step && !after_step->keeps(name)) dense.erase(name);
   }
 
   Tensor<T>& dense_at(const std::string& name) { return dense.at(name); }
