@@ -123,6 +123,27 @@ TEST_CASE("compare: an edited manifest is refused, hashed or not, and never abor
          m["mesh"] = Json::array({Json{{"name", "dp"}, {"size", 2}}, Json{{"name", "tp"}, {"size", 3}}});
        },
        "mesh", "its dims multiply to 6, not to ranks"},
+      // The keys compare only prints or passes over: typed, and names shardsim knows.
+      {[&](Json& m) { m["precision"] = "mp0"; }, "precision", "invalid precision 'mp0'"},
+      {[&](Json& m) { m["tensors"][y]["boundary"]["step"] = 0; },
+       "tensors[" + std::to_string(y) + "].boundary.step", "steps count from 1"},
+      {[&](Json& m) { m["tensors"][y]["boundary"]["kind"] = "opp"; },
+       "tensors[" + std::to_string(y) + "].boundary.kind", "unknown boundary kind 'opp'"},
+      {[&](Json& m) { m["tensors"][y]["boundary"]["exact_claimed"] = "x"; },
+       "tensors[" + std::to_string(y) + "].boundary.exact_claimed", "expected true or false"},
+      {[&](Json& m) { m["tensors"][y]["slice"] = 12345; },
+       "tensors[" + std::to_string(y) + "].slice", "a global tensor has no slice"},
+      {[&](Json& m) { m["tensors"][y]["file"] = "manifest.json"; },
+       "tensors[" + std::to_string(y) + "].file", "is not a file of safetensors storage"},
+      {[&](Json& m) { m["tensors"][y]["near_midpoint"] = Json{{"count", 1}, {"first_index", 416}}; },
+       "tensors[" + std::to_string(y) + "].near_midpoint.first_index", "out of range"},
+      {[&](Json& m) { m["significand_bits"] = -1; }, "significand_bits", "out of range"},
+      {[&](Json& m) { m["reduce_order"] = "nope"; }, "reduce_order", "nope"},
+      {[&](Json& m) { m["schedule"] = Json::array(); }, "(root).schedule", "expected a string"},
+      {[&](Json& m) { m["verdict"] = "maybe"; }, "verdict", "expected \"pass\" or \"fail\""},
+      {[&](Json& m) { m["dtypes"] = Json::array({"f33"}); }, "dtypes", "unknown dtype 'f33'"},
+      {[&](Json& m) { m["faults"] = true; }, "faults", "expected an array of names"},
+      {[&](Json& m) { m["boundaries"] = 1; }, "boundaries", "expected an array"},
   };
   for (const Edit& edit : edits) {
     INFO(edit.key);

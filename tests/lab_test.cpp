@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <tuple>
 
 #include "cli_test_support.hpp"
 #include "shardsim/error.hpp"
@@ -105,7 +106,11 @@ TEST_CASE("lab: a bad command in a script exits 2 naming the line", "[lab]") {
                         Case{"set x nan\n", "stdin:1: 'nan' is not a number"},
                         Case{"predict z 1\n", "stdin:1: predict: unknown quantity 'z'"},
                         Case{"predict y 1 y 2\n", "stdin:1: predict: 'y' given twice"},
-                        Case{"step now\n", "stdin:1: usage: step"}}) {
+                        Case{"step now\n", "stdin:1: usage: step"},
+                        Case{"quit now\n", "stdin:1: usage: quit"},
+                        // Control bytes are quoted escaped, a NUL too (it once cut the line).
+                        Case{"se\x01t a 1\n", "stdin:1: unknown command 'se\\x01t'"},
+                        Case{std::string("set a 1\0junk\n", 13), "stdin:1: '1\\x00junk' is not"}}) {
     INFO(c.script);
     const CliResult r = run_lab(c.script);
     CHECK(r.exit_code == 2);
@@ -113,6 +118,24 @@ TEST_CASE("lab: a bad command in a script exits 2 naming the line", "[lab]") {
     CHECK(r.out.find("step 1") == std::string::npos);  // nothing after the bad line ran
   }
   CHECK(run_lab("", "--precision mp7").exit_code == 2);
+}
+
+TEST_CASE("lab: a true value that overflowed makes every prediction wrong", "[lab]") {
+  // a = 1e308, x = 10: y = a x^2 = 1e310 and slope = 2 a x = 2e309 both overflow f64 (max about
+  // 1.8e308) to inf; f32 (max about 3.4e38) likewise with a = 3e38, x = 2. |p - inf| <= 1e-6 inf
+  // held for any finite p, which once judged these predictions right.
+  for (const auto& [precision, a, x] : {std::tuple{"f64", "1e308", "10"},
+                                        std::tuple{"f32", "3e38", "2"}}) {
+    INFO(precision);
+    Lab lab(parse_precision(precision));
+    lab.execute(std::string("set a ") + a);
+    lab.execute(std::string("set x ") + x);
+    lab.execute("predict y -5 slope 7");
+    const std::string step = lab.execute("step");
+    CHECK(count(step, "wrong (the true value overflowed)") == 2);
+    CHECK(count(step, "right") == 0);
+    CHECK(lab.execute("show").find("0 of 2 prediction(s) right") != std::string::npos);
+  }
 }
 
 TEST_CASE("lab: a rejected command leaves the state unchanged", "[lab]") {

@@ -155,3 +155,72 @@ output = "y"
   CHECK(entries(dir.path()).size() <= 1);  // at most big.toml: never a report
   CHECK(no_temp_files(dir.path()));
 }
+
+TEST_CASE("robustness: flag values are refused naming the flag, never read otherwise",
+          "[robustness]") {
+  TempDir dir;
+  const fs::path golden = dir.path() / "golden";
+  const CliResult made = run_cli("run --quiet " + q(kScenario) + " --golden " + q(golden) +
+                                 " --dtype f32 --format npy");
+  REQUIRE(made.exit_code == 0);
+  const std::string y = "f32__s1__c1__y.npy";  // [2, 13, 16] f32: 1664 data bytes
+  struct Case {
+    std::string args, message;
+  };
+  const std::string s = q(kScenario);
+  for (const Case& c : {
+           Case{"run " + s + " --precision f32,", "--precision: empty item in list 'f32,'"},
+           Case{"run " + s + " --precision ''", "--precision: empty item in list ''"},
+           Case{"precision " + s + " --levels f32,,f64", "--levels: empty item in list"},
+           Case{"precision " + s + " --reduce-order rank,", "--reduce-order: empty item in list"},
+           Case{"precision " + s + " --schedule shuffle:x", "--schedule: unknown schedule"},
+           Case{"run ''", "SCENARIO is an empty path"},
+           Case{"compare '' " + q(golden), "compare: GOLDEN is an empty path"},
+           Case{"run " + s + " --golden " + q(dir.path() / "g2") + " --dtype f32,f32",
+                "--dtype: 'f32' is listed twice in 'f32,f32'"},
+           Case{"compare " + q(golden) + " " + q(golden) + " --map a=b --map a=c",
+                "--map 'a=c': 'a' is already mapped to 'b'"},
+           // 1e-400 is below the double range: it would read as 0, a different tolerance.
+           Case{"compare " + q(golden) + " " + q(golden) + " --rtol 1e-400",
+                "--rtol: '1e-400' is below the double range and would read as 0"},
+           Case{"compare " + q(golden) + " " + q(golden) + " --atol 0x1p-3",
+                "--atol: expected a decimal number, got '0x1p-3'"},
+       }) {
+    INFO(c.args);
+    const CliResult r = run_cli(c.args);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.rfind("shardsim: error: " + c.message, 0) == 0);
+    CHECK(r.out.empty());
+  }
+  CHECK_FALSE(fs::exists(dir.path() / "g2"));
+  // Zero and tiny-but-representable tolerances are read as given.
+  CHECK(run_cli("compare " + q(golden) + " " + q(golden) + " --rtol 0 --atol 1e-300").exit_code ==
+        0);
+  // A truncated npy names the byte count it needs: 1664 data bytes, one missing.
+  const fs::path candidate = dir.path() / "cand";
+  fs::create_directories(candidate);
+  const std::string bytes = slurp(golden / y);
+  std::ofstream(candidate / y, std::ios::binary) << bytes.substr(0, bytes.size() - 1);
+  const CliResult r = run_cli("compare " + q(golden) + " " + q(candidate));
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find(": truncated data: shape (2, 13, 16) of '<f4' needs 1664 bytes, the file "
+                   "holds 1663") != std::string::npos);
+}
+
+TEST_CASE("robustness: a scenario name with a control character is refused", "[robustness]") {
+  // Printed as it is to the terminal ("NAME: pass"), an ESC could recolour or move the cursor.
+  TempDir dir;
+  for (const std::string& name : {std::string("a\\u001b[31mred"), std::string("a\\u0000b"),
+                                  std::string("a\\u007f"), std::string("a\\u0085")}) {
+    INFO(name);
+    const fs::path scenario =
+        dir.write("s.toml", replaced(kTiny, "name = \"tiny\"", "name = \"" + name + "\""));
+    const CliResult r = run_cli("validate " + q(scenario));
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.rfind("shardsim: error: " + scenario.string() + ":1:8: name: the name '", 0) == 0);
+    CHECK(r.err.find("holds a control character") != std::string::npos);
+  }
+  // Other characters outside ASCII are names like any other.
+  const fs::path ok = dir.write("ok.toml", replaced(kTiny, "name = \"tiny\"", "name = \"Ünïcödé\""));
+  CHECK(run_cli("validate " + q(ok)).exit_code == 0);
+}

@@ -34,7 +34,8 @@ void parse_command_line(const Args& args,
 // after printing `usage` and the options for --help; throws InputError when SCENARIO is missing.
 bool parse_scenario_args(const Args& args, boost::program_options::options_description& options,
                          boost::program_options::variables_map& vm, const char* usage);
-std::vector<std::string> split_list(const std::string& text);  // "a,b" -> {"a", "b"}
+// "a,b" -> {"a", "b"}; an empty item is bad input, named with `flag`.
+std::vector<std::string> split_list(const std::string& flag, const std::string& text);
 // A comma-separated list of precisions given with `flag`; each at most once.
 std::vector<Precision> parse_precision_list(const std::string& flag, const std::string& text);
 // "8GiB", "512MiB", "2G", "1000000" -> bytes (K/M/G/T are powers of 1024, as are KiB...).

@@ -13,14 +13,14 @@ namespace po = boost::program_options;
 
 namespace shardsim::cli {
 
-std::vector<std::string> split_list(const std::string& text) {
+std::vector<std::string> split_list(const std::string& flag, const std::string& text) {
   std::vector<std::string> out;
   std::size_t begin = 0;
   while (begin <= text.size()) {
     std::size_t end = text.find(',', begin);
     if (end == std::string::npos) end = text.size();
     std::string item = text.substr(begin, end - begin);
-    if (item.empty()) throw InputError("empty item in list " + quote(text));
+    if (item.empty()) throw InputError(flag + ": empty item in list " + quote(text));
     out.push_back(std::move(item));
     begin = end + 1;
   }
@@ -92,12 +92,13 @@ bool parse_scenario_args(const Args& args, po::options_description& options,
     const std::string first_line(usage, std::strcspn(usage, "\n"));
     throw InputError("missing SCENARIO (" + first_line + ")");
   }
+  if (vm["scenario"].as<std::string>().empty()) throw InputError("SCENARIO is an empty path");
   return true;
 }
 
 std::vector<Precision> parse_precision_list(const std::string& flag, const std::string& text) {
   std::vector<Precision> out;
-  for (const std::string& level : split_list(text)) {
+  for (const std::string& level : split_list(flag, text)) {
     Precision precision;
     try {
       precision = parse_precision(level);

@@ -2,7 +2,10 @@
 //                  [--precision bf16|f16]
 #include <boost/program_options.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
+#include <utility>
+#include <vector>
 
 #include "shardsim/error.hpp"
 #include "shardsim/golden/golden_compare.hpp"
@@ -24,21 +27,64 @@ constexpr const char* kCompareUsage =
     "exit codes: 0 every compared tensor within tolerance (--precision: noise); 1 some outside\n"
     "            (a bug); 2 bad input\n";
 
+// A tolerance flag's value: a decimal number, >= 0 and finite. One that underflows to 0 (1e-400)
+// is refused rather than read as 0.
 double non_negative(const po::variables_map& vm, const char* flag) {
-  const double v = vm[flag].as<double>();
+  const std::string text = vm[flag].as<std::string>();
+  const std::string name = std::string("--") + flag;
+  // strtod reads hexadecimal too; a tolerance is written in decimal (or as inf or nan, which
+  // are refused below as not finite).
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() ||
+      text.find_first_of("xX") != std::string::npos) {
+    throw InputError(name + ": expected a decimal number, got " + quote(text));
+  }
   if (!(v >= 0) || !std::isfinite(v)) {
-    throw InputError(std::string("--") + flag + " must be >= 0 and finite");
+    throw InputError(name + " must be >= 0 and finite, got " + quote(text));
+  }
+  const std::size_t exponent = text.find_first_of("eE");  // v is finite: no "inf" here
+  if (v == 0 && text.substr(0, exponent).find_first_of("123456789") != std::string::npos) {
+    throw InputError(name + ": " + quote(text) +
+                     " is below the double range and would read as 0; give 0 or a larger value");
   }
   return v;
+}
+
+// --map GOLDEN=CANDIDATE, repeatable; a golden name mapped twice is refused.
+std::vector<std::pair<std::string, std::string>> parse_maps(const std::vector<std::string>& pairs) {
+  std::vector<std::pair<std::string, std::string>> map;
+  for (const std::string& pair : pairs) {
+    // Golden names hold '=' inside their [SLICE]: split at the first '=' outside brackets.
+    std::size_t eq = std::string::npos;
+    int depth = 0;
+    for (std::size_t i = 0; i < pair.size() && eq == std::string::npos; ++i) {
+      if (pair[i] == '[') ++depth;
+      if (pair[i] == ']' && depth > 0) --depth;
+      if (pair[i] == '=' && depth == 0) eq = i;
+    }
+    if (eq == std::string::npos || eq == 0 || eq + 1 == pair.size()) {
+      throw InputError("--map " + quote(pair) + ": expected GOLDEN_NAME=CANDIDATE_NAME");
+    }
+    const std::string golden_name = pair.substr(0, eq);
+    for (const auto& [mapped, candidate_name] : map) {
+      if (mapped == golden_name) {
+        throw InputError("--map " + quote(pair) + ": " + quote(golden_name) +
+                         " is already mapped to " + quote(candidate_name));
+      }
+    }
+    map.emplace_back(golden_name, pair.substr(eq + 1));
+  }
+  return map;
 }
 
 }  // namespace
 
 int compare_command(const Args& args) {
   po::options_description options("compare options");
-  options.add_options()("rtol", po::value<double>(), "relative tolerance (see README)")(
-      "atol", po::value<double>(), "absolute tolerance")(
-      "max-ulp", po::value<double>(), "also accept elements within this many ULPs")(
+  options.add_options()("rtol", po::value<std::string>(), "relative tolerance (see README)")(
+      "atol", po::value<std::string>(), "absolute tolerance")(
+      "max-ulp", po::value<std::string>(), "also accept elements within this many ULPs")(
       "precision", po::value<std::string>(),
       "bf16 or f16: judge against the goldens' error budgets (noise or bug), not tolerances")(
       "map", po::value<std::vector<std::string>>()->composing(),
@@ -59,6 +105,12 @@ int compare_command(const Args& args) {
         "compare: missing GOLDEN or CANDIDATE (usage: shardsim compare GOLDEN CANDIDATE "
         "[options]; see 'shardsim help compare')");
   }
+  for (const char* path : {"golden", "candidate"}) {
+    if (vm[path].as<std::string>().empty()) {
+      throw InputError(std::string("compare: ") + (path[0] == 'g' ? "GOLDEN" : "CANDIDATE") +
+                       " is an empty path");
+    }
+  }
   CompareOptions compare;
   if (vm.count("rtol")) compare.rtol = non_negative(vm, "rtol");
   if (vm.count("atol")) compare.atol = non_negative(vm, "atol");
@@ -77,22 +129,7 @@ int compare_command(const Args& args) {
     }
     compare.precision = name == "bf16" ? NarrowFormat::bf16 : NarrowFormat::f16;
   }
-  if (vm.count("map")) {
-    for (const std::string& pair : vm["map"].as<std::vector<std::string>>()) {
-      // Golden names hold '=' inside their [SLICE]: split at the first '=' outside brackets.
-      std::size_t eq = std::string::npos;
-      int depth = 0;
-      for (std::size_t i = 0; i < pair.size() && eq == std::string::npos; ++i) {
-        if (pair[i] == '[') ++depth;
-        if (pair[i] == ']' && depth > 0) --depth;
-        if (pair[i] == '=' && depth == 0) eq = i;
-      }
-      if (eq == std::string::npos || eq == 0 || eq + 1 == pair.size()) {
-        throw InputError("--map " + quote(pair) + ": expected GOLDEN_NAME=CANDIDATE_NAME");
-      }
-      compare.map.emplace_back(pair.substr(0, eq), pair.substr(eq + 1));
-    }
-  }
+  if (vm.count("map")) compare.map = parse_maps(vm["map"].as<std::vector<std::string>>());
   const GoldenDir golden = load_golden_dir(vm["golden"].as<std::string>());
   const Candidate candidate = load_candidate(vm["candidate"].as<std::string>());
   const ComparisonReport report = compare_candidate(golden, candidate, compare);

@@ -4,9 +4,9 @@
 #include <iostream>
 
 #include "shardsim/error.hpp"
-#include "shardsim/report/html_report.hpp"
 #include "shardsim/io.hpp"
 #include "shardsim/precision/precision_diff.hpp"
+#include "shardsim/report/html_report.hpp"
 #include "sim/cli/commands.hpp"
 
 namespace po = boost::program_options;
@@ -23,6 +23,30 @@ constexpr const char* kPrecisionUsage =
     "exit codes: 0 unless a boundary's verdict is 'bug' in a scenario that expects to pass;\n"
     "            1 then; 2 bad input or usage\n";
 
+// --reduce-order LIST (several: a sweep) and --schedule.
+void parse_order_options(const po::variables_map& vm, PrecisionDiffOptions& diff_options) {
+  if (vm.count("reduce-order")) {
+    std::vector<ReduceOrder> orders;
+    for (const std::string& order :
+         split_list("--reduce-order", vm["reduce-order"].as<std::string>())) {
+      try {
+        orders.push_back(parse_reduce_order(order));
+      } catch (const InputError& e) {
+        throw InputError(std::string("--reduce-order: ") + e.what());
+      }
+    }
+    diff_options.run.reduce_order = orders.front();
+    if (orders.size() > 1) diff_options.sweep_orders = orders;
+  }
+  try {
+    if (vm.count("schedule")) {
+      diff_options.run.schedule = parse_schedule(vm["schedule"].as<std::string>());
+    }
+  } catch (const InputError& e) {
+    throw InputError(std::string("--schedule: ") + e.what());
+  }
+}
+
 }  // namespace
 
 int precision_command(const Args& args) {
@@ -37,8 +61,7 @@ int precision_command(const Args& args) {
       "html", po::value<std::string>(), "write the self-contained HTML report to this file")(
       "heatmap", po::value<std::string>(),
       "the boundary the HTML report opens on: #ID, ID or a tensor name (default: the first "
-      "divergent boundary)")(
-      "quiet,q", "print only the verdict summary");
+      "divergent boundary)")("quiet,q", "print only the verdict summary");
   add_thread_option(options);
   po::variables_map vm;
   if (!parse_scenario_args(args, options, vm, kPrecisionUsage)) return 0;
@@ -52,19 +75,7 @@ int precision_command(const Args& args) {
   check_outputs(outputs, input_paths(scenario));  // also the input files it read
   PrecisionDiffOptions diff_options;
   diff_options.levels = parse_precision_list("--levels", vm["levels"].as<std::string>());
-  if (vm.count("reduce-order")) {
-    std::vector<ReduceOrder> orders;
-    for (const std::string& order : split_list(vm["reduce-order"].as<std::string>())) {
-      try {
-        orders.push_back(parse_reduce_order(order));
-      } catch (const InputError& e) {
-        throw InputError(std::string("--reduce-order: ") + e.what());
-      }
-    }
-    diff_options.run.reduce_order = orders.front();
-    if (orders.size() > 1) diff_options.sweep_orders = orders;
-  }
-  if (vm.count("schedule")) diff_options.run.schedule = parse_schedule(vm["schedule"].as<std::string>());
+  parse_order_options(vm, diff_options);
   const std::string json_path = vm.count("json") ? vm["json"].as<std::string>() : "";
   const std::string html_path = vm.count("html") ? vm["html"].as<std::string>() : "";
 
@@ -84,7 +95,8 @@ int precision_command(const Args& args) {
       chosen = first_divergent_boundary(diff);
     }
     if (chosen) {
-      for (std::size_t l = 0; l < diff.levels.size(); ++l) heatmaps.push_back(make_heatmap(diff, l, *chosen));
+      for (std::size_t l = 0; l < diff.levels.size(); ++l)
+        heatmaps.push_back(make_heatmap(diff, l, *chosen));
     }
   }
   const std::string text = format_precision_diff(diff);

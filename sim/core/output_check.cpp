@@ -70,6 +70,30 @@ void check_parent(const OutputRequest& out) {
   }
 }
 
+// Whether a directory output writes a file named `name` into it.
+bool writes_name(const OutputRequest& r, const std::string& name) {
+  return std::find(r.written_names.begin(), r.written_names.end(), name) != r.written_names.end() ||
+         (!r.written_suffix.empty() && name.ends_with(r.written_suffix));
+}
+
+// An existing directory output: every entry at a name it writes must be a regular file (or a
+// link to one), which the write replaces; a directory, FIFO or device there would fail the
+// write half-way, after the work.
+void check_written_entries(const OutputRequest& out) {
+  std::error_code ec;
+  for (fs::directory_iterator it(out.path, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!writes_name(out, name)) continue;
+    std::error_code status_ec;
+    const fs::file_status status = fs::status(it->path(), status_ec);
+    if (status_ec || !fs::exists(status) || fs::is_regular_file(status)) continue;
+    refuse(out, "holds '" + name + "', which is " +
+                    (fs::is_directory(status) ? "a directory" : "not a regular file") +
+                    "; shardsim writes a file at that name (move it away)");
+  }
+  if (ec) refuse(out, "cannot list the directory: " + ec.message());
+}
+
 Checked check_one(const OutputRequest& out) {
   if (out.path.empty()) throw InputError(out.flag + ": needs a path, got an empty one");
   Checked checked{&out, normal_path(out.path), stat_of(out.path)};
@@ -82,6 +106,7 @@ Checked check_one(const OutputRequest& out) {
   if (out.directory) {
     if (!S_ISDIR(mode)) refuse(out, "exists and is not a directory");
     if (::access(out.path.c_str(), W_OK | X_OK) != 0) refuse(out, "directory is not writable");
+    check_written_entries(out);
     return checked;
   }
   if (S_ISDIR(mode)) refuse(out, "is a directory; give a file name");
@@ -101,10 +126,7 @@ bool same_file(const std::optional<struct stat>& a, const std::optional<struct s
 // Whether directory output `dir` writes the file at normalized path `file`.
 bool writes_into(const Checked& dir, const std::string& file) {
   if (!dir.request->directory || parent_of(file) != dir.normal) return false;
-  const std::string name = file.substr(file.find_last_of('/') + 1);
-  const OutputRequest& r = *dir.request;
-  return std::find(r.written_names.begin(), r.written_names.end(), name) != r.written_names.end() ||
-         (!r.written_suffix.empty() && name.ends_with(r.written_suffix));
+  return writes_name(*dir.request, file.substr(file.find_last_of('/') + 1));
 }
 
 }  // namespace

@@ -198,6 +198,20 @@ Json mesh_json(const Mesh& mesh) {
   return out;
 }
 
+std::vector<std::pair<std::string, std::string>> safetensors_metadata(const std::string& version,
+                                                        const std::string& scenario,
+                                                        const std::string& scenario_sha256,
+                                                        const std::string& precision,
+                                                        const std::string& reduce_order) {
+  return {{"format", std::string(format::kManifestFormat)},
+          {"shardsim_version", version},
+          {"scenario", scenario},
+          {"scenario_sha256", scenario_sha256},
+          {"precision", precision},
+          {"reduce_order", reduce_order},
+          {"manifest", std::string(format::kManifestFile)}};
+}
+
 std::string manifest_digest(std::string_view text, std::string_view value) {
   const std::string quoted = "\"" + std::string(value) + "\"";
   const std::size_t at = text.rfind(quoted);

@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "shardsim/golden/golden_set.hpp"
 #include "shardsim/trace.hpp"
@@ -37,6 +39,16 @@ std::string shard_name(const std::string& name, const Mesh& mesh, int rank,
                        const std::string& slice);
 // The manifest's "mesh": [{"name": "dp", "size": 2}, ...] (written for N-D meshes only).
 Json mesh_json(const Mesh& mesh);
+
+// The golden safetensors file's "__metadata__": the writer's version, the scenario's name and
+// SHA-256, the reference precision and reduce order, and the manifest's file name. The writer
+// writes it and the reader requires it, so the file's header says nothing the manifest (covered
+// by its digest) does not. In the order the writer writes it (the golden bytes depend on it).
+std::vector<std::pair<std::string, std::string>> safetensors_metadata(const std::string& version,
+                                                        const std::string& scenario,
+                                                        const std::string& scenario_sha256,
+                                                        const std::string& precision,
+                                                        const std::string& reduce_order);
 
 // The SHA-256 (hex) of `text` with the last occurrence of the quoted string `value` replaced by
 // as many '0' characters. REQUIRES: the quoted value occurs in `text`.

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "shardsim/error.hpp"
+#include "shardsim/mesh.hpp"
 #include "sim/golden/manifest.hpp"
 
 namespace shardsim::golden_detail {
@@ -32,19 +33,27 @@ double read_gap(const Json& item, const std::string& key, const std::string& wha
   if (!found->is_number() || (integer && !found->is_number_integer()) ||
       !(found->get<double>() >= 0) || !std::isfinite(found->get<double>())) {
     fail(what, path + "." + key,
-         std::string("expected ") + (integer ? "an integer" : "a number") + " >= 0 or \"inf\", got " +
-             clipped(found->dump()));
+         std::string("expected ") + (integer ? "an integer" : "a number") +
+             " >= 0 or \"inf\", got " + clipped(found->dump()));
   }
   return found->get<double>();
 }
 
-std::string string_list(const Json& budgets, const std::string& key, const std::string& what) {
+// budgets.reduce_orders or budgets.schedules: the names, each one `parse` reads.
+template <typename Parse>
+std::string string_list(const Json& budgets, const std::string& key, const std::string& what,
+                        Parse parse) {
   auto found = budgets.find(key);
   if (found == budgets.end() || !found->is_array() || found->empty())
     fail(what, "budgets." + key, "expected a non-empty array of names");
   std::string out;
   for (const Json& name : *found) {
     if (!name.is_string()) fail(what, "budgets." + key, "expected names (strings)");
+    try {
+      parse(name.get<std::string>());
+    } catch (const InputError& e) {
+      fail(what, "budgets." + key, e.what());
+    }
     out += (out.empty() ? "" : ", ") + name.get<std::string>();
   }
   return out;
@@ -54,7 +63,8 @@ std::string string_list(const Json& budgets, const std::string& key, const std::
 
 Json budgets_json(const GoldenBudgets& budgets) {
   Json orders = Json::array();
-  for (ReduceOrder order : budgets.programs.reduce_orders) orders.push_back(reduce_order_name(order));
+  for (ReduceOrder order : budgets.programs.reduce_orders)
+    orders.push_back(reduce_order_name(order));
   Json schedules = Json::array();
   for (const Schedule& schedule : budgets.programs.schedules) schedules.push_back(schedule.str());
   Json unavailable = Json::object();
@@ -85,8 +95,9 @@ void parse_budgets(const Json& manifest, const std::string& what, GoldenDir& out
   if (!budgets.contains("accumulate") || budgets["accumulate"] != "f32")
     fail(what, "budgets.accumulate", "expected \"f32\"");
   out.has_budgets = true;
-  out.budget_programs = "accumulate f32; reduce orders " + string_list(budgets, "reduce_orders", what) +
-                        "; schedules " + string_list(budgets, "schedules", what);
+  out.budget_programs = "accumulate f32; reduce orders " +
+                        string_list(budgets, "reduce_orders", what, parse_reduce_order) +
+                        "; schedules " + string_list(budgets, "schedules", what, parse_schedule);
   if (!budgets.contains("unavailable") || !budgets["unavailable"].is_object())
     fail(what, "budgets.unavailable", "expected an object");
   for (const auto& [format, reason] : budgets["unavailable"].items()) {

@@ -2,8 +2,12 @@
 // tensor's metadata (global shape, placement, offsets, slices, ranks) rebuilt from its placement
 // and compared, so an edited manifest is refused (exit 2) instead of misleading `compare`.
 #include <set>
+#include <vector>
 
 #include "shardsim/error.hpp"
+#include "shardsim/golden/safetensors_format.hpp"
+#include "shardsim/mesh.hpp"
+#include "shardsim/scalar.hpp"
 #include "sim/golden/manifest.hpp"
 
 namespace shardsim::golden_detail {
@@ -44,11 +48,24 @@ class ManifestReader {
   std::string what_;
 };
 
+// The manifest's JSON: nested at most 32 levels, no key twice in an object (the parser would
+// keep the last one silently).
 Json parse_json(const std::string& text, const std::string& what) {
-  auto depth_limit = [&](int depth, Json::parse_event_t, Json&) {
+  std::vector<std::set<std::string>> open_objects;
+  auto depth_limit = [&](int depth, Json::parse_event_t event, Json& parsed) {
     if (depth > 32) throw InputError(what + ": invalid JSON: nested deeper than 32 levels");
+    if (event == Json::parse_event_t::object_start) open_objects.emplace_back();
+    if (event == Json::parse_event_t::object_end && !open_objects.empty()) open_objects.pop_back();
+    if (event == Json::parse_event_t::key && !open_objects.empty() &&
+        !open_objects.back().insert(parsed.get<std::string>()).second) {
+      throw InputError(what + ": invalid JSON: duplicate key " + quote(parsed.get<std::string>()));
+    }
     return true;
   };
+  // The JSON parser takes a NUL byte for the end of its input; JSON text has none.
+  if (const std::size_t nul = text.find('\0'); nul != std::string::npos) {
+    throw InputError(what + ": invalid JSON: a NUL byte at offset " + std::to_string(nul));
+  }
   try {
     return Json::parse(text, depth_limit);
   } catch (const Json::exception& e) {
@@ -152,6 +169,52 @@ void check_metadata(const ManifestReader& m, const Json& item, const std::string
   }
 }
 
+// "#ID step S chunk C OP -> TENSOR", from a tensor's "boundary": every key the writer writes,
+// typed (id >= 0, step and chunk >= 1, a known kind).
+std::string boundary_text(const ManifestReader& m, const Json& boundary, const std::string& path) {
+  const std::int64_t id = m.integer(boundary, path, "id");
+  const std::int64_t step = m.integer(boundary, path, "step");
+  const std::int64_t chunk = m.integer(boundary, path, "chunk");
+  if (id < 0) m.fail(path + ".id", "negative");
+  if (step < 1) m.fail(path + ".step", "steps count from 1");
+  if (chunk < 1) m.fail(path + ".chunk", "chunks count from 1");
+  // Micro-batches count from 1; 0 is a step-level boundary of a micro-batched run.
+  if (boundary.contains("micro") && m.integer(boundary, path, "micro") < 0) {
+    m.fail(path + ".micro", "negative");
+  }
+  const std::string kind = m.string(boundary, path, "kind");
+  bool known = false;
+  for (BoundaryKind k : {BoundaryKind::input, BoundaryKind::op, BoundaryKind::collective,
+                         BoundaryKind::update, BoundaryKind::check}) {
+    known = known || kind == boundary_kind_name(k);
+  }
+  if (!known) m.fail(path + ".kind", "unknown boundary kind " + quote(kind));
+  m.string(boundary, path, "dense");
+  if (!m.member(boundary, path, "exact_claimed").is_boolean()) {
+    m.fail(path + ".exact_claimed", "expected true or false");
+  }
+  return "#" + std::to_string(id) + " step " + std::to_string(step) + " chunk " +
+         std::to_string(chunk) + " " + m.string(boundary, path, "op") + " -> " +
+         m.string(boundary, path, "tensor");
+}
+
+// "near_midpoint" (dd/qd references): a count of at least 1 and the first such element's index.
+void check_near_midpoint(const ManifestReader& m, const Json& item, const std::string& path,
+                         const GoldenInfo& info) {
+  if (!item.contains("near_midpoint")) return;
+  const std::string where = path + ".near_midpoint";
+  const Json& near = item["near_midpoint"];
+  long double numel = 1;
+  for (std::int64_t extent : info.shape) numel *= static_cast<long double>(extent);
+  const std::int64_t count = m.integer(near, where, "count");
+  const std::int64_t first = m.integer(near, where, "first_index");
+  if (count < 1 || static_cast<long double>(count) > numel)
+    m.fail(where + ".count", "out of range");
+  if (first < 0 || static_cast<long double>(first) >= numel) {
+    m.fail(where + ".first_index", "out of range");
+  }
+}
+
 GoldenInfo parse_info(const ManifestReader& m, const Json& item, const std::string& path,
                       const std::shared_ptr<const Mesh>& mesh) {
   const int ranks = mesh->size();
@@ -182,12 +245,12 @@ GoldenInfo parse_info(const ManifestReader& m, const Json& item, const std::stri
   info.ranks = ranks;
   info.mesh = mesh;
   info.sha256 = m.string(item, path, "sha256");
-  const Json& boundary = m.member(item, path, "boundary");
-  info.boundary = "#" + std::to_string(m.integer(boundary, path + ".boundary", "id")) + " step " +
-                  std::to_string(m.integer(boundary, path + ".boundary", "step")) + " chunk " +
-                  std::to_string(m.integer(boundary, path + ".boundary", "chunk")) + " " +
-                  m.string(boundary, path + ".boundary", "op") + " -> " +
-                  m.string(boundary, path + ".boundary", "tensor");
+  info.boundary = boundary_text(m, m.member(item, path, "boundary"), path + ".boundary");
+  if (info.rank < 0 && item.contains("slice") && !item["slice"].is_null()) {
+    m.fail(path + ".slice",
+           "a global tensor has no slice (null), got " + clipped(item["slice"].dump()));
+  }
+  check_near_midpoint(m, item, path, info);
   check_metadata(m, item, path, info);
   info.layout = parse_layout(info.placement, mesh->ndim());
   return info;
@@ -218,6 +281,39 @@ Mesh parse_mesh(const ManifestReader& m, const Json& manifest, int ranks) {
   return Mesh(std::move(out));
 }
 
+// The keys that describe the run and that compare only prints: typed, and names it knows.
+void check_descriptive(const ManifestReader& m, const Json& manifest) {
+  const std::int64_t bits = m.integer(manifest, "(root)", "significand_bits");
+  if (bits < 2) m.fail("significand_bits", "out of range");
+  const std::string reduce_order = m.string(manifest, "(root)", "reduce_order");
+  const std::string schedule = m.string(manifest, "(root)", "schedule");
+  try {
+    parse_reduce_order(reduce_order);
+  } catch (const InputError& e) {
+    m.fail("reduce_order", e.what());
+  }
+  try {
+    parse_schedule(schedule);
+  } catch (const InputError& e) {
+    m.fail("schedule", e.what());
+  }
+  const std::string verdict = m.string(manifest, "(root)", "verdict");
+  if (verdict != "pass" && verdict != "fail") m.fail("verdict", "expected \"pass\" or \"fail\"");
+  for (const char* key : {"faults", "dtypes"}) {
+    const Json& list = m.member(manifest, "(root)", key);
+    if (!list.is_array()) m.fail(key, "expected an array of names");
+    for (const Json& name : list) {
+      if (!name.is_string()) m.fail(key, "expected an array of names");
+      const std::string text = name.get<std::string>();
+      if (key[0] == 'd' && text != "f64" && text != "f32" && text != "bf16" && text != "f16") {
+        m.fail(key, "unknown dtype " + quote(text));
+      }
+    }
+  }
+  if (!m.member(manifest, "(root)", "boundaries").is_array())
+    m.fail("boundaries", "expected an array");
+}
+
 // The format, version and digest: anything else in the file is trusted only after these.
 void check_header(const ManifestReader& m, const Json& manifest, const std::string& text) {
   if (!manifest.is_object() || m.string(manifest, "(root)", "format") != format::kManifestFormat) {
@@ -246,6 +342,11 @@ GoldenDir parse_manifest(const std::string& text, const std::string& what) {
   check_header(m, manifest, text);
   GoldenDir out;
   out.precision = m.string(manifest, "(root)", "precision");
+  try {
+    parse_precision(out.precision);
+  } catch (const InputError& e) {
+    m.fail("precision", e.what());
+  }
   const std::int64_t ranks = m.integer(manifest, "(root)", "ranks");
   if (ranks < 1 || ranks > 4096) m.fail("ranks", "out of range");
   const auto mesh = std::make_shared<const Mesh>(parse_mesh(m, manifest, static_cast<int>(ranks)));
@@ -254,10 +355,22 @@ GoldenDir parse_manifest(const std::string& text, const std::string& what) {
     m.fail("storage", "expected safetensors or npy");
   const Json& tensors = m.member(manifest, "(root)", "tensors");
   if (!tensors.is_array()) m.fail("tensors", "expected an array");
+  check_descriptive(m, manifest);
+  const Json& scenario = m.member(manifest, "(root)", "scenario");
+  const auto metadata = safetensors_metadata(
+      m.string(manifest, "(root)", "shardsim_version"), m.string(scenario, "scenario", "name"),
+      m.string(scenario, "scenario", "sha256"), out.precision,
+      m.string(manifest, "(root)", "reduce_order"));
+  out.safetensors_metadata = {metadata.begin(), metadata.end()};
   std::set<std::string> names;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const std::string path = "tensors[" + std::to_string(i) + "]";
     out.infos.push_back(parse_info(m, tensors[i], path, mesh));
+    const std::string& file = out.infos.back().file;
+    if (out.storage == "safetensors" ? file != format::kGoldenSafetensorsFile
+                                     : !file.ends_with(".npy")) {
+      m.fail(path + ".file", quote(file) + " is not a file of " + out.storage + " storage");
+    }
     if (!names.insert(out.infos.back().name).second) {
       m.fail(path + ".name", "duplicate name " + quote(out.infos.back().name));
     }

@@ -243,18 +243,17 @@ RawTensor decode(const golden_detail::ByteSource& source, const std::string& wha
   const std::uint64_t size = format::dtype_info(tensor.dtype).size;
   const bool empty = std::find(tensor.shape.begin(), tensor.shape.end(), 0) != tensor.shape.end();
   std::uint64_t need = empty ? 0 : size;
-  bool too_big = false;
+  bool too_big = false;  // the byte count does not fit 64 bits
   for (std::int64_t d : tensor.shape) {
     if (empty) break;
-    if (need > data_length / static_cast<std::uint64_t>(d)) {
+    if (__builtin_mul_overflow(need, static_cast<std::uint64_t>(d), &need)) {
       too_big = true;
       break;
     }
-    need *= static_cast<std::uint64_t>(d);
   }
   if (too_big || need > data_length) {
     reject(what, "truncated data: shape " + shape_tuple(tensor.shape) + " of '" + header.descr +
-                     "' needs " + (too_big ? std::string("more than") : std::to_string(need)) +
+                     "' needs " + (too_big ? std::string("more than 2^64") : std::to_string(need)) +
                      " bytes, the file holds " + std::to_string(data_length));
   }
   if (need < data_length) {

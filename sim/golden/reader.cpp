@@ -63,6 +63,23 @@ GoldenDir load_golden_dir(const std::string& dir) {
   if (out.storage == "safetensors") {
     const std::string path = prefix + std::string(format::kGoldenSafetensorsFile);
     SafetensorsFile file = read_safetensors(path);
+    // The header's __metadata__ must be the one the manifest implies (manifest.hpp), and the
+    // file must hold the manifest's tensors and no other: then every byte of the header says
+    // what the manifest, covered by its digest, says.
+    for (const auto& [key, value] : out.safetensors_metadata) {
+      auto found = file.metadata.find(key);
+      if (found == file.metadata.end() || found->second != value) {
+        throw InputError(path + ": __metadata__." + key +
+                         " does not match the manifest (expected " + quote(value) + ")");
+      }
+    }
+    if (file.metadata.size() != out.safetensors_metadata.size()) {
+      throw InputError(path + ": __metadata__ holds keys the manifest does not give");
+    }
+    if (file.tensors.size() != out.infos.size()) {
+      throw InputError(path + ": holds " + std::to_string(file.tensors.size()) +
+                       " tensors, the manifest lists " + std::to_string(out.infos.size()));
+    }
     std::map<std::string, RawTensor> by_name;
     for (RawTensor& t : file.tensors) by_name.emplace(t.name, std::move(t));
     for (const GoldenInfo& info : out.infos) {

@@ -39,6 +39,11 @@ Json parse_header(std::string_view text, const std::string& what) {
     }
     return true;
   };
+  // The JSON parser takes a NUL byte for the end of its input, which would accept anything
+  // after one; JSON text has no NUL (safetensors pads its header with spaces).
+  if (const std::size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    reject(what, "invalid JSON header: a NUL byte at offset " + std::to_string(nul));
+  }
   try {
     return Json::parse(text.begin(), text.end(), callback);
   } catch (const Json::exception& e) {

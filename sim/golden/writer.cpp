@@ -3,9 +3,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <set>
+#include <vector>
 
 #include "shardsim/error.hpp"
 #include "shardsim/golden/golden_set.hpp"
@@ -191,13 +193,9 @@ GoldenSet build_goldens(const Scenario& scenario, const RunReport& reference,
     std::vector<RawTensor> raws;
     for (const GoldenEntry& entry : set.entries) raws.push_back(entry.tensor);
     set.safetensors = encode_safetensors(
-        raws, {{"format", std::string(format::kManifestFormat)},
-               {"shardsim_version", kShardsimVersion},
-               {"scenario", scenario.name},
-               {"scenario_sha256", sha256_hex(scenario.text)},
-               {"precision", reference.precision.name()},
-               {"reduce_order", std::string(reduce_order_name(reference.reduce_order))},
-               {"manifest", std::string(format::kManifestFile)}});
+        raws, golden_detail::safetensors_metadata(
+                  kShardsimVersion, scenario.name, sha256_hex(scenario.text),
+                  reference.precision.name(), std::string(reduce_order_name(reference.reduce_order))));
   }
   return set;
 }
@@ -206,10 +204,16 @@ void parse_golden_dtypes(std::string_view text, GoldenOptions& options) {
   GoldenOptions chosen = options;
   chosen.write_f64 = chosen.write_f32 = chosen.write_bf16 = chosen.write_f16 = false;
   std::size_t begin = 0;
+  std::vector<std::string_view> seen;
   while (true) {
     const std::size_t comma = text.find(',', begin);
     const std::string_view name =
         text.substr(begin, comma == std::string_view::npos ? comma : comma - begin);
+    if (std::find(seen.begin(), seen.end(), name) != seen.end()) {
+      throw InputError("--dtype: " + quote(std::string(name)) + " is listed twice in " +
+                       quote(std::string(text)));
+    }
+    seen.push_back(name);
     const bool all = name == "all";
     const bool both = name == "both";
     if (name == "f64" || both || all) chosen.write_f64 = true;

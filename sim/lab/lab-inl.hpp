@@ -92,21 +92,28 @@ class LabEngineT final : public LabEngine {
 
   T value(std::string_view text) const {
     if (!is_decimal(text)) {
-      throw InputError("'" + std::string(text) + "' is not a number (expected e.g. 1, 0.5, -2e-3)");
+      throw InputError(quote(text) + " is not a number (expected e.g. 1, 0.5, -2e-3)");
     }
     return parse_(text);
   }
 
-  // Right when |p - truth| <= 1e-6 * max(1, |truth|), computed in T.
+  // Right when |p - truth| <= 1e-6 * max(1, |truth|), computed in T. A truth that overflowed
+  // (inf) makes every prediction wrong: a prediction is a finite number, and the bound would
+  // be inf <= inf.
   std::string judge(const std::optional<T>& predicted, const T& truth) {
     if (!predicted) return "  (no prediction)";
     using std::abs;
+    using std::isfinite;
     const T error = abs(T(*predicted - truth));
     const T scale = abs(truth) > T(1) ? abs(truth) : T(1);
-    const bool right = error <= T(T(1) / T(1000000)) * scale;
+    const bool finite = isfinite(truth);
+    const bool right = finite && error <= T(T(1) / T(1000000)) * scale;
     ++judged_;
     if (right) ++right_;
-    return "  predicted " + padded(str_(*predicted)) + (right ? "  right" : "  wrong");
+    return "  predicted " + padded(str_(*predicted)) +
+           (right    ? "  right"
+            : finite ? "  wrong"
+                     : "  wrong (the true value overflowed)");
   }
 
   Parse parse_;

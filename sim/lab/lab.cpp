@@ -21,10 +21,10 @@ F parse_ieee(std::string_view text) {
   F value{};
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (error == std::errc::result_out_of_range) {
-    throw InputError("'" + std::string(text) + "' is out of range for this precision");
+    throw InputError(quote(text) + " is out of range for this precision");
   }
   if (error != std::errc() || end != text.data() + text.size()) {
-    throw InputError("'" + std::string(text) + "' is not a number");
+    throw InputError(quote(text) + " is not a number");
   }
   return value;
 }
@@ -75,9 +75,15 @@ constexpr const char* kHelp =
 
 Lab::Lab(const Precision& precision) : precision_(precision) {
   switch (precision.kind) {
-    case ScalarKind::f32: engine_ = detail::make_lab_engine_f32(); break;
-    case ScalarKind::f64: engine_ = detail::make_lab_engine_f64(); break;
-    case ScalarKind::mp: engine_ = detail::make_lab_engine_mp(precision.bits); break;
+    case ScalarKind::f32:
+      engine_ = detail::make_lab_engine_f32();
+      break;
+    case ScalarKind::f64:
+      engine_ = detail::make_lab_engine_f64();
+      break;
+    case ScalarKind::mp:
+      engine_ = detail::make_lab_engine_mp(precision.bits);
+      break;
     case ScalarKind::bf16:
     case ScalarKind::f16:
     case ScalarKind::dd:
@@ -93,7 +99,8 @@ std::string Lab::banner() const {
          precision_.name() +
          ".\n"
          "It illustrates sensitivity to input coordinates: which inputs a value depends on, and\n"
-         "how strongly. It is not LayerNorm, a variance calculation or a sequence-parallel kernel.\n"
+         "how strongly. It is not LayerNorm, a variance calculation or a sequence-parallel "
+         "kernel.\n"
          "Type 'help' for the commands.\n";
 }
 
@@ -122,7 +129,7 @@ std::string Lab::execute(std::string_view line) {
       throw InputError("usage: set a V | set x V");
     }
     if (variable != "a" && variable != "x") {
-      throw InputError("unknown variable '" + std::string(variable) + "': the inputs are a and x");
+      throw InputError("unknown variable " + quote(variable) + ": the inputs are a and x");
     }
     engine_->set(variable[0], value);
     return "";
@@ -132,14 +139,15 @@ std::string Lab::execute(std::string_view line) {
     // Validate every pair before changing anything.
     for (std::size_t i = 1; i < w.size(); i += 2) {
       if (w[i] != "y" && w[i] != "slope") {
-        throw InputError("predict: unknown quantity '" + std::string(w[i]) + "' (expected y or slope)");
+        throw InputError("predict: unknown quantity " + quote(w[i]) + " (expected y or slope)");
       }
       if (!detail::is_decimal(w[i + 1])) {
-        throw InputError("'" + std::string(w[i + 1]) + "' is not a number (expected e.g. 1, 0.5, -2e-3)");
+        throw InputError(quote(w[i + 1]) + " is not a number (expected e.g. 1, 0.5, -2e-3)");
       }
     }
-    if (w.size() == 5 && w[1] == w[3]) throw InputError("predict: '" + std::string(w[1]) + "' given twice");
-    for (std::size_t i = 1; i < w.size(); i += 2) engine_->predict(w[i] == "y" ? 'y' : 's', w[i + 1]);
+    if (w.size() == 5 && w[1] == w[3]) throw InputError("predict: " + quote(w[1]) + " given twice");
+    for (std::size_t i = 1; i < w.size(); i += 2)
+      engine_->predict(w[i] == "y" ? 'y' : 's', w[i + 1]);
     return "";
   }
   if (command == "step") {
@@ -152,11 +160,12 @@ std::string Lab::execute(std::string_view line) {
   }
   if (command == "help") return kHelp;
   if (command == "quit" || command == "exit") {
+    arity(1, command == "quit" ? "quit" : "exit");
     finished_ = true;
     return "";
   }
-  throw InputError("unknown command '" + std::string(command) +
-                   "' (commands: reset, set, predict, step, show, help, quit)");
+  throw InputError("unknown command " + quote(command) +
+                   " (commands: reset, set, predict, step, show, help, quit)");
 }
 
 }  // namespace shardsim

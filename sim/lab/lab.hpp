@@ -13,7 +13,8 @@
 //   help                         the command list
 //   quit                         end (so does end of input)
 // A prediction is right when |predicted - true| <= 1e-6 * max(1, |true|), i.e. when it is typed
-// to about six significant digits; values are parsed and computed in the lab's precision.
+// to about six significant digits (never when the true value overflowed to inf); values are
+// parsed and computed in the lab's precision.
 #pragma once
 
 #include <memory>

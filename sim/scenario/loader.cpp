@@ -154,13 +154,37 @@ TensorSpec Loader::tensor(const toml::node& node, const std::string& path,
   return spec;
 }
 
+// Whether `text` holds a control character (C0, DEL or C1 in UTF-8): a scenario's name is
+// printed to the terminal as it is, where one could move the cursor or change colours.
+static bool has_control_character(std::string_view text) {
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f) return true;
+    if (c == 0xc2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+        static_cast<unsigned char>(text[i + 1]) <= 0x9f) {
+      return true;
+    }
+  }
+  return false;
+}
+
 // name, description, seed, accumulate, precisions.
 void Loader::header(const toml::table& root, Scenario& s) const {
-  if (const toml::node* v = root.get("name")) s.name = string(*v, "name");
+  if (const toml::node* v = root.get("name")) {
+    s.name = string(*v, "name");
+    if (has_control_character(s.name)) {
+      fail(*v, "name", "the name " + quote(s.name) + " holds a control character");
+    }
+  }
   if (s.name.empty()) {
     const std::size_t slash = s.file.find_last_of('/');
     s.name = s.file.substr(slash == std::string::npos ? 0 : slash + 1);
     if (s.name.size() > 5 && s.name.ends_with(".toml")) s.name.resize(s.name.size() - 5);
+    if (has_control_character(s.name)) {
+      throw InputError(quote(s.file) +
+                       ": the file name, the scenario's name when it gives none, holds a "
+                       "control character; give the scenario a `name`");
+    }
   }
   if (const toml::node* v = root.get("description")) s.description = string(*v, "description");
   if (const toml::node* v = root.get("seed")) {
@@ -257,8 +281,8 @@ Magnitude Loader::tolerance_value(const toml::node& node, const std::string& pat
   if (rtol == 0 && node.is_floating_point()) {
     fail(node, path,
          range +
-             "0 (a float literal below the double range, such as 1e-700, reads as 0: write "
-             "such a tolerance as a string, e.g. \"2^-2000\" or \"1e-700\")");
+             "0 (if the literal was below the double range, such as 1e-700, it reads as 0: "
+             "write such a tolerance as a string, e.g. \"2^-2000\" or \"1e-700\")");
   }
   if (!(rtol > 0 && rtol < 1)) fail(node, path, range + format_number(rtol));
   return Magnitude::of(rtol);

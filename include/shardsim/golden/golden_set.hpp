@@ -123,6 +123,8 @@ struct GoldenDir {
   std::string budget_programs;
   std::map<std::string, std::string> budgets_unavailable;
   std::map<std::string, RawTensor> tensors;    // by name
+  // The "__metadata__" a safetensors golden file must hold, from the manifest.
+  std::map<std::string, std::string> safetensors_metadata;
 };
 
 // Loads DIR/manifest.json and the tensors it lists (from the safetensors file or the .npy files),
