@@ -46,6 +46,22 @@ TEST_CASE("rank_offset_gap: exact at offset 0, off on every other rank", "[diagn
   CHECK_FALSE(shardsim::rank_offset_gap(o).present());
 }
 
+TEST_CASE("rank_offset_gap: says nothing about zigzag shares of two runs", "[diagnosis]") {
+  // 8 positions over 2 ranks, zigzag: pieces [0,2) [2,4) [4,6) [6,8); rank 0 holds [0,2) and
+  // [6,8), rank 1 [2,6) (its two pieces adjacent). Rank 0 exact and rank 1 off is what a ring
+  // merge bug gives (only rank 1 merges); a position counted from the shard's start would move
+  // rank 0's far run too, so the pattern is no evidence of one.
+  std::vector<double> dense;
+  for (int p = 0; p < 8; ++p) dense.push_back(double(p * p + 1));
+  Observed o = shardsim::observed_of("t", Shape({{"seq", 8}}),
+                                     Placement::shard("seq", shardsim::SplitPolicy::zigzag), 2,
+                                     dense);
+  shift_rank(o, 1, 1);
+  const auto f = shardsim::rank_offset_gap(o);
+  CHECK_FALSE(f.present());
+  CHECK(has(f.evidence, "zigzag"));
+}
+
 TEST_CASE("shard_edge_gap: differences only next to the edges between shards", "[diagnosis]") {
   // 12 positions over 3 ranks (4 each): edges between positions 3|4 and 7|8.
   Observed o = ramp(12, 3);
@@ -170,6 +186,20 @@ TEST_CASE("ring_merge: only the rows that merged KV blocks are wrong", "[diagnos
   CHECK_FALSE(finding(with_wrong_rows({1, 3, 4})).present());
   // One of the two merged rows: no more than half, as a mask bound moved by one would do.
   CHECK_FALSE(finding(with_wrong_rows({3})).present());
+  // A merge without the running max: one merged row's lse overflowed to +inf (the oracle's is
+  // finite), however few rows that is; the single-block rows are exact. No mask or position bug
+  // gives +inf from finite logits, so this alone names the merge.
+  Observed overflow = with_wrong_rows({});
+  shardsim::set_held(overflow, 1, 3, HUGE_VAL);
+  const shardsim::Finding overflowed = finding(overflow);
+  CHECK(overflowed.cause == Cause::softmax_merge);
+  CHECK(overflowed.confidence == 0.95);
+  CHECK(has(overflowed.evidence, "1 merged values are +inf where the oracle is finite"));
+  shardsim::set_held(overflow, 1, 3, -HUGE_VAL);  // -inf: a row left with no key, not overflow
+  CHECK_FALSE(finding(overflow).present());
+  shardsim::set_held(overflow, 1, 3, HUGE_VAL);
+  shardsim::set_held(overflow, 0, 1, 2.5);  // a single-block row off as well: not the merge alone
+  CHECK_FALSE(finding(overflow).present());
   // Nothing off, or no geometry: absent.
   CHECK_FALSE(finding(with_wrong_rows({})).present());
   CHECK_FALSE(shardsim::ring_merge({}, kF64).present());

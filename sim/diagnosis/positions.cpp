@@ -33,6 +33,15 @@ Finding rank_offset_gap(const Observed& o) {
     return f;
   }
   const std::vector<Slice> slices = slices_of(o);
+  for (const Slice& slice : slices) {
+    // A zigzag share has a run away from its start on every rank, the one at offset 0 too: a
+    // position counted from the shard's start would move that rank as well, so the pattern this
+    // signature looks for (that rank exact, the others not) says nothing about positions there.
+    if (slice_runs(slice).size() > 1) {
+      f.evidence = "n/a: the shares are two runs each (zigzag): no rank holds only offset 0";
+      return f;
+    }
+  }
   std::map<int, double> gap;  // per rank: max |s - d|
   for (const Held& h : held_elements(o)) {
     const double d = o.dense[static_cast<std::size_t>(h.global)];

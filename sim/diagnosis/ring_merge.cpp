@@ -38,7 +38,7 @@ Finding ring_merge(const RingCase& c, double unit) {
     if (std::isfinite(v)) scale = std::max(scale, std::fabs(v));
   }
   const double tolerance = kFitUlps * unit * std::max(scale, 1e-300);
-  std::int64_t single = 0, single_off = 0, merged = 0, merged_off = 0;
+  std::int64_t single = 0, single_off = 0, merged = 0, merged_off = 0, overflowed = 0;
   for (const Held& h : held_elements(*c.o)) {
     const std::int64_t i = (h.global / per_position) % seq;
     const double dense = c.o->dense[static_cast<std::size_t>(h.global)];
@@ -49,12 +49,24 @@ Finding ring_merge(const RingCase& c, double unit) {
     } else {
       ++merged;
       merged_off += off;
+      overflowed += std::isfinite(dense) && h.sharded == HUGE_VAL;
     }
   }
   const std::string counts = "rows spanning one KV block: " + std::to_string(single_off) + " of " +
                              std::to_string(single) +
                              " elements off; spanning two or more: " + std::to_string(merged_off) +
                              " of " + std::to_string(merged);
+  // A merge of exponentials without the running max overflows: +inf where the oracle is finite,
+  // in rows that merged blocks, however few rows have logits that large. Nothing else gives
+  // +inf from finite logits (an lse is at most the largest logit plus log of the key count, an
+  // output a convex combination of values; a row with no key left gives -inf or NaN).
+  if (overflowed > 0 && single > 0 && single_off == 0) {
+    f.confidence = 0.95;
+    f.evidence = counts + "; " + std::to_string(overflowed) +
+                 " merged values are +inf where the oracle is finite: the merge overflowed "
+                 "(exponentials taken without the running max)";
+    return f;
+  }
   // A wrong merge moves (nearly) every merged row; a mask bound moved by one only the rows
   // where it admits or drops a key, and a position bug moves single-block rows too.
   if (single == 0 || single_off > 0 || 2 * merged_off <= merged) {
