@@ -1,6 +1,6 @@
 // A forward-only run holds no tensor it will not read again (issue 16): a declared input goes
-// after the last step that names it, and a row-wise norm releases its oracle input as soon as
-// the oracle has run, before the ranks compute. Evidence is the heap in use (glibc's mallinfo2)
+// after the last step that names it, and a row-wise norm (or gelu) releases its oracle input as
+// soon as the oracle has run, before the ranks compute. Evidence is the heap in use (glibc's mallinfo2)
 // when a boundary is recorded, against a twin scenario whose later step still reads x: the
 // twins hold the same tensors at that boundary except x, so the difference is x's bytes.
 #include <malloc.h>
@@ -60,18 +60,19 @@ double heap_at(const std::string& steps, const std::string& tensor) {
 
 const char* const kNorm = "layer_norm\"\ninput = \"x\"\noutput = \"y\"\naxis = \"hidden\"\n";
 const char* const kRmsNorm = "rms_norm\"\ninput = \"x\"\noutput = \"y\"\naxis = \"hidden\"\n";
+const char* const kGeluX = "gelu\"\ninput = \"x\"\noutput = \"y\"\n";
 const char* const kGelu = "[[steps]]\nop = \"gelu\"\ninput = \"y\"\noutput = \"a\"\n";
 const char* const kAddX =
     "[[steps]]\nop = \"add\"\ninput = \"a\"\nresidual = \"x\"\noutput = \"z\"\n";
 
 }  // namespace
 
-TEST_CASE("a forward-only row-wise norm releases its oracle input before the ranks compute",
+TEST_CASE("a forward-only norm or gelu releases its oracle input before the ranks compute",
           "[memory][release]") {
   if (!kHeapCounted) return;  // mallinfo2 does not count a sanitizer's heap
   // At the ranks' y boundary: alone, x's oracle copy is gone; with a later add reading x it
   // stays. Both hold the ranks' x, the oracle's y and the ranks' y.
-  for (const char* norm : {kNorm, kRmsNorm}) {
+  for (const char* norm : {kNorm, kRmsNorm, kGeluX}) {
     INFO(norm);
     const double alone = heap_at(norm, "y");
     const double kept = heap_at(std::string(norm) + kGelu + kAddX, "y");

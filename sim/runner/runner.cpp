@@ -72,7 +72,7 @@ void check_memory(const Scenario& scenario, const Precision& precision, const Ru
     return std::string(text);
   };
   throw InputError(scenario.file + ": scenario '" + scenario.name + "' at " + precision.name() +
-                   " needs at least " + gib(needed) + " of memory, over the limit of " +
+                   " is estimated to need " + gib(needed) + " of memory, over the limit of " +
                    gib(limit) + " (raise it with --max-memory)");
 }
 

@@ -23,6 +23,7 @@ class GeluStep final : public StepOp<T> {
       gelu_forward(env.dense_at(args_.input), params_, y);
       return y;
     });
+    env.release_spent_input(args_.input);  // the plan records only its output
     env.sharded[output] = gelu_sharded(env.world, env.sharded_at(args_.input), params_, output);
   }
 
