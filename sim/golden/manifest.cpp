@@ -198,11 +198,9 @@ Json mesh_json(const Mesh& mesh) {
   return out;
 }
 
-std::vector<std::pair<std::string, std::string>> safetensors_metadata(const std::string& version,
-                                                        const std::string& scenario,
-                                                        const std::string& scenario_sha256,
-                                                        const std::string& precision,
-                                                        const std::string& reduce_order) {
+std::vector<std::pair<std::string, std::string>> safetensors_metadata(
+    const std::string& version, const std::string& scenario, const std::string& scenario_sha256,
+    const std::string& precision, const std::string& reduce_order) {
   return {{"format", std::string(format::kManifestFormat)},
           {"shardsim_version", version},
           {"scenario", scenario},

@@ -44,11 +44,9 @@ Json mesh_json(const Mesh& mesh);
 // SHA-256, the reference precision and reduce order, and the manifest's file name. The writer
 // writes it and the reader requires it, so the file's header says nothing the manifest (covered
 // by its digest) does not. In the order the writer writes it (the golden bytes depend on it).
-std::vector<std::pair<std::string, std::string>> safetensors_metadata(const std::string& version,
-                                                        const std::string& scenario,
-                                                        const std::string& scenario_sha256,
-                                                        const std::string& precision,
-                                                        const std::string& reduce_order);
+std::vector<std::pair<std::string, std::string>> safetensors_metadata(
+    const std::string& version, const std::string& scenario, const std::string& scenario_sha256,
+    const std::string& precision, const std::string& reduce_order);
 
 // The SHA-256 (hex) of `text` with the last occurrence of the quoted string `value` replaced by
 // as many '0' characters. REQUIRES: the quoted value occurs in `text`.
