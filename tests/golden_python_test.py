@@ -194,6 +194,39 @@ class GoldenPythonTest(unittest.TestCase):
         with self.assertRaisesRegex(sg.GoldenFormatError, "manifest_sha256"):
             sg.load(edited)
 
+    def test_safetensors_header_says_what_the_manifest_says(self):
+        # The header's __metadata__ edited (the precision) or a tensor added: the manifest's
+        # digest still holds, so only the header check refuses it, as shardsim compare does.
+        with open(os.path.join(self.st_dir, "goldens.safetensors"), "rb") as f:
+            raw = f.read()
+        n = struct.unpack("<Q", raw[:8])[0]
+        header, data = json.loads(raw[8:8 + n]), raw[8 + n:]
+
+        def rewritten(name, edit, tail=b""):
+            edited = json.loads(json.dumps(header))
+            edit(edited)
+            text = json.dumps(edited).encode()
+            out = os.path.join(self.tmp.name, name)
+            os.makedirs(out, exist_ok=True)
+            os.link(os.path.join(self.st_dir, "manifest.json"), os.path.join(out, "manifest.json"))
+            with open(os.path.join(out, "goldens.safetensors"), "wb") as f:
+                f.write(struct.pack("<Q", len(text)) + text + data + tail)
+            return out
+
+        unchanged = rewritten("same_header", lambda h: None)
+        self.assertEqual(len(sg.load(unchanged).tensors), len(self.st.tensors))
+
+        def precision(h):
+            h["__metadata__"]["precision"] = "mp128"
+
+        with self.assertRaisesRegex(sg.GoldenFormatError, "__metadata__ does not match"):
+            sg.load(rewritten("meta", precision))
+        def extra(h):  # one more F32 after the data
+            h["extra"] = {"dtype": "F32", "shape": [1], "data_offsets": [len(data), len(data) + 4]}
+
+        with self.assertRaisesRegex(sg.GoldenFormatError, "tensors, the manifest lists"):
+            sg.load(rewritten("extra", extra, struct.pack("<f", 1.0)))
+
     def test_boundaries_carry_their_op_parameters(self):
         # The LayerNorm's keys with the defaults filled in (eps 1e-5 and axis hidden are defaults
         # of scenarios/layernorm_sequence_sharded.toml), on every tensor of its boundaries.

@@ -186,6 +186,21 @@ class Goldens:
         storage = self.manifest["storage"]
         if storage == "safetensors":
             arrays, self.metadata = read_safetensors(os.path.join(directory, SAFETENSORS))
+            # The header says only what the manifest (covered by its digest) says: the
+            # __metadata__ shardsim writes, and the manifest's tensors and no other.
+            expected = {"format": "shardsim-goldens",
+                        "shardsim_version": self.manifest["shardsim_version"],
+                        "scenario": self.manifest["scenario"]["name"],
+                        "scenario_sha256": self.manifest["scenario"]["sha256"],
+                        "precision": self.manifest["precision"],
+                        "reduce_order": self.manifest["reduce_order"],
+                        "manifest": MANIFEST}
+            if self.metadata != expected:
+                raise GoldenFormatError(f"{directory}: {SAFETENSORS}: __metadata__ does not match "
+                                        f"the manifest")
+            if len(arrays) != len(self.manifest["tensors"]):
+                raise GoldenFormatError(f"{directory}: {SAFETENSORS}: holds {len(arrays)} tensors, "
+                                        f"the manifest lists {len(self.manifest['tensors'])}")
         else:
             arrays, self.metadata = {}, {}
             for info in self.manifest["tensors"]:
