@@ -8,6 +8,7 @@
 #include <cmath>
 #include <string>
 
+#include "scenario_test_support.hpp"
 #include "shardsim/compare/compare.hpp"
 #include "shardsim/error.hpp"
 #include "shardsim/ops/dropout_plan.hpp"
@@ -27,6 +28,8 @@ using tensor_test::assemble;
 using tensor_test::bitwise_equal;
 
 namespace {
+
+using scenario_test::load_error;
 
 DropoutParams params(double p, std::uint32_t forward_pass = 1) {
   DropoutParams out;
@@ -171,22 +174,13 @@ std::string dropout_scenario(const std::string& placement, const std::string& ke
          "[[steps]]\nop = \"dropout\"\ninput = \"x\"\noutput = \"y\"\n" + keys;
 }
 
-std::string load_error(const std::string& text) {
-  try {
-    shardsim::parse_scenario(text, "drop.toml");
-  } catch (const shardsim::InputError& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 TEST_CASE("the loader checks dropout's p, stream, policy and placement with a location",
           "[dropout][scenario]") {
   CHECK(load_error(dropout_scenario("Shard(seq)", "p = 0.0\n")).empty());
   const std::string p_one = load_error(dropout_scenario("Shard(seq)", "p = 1.0\n"));
-  CHECK(p_one.find("drop.toml:") == 0);
+  CHECK(p_one.find("s.toml:") == 0);
   CHECK(p_one.find("steps[0].p: p must be in [0, 1)") != std::string::npos);
   CHECK(load_error(dropout_scenario("Shard(seq)", "p = -0.25\n")).find("steps[0].p") !=
         std::string::npos);

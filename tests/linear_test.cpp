@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <string>
 
+#include "scenario_test_support.hpp"
 #include "shardsim/compare/compare.hpp"
 #include "shardsim/error.hpp"
 #include "shardsim/ops/linear_plan.hpp"
@@ -27,6 +28,8 @@ using tensor_test::bitwise_equal;
 using tensor_test::make;
 
 namespace {
+
+using scenario_test::load_error;
 
 LinearParams up() { return {"hidden", "ffn"}; }
 
@@ -232,15 +235,6 @@ std::string scenario_text(const std::string& x_placement, const std::string& wei
          "[[steps]]\nop = \"linear\"\ninput = \"x\"\nweight = \"w\"\noutput = \"y\"\n" + extra;
 }
 
-std::string load_error(const std::string& text) {
-  try {
-    shardsim::parse_scenario(text, "lin.toml");
-  } catch (const shardsim::InputError& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 TEST_CASE("the loader places linear outputs and rejects misplaced inputs with a location",
@@ -257,7 +251,7 @@ TEST_CASE("the loader places linear outputs and rejects misplaced inputs with a 
 
   // A sequence-sharded input reaching a column-parallel layer (the missing all-gather).
   const std::string sharded = load_error(scenario_text("Shard(seq)", "[\"ffn\", \"hidden\"]", ""));
-  CHECK(sharded.find("lin.toml:") == 0);
+  CHECK(sharded.find("s.toml:") == 0);
   CHECK(sharded.find("steps[0].input") != std::string::npos);
   CHECK(sharded.find("column-parallel") != std::string::npos);
   CHECK(sharded.find("Replicate") != std::string::npos);

@@ -2,6 +2,7 @@
 // table in the same order, and the loader's refusal of a fault that changes nothing.
 #include <catch2/catch.hpp>
 
+#include "scenario_test_support.hpp"
 #include "shardsim/error.hpp"
 #include "shardsim/ops/attention/plan_common.hpp"
 #include "shardsim/ops/layer_norm_hidden_plan.hpp"
@@ -12,6 +13,8 @@
 using namespace shardsim;
 
 namespace {
+
+using scenario_test::load_error;
 
 // A LayerNorm scenario (4 ranks, Shard(seq)) with top-level keys `top` and the step's extra
 // keys `step_keys`.
@@ -29,15 +32,6 @@ op = "layer_norm"
 input = "x"
 output = "y"
 )toml" + step_keys;
-}
-
-std::string load_error(const std::string& text) {
-  try {
-    parse_scenario(text, "s.toml");
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
 }
 
 const ParamSchema& param(OpKind kind, const std::string& key) {
