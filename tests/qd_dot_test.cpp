@@ -343,3 +343,45 @@ TEST_CASE("qd dot: unpacked operands at a hand-derived overflow of the leading s
   dot.add(pt, ph);
   CHECK(dot.value().term(0) == 0x1p-1074);
 }
+
+TEMPLATE_TEST_CASE("qd dot: unpacked products whose column sums pass 2^128", "[qd]", dd_real,
+                   qd_real) {
+  // The unpacked operands sum each bucket pair's products as a signed 192-bit integer (ExactDot's
+  // columns). x = 2 - 2^-52 has the significand 2^53 - 1 at e = 1023, e mod 8 = 7, so its scaled
+  // integer is (2^53 - 1) 2^7, just below 2^60, and x x lands in one column as just below 2^120.
+  // 700 such products sum to about 2^129.45: past the low 128 bits, so the carry into the top
+  // word must be kept; all negative, the column's two's complement must be negated; mixed, the
+  // borrows must cancel. The exact value, derived by hand: sum = (n_plus - n_minus) x^2 with
+  // x^2 = 4 - 2^-49 + 2^-104 exactly, checked against MPFR and against element-by-element adds.
+  using V = Expansion<TestType>;
+  using Operand = typename ExactDot<TestType>::Operand;
+  const double x = 2.0 - 0x1p-52;
+  for (const int minus : {0, 700, 350, 349, 1, 699}) {
+    const std::int64_t n = 700;
+    std::vector<V> a(static_cast<std::size_t>(n), V(x)), b;
+    // i 3 mod 700 runs over 0..699 once (3 and 700 are coprime): exactly `minus` negatives.
+    for (std::int64_t i = 0; i < n; ++i) b.push_back(V(i * 3 % n < minus ? -x : x));
+    Operand pa, pb;
+    pa.assign(n, [&](std::int64_t i) -> const V& { return a[static_cast<std::size_t>(i)]; });
+    pb.assign(n, [&](std::int64_t i) -> const V& { return b[static_cast<std::size_t>(i)]; });
+    ExactDot<TestType> packed, plain;
+    packed.clear();
+    plain.clear();
+    packed.add(pa, pb);
+    for (std::int64_t i = 0; i < n; ++i) {
+      plain.add(a[static_cast<std::size_t>(i)], b[static_cast<std::size_t>(i)]);
+    }
+    Exact sum;
+    Exact square;
+    REQUIRE(mpfr_set_d(square.v, x, MPFR_RNDN) == 0);
+    REQUIRE(mpfr_mul_d(square.v, square.v, x, MPFR_RNDN) == 0);
+    REQUIRE(mpfr_mul_si(sum.v, square.v, n - 2 * minus, MPFR_RNDN) == 0);
+    const std::vector<double> want = sum.greedy(V::kTerms);
+    const V got = packed.value(), element_wise = plain.value();
+    for (int i = 0; i < V::kTerms; ++i) {
+      INFO("minus " << minus << " term " << i << ": " << got.term(i) << " vs " << want[i]);
+      CHECK(bits(got.term(i)) == bits(want[static_cast<std::size_t>(i)]));
+      CHECK(bits(got.term(i)) == bits(element_wise.term(i)));
+    }
+  }
+}

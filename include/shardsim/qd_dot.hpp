@@ -15,6 +15,12 @@
 // replaces (whose error grows with every addition), and it does not depend on the order of the
 // products.
 //
+// Vectors unpacked once (ExactDot::Operand, the kernels' rows of keys, values and weights) keep
+// each term as a signed integer below 2^60 and a bucket of 8 exponents, so that two terms'
+// product is one signed 64 x 64 -> 128-bit multiplication, with no shift: it is added to a
+// 192-bit column sum picked by the buckets' sum, and the columns go into the LongAccumulator once
+// per call. The sum is the same integer, so the bits are those of the element-wise path.
+//
 // Non-finite: a non-finite term, or a product of terms at 2^1024 or above, makes value() the IEEE
 // sum of the leading terms' products, the result the sequential kernels gave (Expansion::checked
 // in qd.hpp). A zero sum is +0, as a sequential sum from +0 gives.
@@ -27,165 +33,10 @@
 #include <limits>
 #include <vector>
 
+#include "shardsim/long_accumulator.hpp"
 #include "shardsim/qd.hpp"
 
 namespace shardsim {
-
-// The exact sum of products of doubles.
-class LongAccumulator {
- public:
-  // A finite nonzero double as sign, 53-bit integer significand and exponent: |x| = m 2^(e -
-  // 1075), e >= 1 (a subnormal has e = 1 and no implicit bit).
-  struct Term {
-    std::uint64_t m;
-    int e;
-    bool negative;
-  };
-  // Digit k holds bits [32 k, 32 k + 32) of S / 2^-2226. A product of significands (below 2^106)
-  // at bit position e_a + e_b + 76 spans at most five digits; 2^1025 times 2^31 additions stays
-  // below bit 3282, under the 106 digits' 3392.
-  static constexpr int kDigits = 106;
-  // Products are summed this many times at most before the carries are propagated (a digit takes
-  // below 2^32 per addition and holds 2^63).
-  static constexpr std::uint32_t kAddsBeforeCarry = std::uint32_t(1) << 30;
-
-  // Splits x; false when x is zero (nothing to add). x must be finite.
-  [[gnu::always_inline]] static bool unpack(double x, Term& t) {
-    const std::uint64_t u = std::bit_cast<std::uint64_t>(x);
-    const std::uint64_t biased = (u >> 52) & 0x7ff;
-    const std::uint64_t normal = biased != 0 ? 1 : 0;
-    t.m = (u & ((std::uint64_t(1) << 52) - 1)) | (normal << 52);
-    t.e = static_cast<int>(biased + 1 - normal);
-    t.negative = (u >> 63) != 0;
-    return t.m != 0;
-  }
-
-  // S = 0, touching only the digits in use.
-  void clear() {
-    if (lo_ <= hi_) {
-      std::fill(pos_ + lo_, pos_ + hi_ + 1, 0);
-      std::fill(neg_ + lo_, neg_ + hi_ + 1, 0);
-      std::fill(pos1_ + lo_, pos1_ + hi_ + 1, 0);
-      std::fill(neg1_ + lo_, neg1_ + hi_ + 1, 0);
-    }
-    lo_ = kDigits;
-    hi_ = -1;
-    adds_ = 0;
-    overflow_ = false;
-  }
-
-  // S += a b, exactly. A product at 2^1024 or above only sets overflow().
-  [[gnu::always_inline]] void add_product(const Term& a, const Term& b) {
-    const int e = a.e + b.e;
-    if (e > kMaxExponentSum) {
-      overflow_ = true;
-      return;
-    }
-    add_product_digits(a, b, pos_, neg_);
-    count_addition(e + 76);
-  }
-  // S += x, exactly (x finite).
-  void add(double x) {
-    Term t{};
-    if (unpack(x, t)) add_bits(t.m, 0, t.e + 1151, t.negative);
-  }
-
-  // S += sum_i a_i b_i over i < n, exactly, for terms whose exponent sums e_a + e_b lie in
-  // [e_lo, e_hi], e_hi at most kMaxExponentSum (zero significands add nothing). The lead terms'
-  // IEEE sum too when kLead: lead += la_i lb_i in i's order. Odd i add into a second set of
-  // digits (pos1_, neg1_), so that consecutive products at the same digits do not wait for each
-  // other's stores; propagate() adds the two sets, and integer sums do not depend on the split.
-  template <bool kLead>
-  void add_products(const Term* a, const Term* b, std::int64_t n, int e_lo, int e_hi,
-                    const double* la = nullptr, const double* lb = nullptr,
-                    double* lead = nullptr) {
-    lo_ = std::min(lo_, (e_lo + 76) >> 5);
-    hi_ = std::max(hi_, ((e_hi + 76) >> 5) + 4);
-    double l = kLead ? *lead : 0;
-    for (std::int64_t first = 0; first < n; first += kAddsBeforeCarry / 2) {
-      const std::int64_t last = std::min<std::int64_t>(n, first + kAddsBeforeCarry / 2);
-      if (adds_ + (last - first) >= kAddsBeforeCarry) propagate();
-      adds_ += static_cast<std::uint32_t>(last - first);
-      std::int64_t i = first;
-      for (; i + 1 < last; i += 2) {
-        if constexpr (kLead) l = l + la[i] * lb[i] + la[i + 1] * lb[i + 1];  // in i's order
-        add_product_digits(a[i], b[i], pos_, neg_);
-        add_product_digits(a[i + 1], b[i + 1], pos1_, neg1_);
-      }
-      if (i < last) {
-        if constexpr (kLead) l += la[i] * lb[i];
-        add_product_digits(a[i], b[i], pos_, neg_);
-      }
-    }
-    if constexpr (kLead) *lead = l;
-  }
-
-  bool overflow() const { return overflow_; }
-  // e_a + e_b of a product below 2^1025: |a b| < 2^(e_a + e_b - 2150 + 106).
-  static constexpr int kMaxExponentSum = 3069;
-  // Rounds S greedily to n doubles (n <= 4): out[0] = RN(S), out[i] = RN(S - out[0] - ... -
-  // out[i - 1]), round to nearest even, each remainder exact. Leaves S minus the terms behind.
-  void split(double* out, int n);
-
- private:
-  // Adds the integer (high 2^64 + low) 2^position (high below 2^42) to S with the given sign.
-  [[gnu::always_inline]] void add_bits(std::uint64_t low, std::uint64_t high, int position,
-                                       bool negative) {
-    add_digits(low, high, position, negative, pos_, neg_);
-    count_addition(position);
-  }
-  // Bookkeeping of one addition at `position`: the digits in use, the count of additions.
-  [[gnu::always_inline]] void count_addition(int position) {
-    const int k = position >> 5;
-    lo_ = std::min(lo_, k);
-    hi_ = std::max(hi_, k + 4);
-    if (++adds_ >= kAddsBeforeCarry) propagate();
-  }
-  // The exact product a b into the digit set (pos, neg), without the bookkeeping.
-  [[gnu::always_inline]] static void add_product_digits(const Term& a, const Term& b,
-                                                        std::int64_t* pos, std::int64_t* neg) {
-    __extension__ const unsigned __int128 product = static_cast<unsigned __int128>(a.m) * b.m;
-    add_digits(static_cast<std::uint64_t>(product), static_cast<std::uint64_t>(product >> 64),
-               a.e + b.e + 76, a.negative != b.negative, pos, neg);
-  }
-  // add_bits into the digit set (pos, neg), without count_addition().
-  [[gnu::always_inline]] static void add_digits(std::uint64_t low, std::uint64_t high, int position,
-                                                bool negative, std::int64_t* pos,
-                                                std::int64_t* neg) {
-    const int k = position >> 5, shift = position & 31;
-    // The value shifted by `shift` (< 32) as three 64-bit words; (v >> 1) >> (63 - shift) is
-    // v >> (64 - shift) without a shift by 64 when shift is 0.
-    const std::uint64_t w0 = low << shift;
-    const std::uint64_t w1 = (high << shift) | ((low >> 1) >> (63 - shift));
-    const std::uint64_t w2 = (high >> 1) >> (63 - shift);
-    std::int64_t* d = (negative ? neg : pos) + k;  // no negation: two unsigned sums
-    d[0] += static_cast<std::int64_t>(w0 & 0xffffffffu);
-    d[1] += static_cast<std::int64_t>(w0 >> 32);
-    d[2] += static_cast<std::int64_t>(w1 & 0xffffffffu);
-    d[3] += static_cast<std::int64_t>(w1 >> 32);
-    d[4] += static_cast<std::int64_t>(w2);
-  }
-
-  // Folds neg_, pos1_ and neg1_ into pos_ and propagates carries so every digit below the top one
-  // lies in [0, 2^32) and the top one in (-2^32, 2^32); S keeps its value and the sign of the top
-  // digit is the sign of S.
-  void propagate();
-  // Propagates, drops zero digits at both ends and negates S when it is negative, so all digits
-  // lie in [0, 2^32). Returns the sign S had (+1, -1, or 0 when S = 0).
-  int normalize();
-  // RN(S) for S > 0 with normalized digits.
-  double round_positive() const;
-  // Bits [q, q + 64) of S (normalized digits; bits outside the digits in use are 0).
-  std::uint64_t bits_from(int q) const;
-
-  std::int64_t pos_[kDigits] = {};
-  std::int64_t neg_[kDigits] = {};
-  std::int64_t pos1_[kDigits] = {};  // add_products' second digit set
-  std::int64_t neg1_[kDigits] = {};
-  int lo_ = kDigits, hi_ = -1;  // the digits that may be nonzero
-  std::uint32_t adds_ = 0;
-  bool overflow_ = false;
-};
 
 // sum_i a_i b_i for Expansion<R> operands, exactly, rounded once (see the top of this file).
 template <typename R>
@@ -234,6 +85,15 @@ class ExactDot {
     }
   }
 
+  // A nonzero term x = m 2^(e - 1075) (LongAccumulator::Term) as the signed integer
+  // m 2^(e mod 8), below 2^60 in magnitude, and its bucket e / 8 (rounded down):
+  // x = m 2^(8 bucket - 1075), bucket in [0, 255]. Two terms' product is then an exact signed
+  // 128-bit integer times 2^(8 (bucket_a + bucket_b) - 2150), with no shift to align it.
+  struct Scaled {
+    std::int64_t m;
+    std::int64_t bucket;
+  };
+
   // n values unpacked once, for the many dot products that reuse them (a row of inputs against
   // every output's weights): add(a, b) below adds a_i b_i for i < n.
   class Operand {
@@ -267,13 +127,15 @@ class ExactDot {
         return;
       }
       if (planes_ == 0) return;
-      // Zero terms: significand 0 at an exponent inside [e_min, e_max], so they add nothing.
-      terms_.assign(static_cast<std::size_t>(planes_ * n), LongAccumulator::Term{0, e_min_, false});
+      // Zero terms: 0 in a bucket inside the nonzero terms' range, so they add nothing.
+      terms_.assign(static_cast<std::size_t>(planes_ * n), Scaled{0, e_min_ >> 3});
       for (std::int64_t i = 0; i < n; ++i) {
         const Value& v = get(i);
         for (int p = 0; p < planes_; ++p) {
-          const double x = v.term(p);
-          if (x != 0) LongAccumulator::unpack(x, terms_[static_cast<std::size_t>(p * n + i)]);
+          if (LongAccumulator::unpack(v.term(p), t)) {
+            const auto m = static_cast<std::int64_t>(t.m << (t.e & 7));
+            terms_[static_cast<std::size_t>(p * n + i)] = Scaled{t.negative ? -m : m, t.e >> 3};
+          }
         }
       }
     }
@@ -291,16 +153,18 @@ class ExactDot {
       for (int p = 1; p < kTerms; ++p) {
         r.x[p] = 0;
         if (p >= planes_) continue;
-        const LongAccumulator::Term& t = terms_[static_cast<std::size_t>(p * n_ + i)];
-        const double magnitude = std::ldexp(static_cast<double>(t.m), t.e - 1075);
-        r.x[p] = t.negative ? -magnitude : magnitude;
+        const Scaled& t = terms_[static_cast<std::size_t>(p * n_ + i)];
+        // |m| has at most 53 significant bits: its conversion is exact.
+        const double magnitude =
+            std::ldexp(static_cast<double>(t.m < 0 ? -t.m : t.m), 8 * t.bucket - 1075);
+        r.x[p] = t.m < 0 ? -magnitude : magnitude;
       }
       return Value(r);
     }
 
-    std::vector<Value> values_;                 // only when a term is not finite
-    std::vector<double> lead_;                  // each value's leading term
-    std::vector<LongAccumulator::Term> terms_;  // term p of value i at p n + i, p < planes_
+    std::vector<Value> values_;  // only when a term is not finite
+    std::vector<double> lead_;   // each value's leading term
+    std::vector<Scaled> terms_;  // term p of value i at p n + i, p < planes_
     std::int64_t n_ = 0;
     int planes_ = 0;             // 1 + the last term index with a nonzero term in some value
     int e_min_ = 0, e_max_ = 0;  // over the nonzero terms
@@ -323,17 +187,27 @@ class ExactDot {
       for (std::int64_t i = 0; i < n; ++i) lead_ += la[i] * lb[i];
       return;
     }
-    const int e_lo = a.e_min_ + b.e_min_, e_hi = a.e_max_ + b.e_max_;
-    for (int p = 0; p < a.planes_; ++p) {
-      for (int q = 0; q < b.planes_; ++q) {
-        const LongAccumulator::Term* ta = a.terms_.data() + p * a.n_ + a0;
-        const LongAccumulator::Term* tb = b.terms_.data() + q * b.n_ + b0;
-        if (p == 0 && q == 0) {
-          acc_.template add_products<true>(ta, tb, n, e_lo, e_hi, la, lb, &lead_);
-        } else {
-          acc_.template add_products<false>(ta, tb, n, e_lo, e_hi);
+    if (sums_.empty()) {
+      sums_.resize(kSets * kColumns);
+      carries_.resize(kSets * kColumns);
+    }
+    const int c_lo = (a.e_min_ >> 3) + (b.e_min_ >> 3), c_hi = (a.e_max_ >> 3) + (b.e_max_ >> 3);
+    const std::int64_t pairs = a.planes_ * b.planes_;
+    for (std::int64_t first = 0; first < n; first += kPiece) {
+      const std::int64_t count = std::min(kPiece, n - first);
+      for (int p = 0; p < a.planes_; ++p) {
+        for (int q = 0; q < b.planes_; ++q) {
+          const Scaled* ta = a.terms_.data() + p * a.n_ + a0 + first;
+          const Scaled* tb = b.terms_.data() + q * b.n_ + b0 + first;
+          if (p == 0 && q == 0) {  // the leading sum beside the integer work, which hides it
+            add_columns<true>(ta, tb, count, la + first, lb + first);
+          } else {
+            add_columns<false>(ta, tb, count);
+          }
         }
       }
+      acc_.reserve(static_cast<std::uint32_t>(pairs * count));
+      fold_columns(c_lo, c_hi);
     }
   }
 
@@ -392,9 +266,86 @@ class ExactDot {
     return n;
   }
 
+  // A column's sum of products is the signed 192-bit integer carry 2^128 + sum: sum a signed
+  // 128-bit integer that wraps around, carry the count of its wraps (upward minus downward).
+  __extension__ typedef __int128 Wide;
+  // Bucket sums lie in [0, 510].
+  static constexpr int kColumns = 512;
+  // Sets of columns that consecutive products alternate between.
+  static constexpr int kSets = 4;
+  // The elements of one add(Operand...) piece: its products (at most 16 per element) stay below
+  // the 2^30 additions LongAccumulator::reserve() takes, and each column's value below 2^147.
+  static constexpr std::int64_t kPiece = std::int64_t(1) << 26;
+
+  // Column c of set s gets every product of a[i] and b[i] whose buckets sum to c, for i = s
+  // modulo kSets, so that consecutive products into one column do not wait for each other's
+  // stores (integer sums do not depend on the split). With kLead, also the IEEE sum
+  // lead_ += la[i] lb[i], in i's order as add(a_i, b_i) adds them.
+  template <bool kLead>
+  [[gnu::always_inline]] void add_columns(const Scaled* a, const Scaled* b, std::int64_t n,
+                                          const double* la = nullptr, const double* lb = nullptr) {
+    double l = lead_;
+    Wide* sums = sums_.data();
+    std::int64_t* carries = carries_.data();
+    std::int64_t i = 0;
+    for (; i + kSets <= n; i += kSets) {
+      for (int s = 0; s < kSets; ++s) {
+        if constexpr (kLead) l += la[i + s] * lb[i + s];  // in i's order
+        const std::int64_t c = s * kColumns + a[i + s].bucket + b[i + s].bucket;
+        add_product(sums[c], carries[c], a[i + s].m, b[i + s].m);
+      }
+    }
+    for (; i < n; ++i) {
+      if constexpr (kLead) l += la[i] * lb[i];
+      const std::int64_t c = a[i].bucket + b[i].bucket;
+      add_product(sums[c], carries[c], a[i].m, b[i].m);
+    }
+    if constexpr (kLead) lead_ = l;
+  }
+  [[gnu::always_inline]] static void add_product(Wide& sum, std::int64_t& carry, std::int64_t x,
+                                                 std::int64_t y) {
+    const Wide p = static_cast<Wide>(x) * y;  // |p| < 2^120: exact
+    // A wrap past 2^127 (p > 0) or -2^127 (p < 0) moves 2^128 into the carry; rare.
+    if (__builtin_add_overflow(sum, p, &sum)) [[unlikely]]
+      carry += p < 0 ? -1 : 1;
+  }
+  // Adds columns [c_lo, c_hi] of every set to the accumulator, column c at bit 8 c + 76 (the
+  // product of terms in buckets b_a, b_b is p 2^(8 (b_a + b_b) - 2150) = p 2^(8 c + 76 - 2226)),
+  // and zeroes them. c_hi is at most kMaxExponentSum / 8, so the digits stay below kDigits.
+  void fold_columns(int c_lo, int c_hi) {
+    for (int c = c_lo; c <= c_hi; ++c) {
+      Wide low = 0;
+      std::int64_t high = 0;
+      for (int s = 0; s < kSets; ++s) {
+        Wide& sum = sums_[static_cast<std::size_t>(s * kColumns + c)];
+        std::int64_t& carry = carries_[static_cast<std::size_t>(s * kColumns + c)];
+        high += carry;
+        if (__builtin_add_overflow(low, sum, &low)) high += sum < 0 ? -1 : 1;
+        sum = 0;
+        carry = 0;
+      }
+      if (low == 0 && high == 0) continue;
+      // high 2^128 + low as 192-bit two's complement words: low's sign extends into the top.
+      __extension__ using U128 = unsigned __int128;
+      auto w0 = static_cast<std::uint64_t>(low);
+      auto w1 = static_cast<std::uint64_t>(static_cast<U128>(low) >> 64);
+      auto w2 = static_cast<std::uint64_t>(high) - (low < 0 ? 1 : 0);
+      const bool negative = static_cast<std::int64_t>(w2) < 0;
+      if (negative) {  // the magnitude: ~w + 1 over the three words
+        w0 = ~w0 + 1;
+        w1 = ~w1 + (w0 == 0 ? 1 : 0);
+        w2 = ~w2 + (w0 == 0 && w1 == 0 ? 1 : 0);
+      }
+      acc_.add_magnitude(w0, w1, w2, 8 * c + 76, negative);
+    }
+  }
+
   LongAccumulator acc_;
   double lead_ = 0;  // IEEE sum of the leading products: the result when anything is non-finite
   bool nonfinite_ = false;
+  // kSets sets of kColumns columns for add(Operand...), zero between calls (made on first use).
+  std::vector<Wide> sums_;
+  std::vector<std::int64_t> carries_;
 };
 
 }  // namespace shardsim

@@ -1,5 +1,5 @@
-// LongAccumulator's carries and rounding (qd_dot.hpp).
-#include "shardsim/qd_dot.hpp"
+// LongAccumulator's carries and rounding (long_accumulator.hpp).
+#include "shardsim/long_accumulator.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -15,27 +15,26 @@ constexpr std::int64_t kDigitMask = 0xffffffff;
 constexpr int kLeastSubnormalBit = 1152;  // 2^-1074 = 2^(1152 - 2226)
 }  // namespace
 
-void LongAccumulator::propagate() {
+void LongAccumulator::propagate() { propagate_from(lo_); }
+
+void LongAccumulator::propagate_from(int from) {
   adds_ = 0;
   if (lo_ > hi_) return;
-  for (int k = lo_; k <= hi_; ++k) {
-    // Each set took at most adds_ < 2^30 additions below 2^32 per digit: no overflow.
-    pos_[k] += pos1_[k] - neg_[k] - neg1_[k];
-    neg_[k] = 0;
-    pos1_[k] = 0;
-    neg1_[k] = 0;
-  }
-  // Arithmetic shifts (C++20): carry = floor(v / 2^32), and v - carry 2^32 = v & mask.
+  // One pass: neg_ folded into pos_ and the carry moved up. Each set took at most adds_ < 2^30
+  // additions below 2^32 per digit, so pos_ - neg_ + carry does not overflow. Arithmetic shifts
+  // (C++20): carry = floor(v / 2^32), and v - carry 2^32 = v & mask.
   std::int64_t carry = 0;
-  for (int k = lo_; k < hi_; ++k) {
-    const std::int64_t v = pos_[k] + carry;
+  for (int k = from; k < hi_; ++k) {
+    const std::int64_t v = pos_[k] - neg_[k] + carry;
+    neg_[k] = 0;
     carry = v >> 32;
     pos_[k] = v & kDigitMask;
   }
   // The top digit keeps its sign; only a magnitude of 2^32 or more moves up a digit. |S| < 2^1056
   // (2^30 additions below 2^1025 between propagations), below digit 104.
   std::int64_t& top = pos_[hi_];
-  top += carry;
+  top += carry - neg_[hi_];
+  neg_[hi_] = 0;
   if (top >= (std::int64_t(1) << 32) || top <= -(std::int64_t(1) << 32)) {
     SHARDSIM_ASSERT(hi_ + 1 < kDigits, "LongAccumulator: sum beyond 2^1056");
     pos_[hi_ + 1] = top >> 32;
@@ -44,8 +43,8 @@ void LongAccumulator::propagate() {
   }
 }
 
-int LongAccumulator::normalize() {
-  propagate();
+int LongAccumulator::normalize_from(int from) {
+  propagate_from(from);
   while (hi_ >= lo_ && pos_[hi_] == 0) --hi_;
   while (lo_ <= hi_ && pos_[lo_] == 0) ++lo_;
   if (lo_ > hi_) {
@@ -94,9 +93,10 @@ double LongAccumulator::round_positive() const {
 }
 
 void LongAccumulator::split(double* out, int n) {
-  int sign = 1;  // S = sign * (the digits' value)
+  int sign = 1;    // S = sign * (the digits' value)
+  int from = lo_;  // the digits below are normalized, with nothing in neg_
   for (int i = 0; i < n; ++i) {
-    const int s = normalize();
+    const int s = normalize_from(from);
     if (s == 0) {
       std::fill(out + i, out + n, 0.0);
       return;
@@ -113,7 +113,12 @@ void LongAccumulator::split(double* out, int n) {
       std::fill(out + i + 1, out + n, out[i]);
       return;
     }
-    add(-r);
+    // S -= r: r's significand into neg_ from digit `from` on; the digits below stay as they
+    // are, so the next normalization starts there.
+    Term t{};
+    unpack(r, t);
+    add_bits(t.m, 0, t.e + 1151, true);
+    from = (t.e + 1151) >> 5;
   }
 }
 
