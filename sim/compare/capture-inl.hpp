@@ -6,9 +6,11 @@
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "shardsim/compare/compare.hpp"
 #include "shardsim/narrow_float.hpp"
+#include "shardsim/parallel.hpp"
 #include "shardsim/scalar.hpp"
 
 namespace shardsim {
@@ -23,10 +25,6 @@ template <typename T>
 CapturedValues capture_values(const Tensor<T>& tensor, bool exact = true) {
   CapturedValues out;
   const auto n = static_cast<std::size_t>(tensor.numel());
-  out.f32.reserve(n);
-  out.f64.reserve(n);
-  out.bf16.reserve(n);
-  out.f16.reserve(n);
   // dd/qd: a value below the error budget times the tensor's largest magnitude may be the residue
   // of a cancellation (a mathematical zero), whose relative error is unbounded: flagged as well.
   [[maybe_unused]] double residue = 0;
@@ -37,39 +35,54 @@ CapturedValues capture_values(const Tensor<T>& tensor, bool exact = true) {
     }
     if (n > 0) residue = std::ldexp(residue, golden_error_budget_log2(tensor.values().front()));
   }
-  for (const T& v : tensor.values()) {
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-      out.f32.push_back(static_cast<float>(v));  // IEEE conversion: round to nearest even
-      out.f64.push_back(v);
-      out.bf16.push_back(narrow_from_double(NarrowFormat::bf16, v));
-      out.f16.push_back(narrow_from_double(NarrowFormat::f16, v));
-    } else if constexpr (std::is_same_v<T, NarrowFloat>) {
-      out.f32.push_back(v.value());
-      out.f64.push_back(v.value());
-      out.bf16.push_back(narrow_from_float(NarrowFormat::bf16, v.value()));
-      out.f16.push_back(narrow_from_float(NarrowFormat::f16, v.value()));
-    } else if constexpr (kIsExpansion<T>) {
-      // Explicit template arguments: only the Expansion overloads are candidates (Mp's are
-      // visible too wherever the world's transport, wire_mp.hpp, is).
-      using R = typename T::Raw;
-      out.f32.push_back(round_to_f32<R>(v));
-      out.f64.push_back(round_to_f64<R>(v));
-      out.bf16.push_back(round_to_narrow<R>(v, NarrowFormat::bf16));
-      out.f16.push_back(round_to_narrow<R>(v, NarrowFormat::f16));
-      if (exact) out.exact.push_back(expansion_exact_text(v));
-      std::uint8_t flags = near_midpoint_flags(v);
-      if (v.term(0) != 0 && std::fabs(v.term(0)) <= residue) flags = 0xf;  // every format
-      if (flags) {
-        out.near_midpoint.resize(n, 0);
-        out.near_midpoint[out.f64.size() - 1] = flags;
+  // Each value's conversions depend on it alone: chunks of values run concurrently
+  // (parallel.hpp), each writing its own indices, so nothing depends on the thread count.
+  out.f32.resize(n);
+  out.f64.resize(n);
+  out.bf16.resize(n);
+  out.f16.resize(n);
+  constexpr bool kExactText = !std::is_floating_point_v<T> && !std::is_same_v<T, NarrowFloat>;
+  if (kExactText && exact) out.exact.resize(n);
+  std::vector<std::uint8_t> flags(kIsExpansion<T> ? n : 0);
+  const T* values = tensor.data();
+  constexpr std::size_t kChunk = 4096;
+  parallel_for(static_cast<std::int64_t>((n + kChunk - 1) / kChunk), [&](std::int64_t chunk) {
+    const std::size_t last = std::min(n, (static_cast<std::size_t>(chunk) + 1) * kChunk);
+    for (std::size_t i = static_cast<std::size_t>(chunk) * kChunk; i < last; ++i) {
+      const T& v = values[i];
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        out.f32[i] = static_cast<float>(v);  // IEEE conversion: round to nearest even
+        out.f64[i] = v;
+        out.bf16[i] = narrow_from_double(NarrowFormat::bf16, v);
+        out.f16[i] = narrow_from_double(NarrowFormat::f16, v);
+      } else if constexpr (std::is_same_v<T, NarrowFloat>) {
+        out.f32[i] = v.value();
+        out.f64[i] = v.value();
+        out.bf16[i] = narrow_from_float(NarrowFormat::bf16, v.value());
+        out.f16[i] = narrow_from_float(NarrowFormat::f16, v.value());
+      } else if constexpr (kIsExpansion<T>) {
+        // Explicit template arguments: only the Expansion overloads are candidates (Mp's are
+        // visible too wherever the world's transport, wire_mp.hpp, is).
+        using R = typename T::Raw;
+        out.f32[i] = round_to_f32<R>(v);
+        out.f64[i] = round_to_f64<R>(v);
+        out.bf16[i] = round_to_narrow<R>(v, NarrowFormat::bf16);
+        out.f16[i] = round_to_narrow<R>(v, NarrowFormat::f16);
+        if (exact) out.exact[i] = expansion_exact_text(v);
+        flags[i] = near_midpoint_flags(v);
+        if (v.term(0) != 0 && std::fabs(v.term(0)) <= residue) flags[i] = 0xf;  // every format
+      } else {
+        out.f32[i] = round_to_f32(v);
+        out.f64[i] = round_to_f64(v);
+        out.bf16[i] = round_to_narrow(v, NarrowFormat::bf16);
+        out.f16[i] = round_to_narrow(v, NarrowFormat::f16);
+        if (exact) out.exact[i] = mp_exact_text(v);
       }
-    } else {
-      out.f32.push_back(round_to_f32(v));
-      out.f64.push_back(round_to_f64(v));
-      out.bf16.push_back(round_to_narrow(v, NarrowFormat::bf16));
-      out.f16.push_back(round_to_narrow(v, NarrowFormat::f16));
-      if (exact) out.exact.push_back(mp_exact_text(v));
     }
+  });
+  // near_midpoint stays empty when no value is flagged.
+  if (std::any_of(flags.begin(), flags.end(), [](std::uint8_t f) { return f != 0; })) {
+    out.near_midpoint = std::move(flags);
   }
   return out;
 }
