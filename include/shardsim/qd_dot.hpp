@@ -98,7 +98,8 @@ class ExactDot {
   // every output's weights): add(a, b) below adds a_i b_i for i < n.
   class Operand {
    public:
-    // The values get(0), ..., get(n - 1) (get is called twice for each).
+    // The values get(0), ..., get(n - 1) (get is called once for each, twice when some value has
+    // more than one nonzero term).
     template <typename Get>
     void assign(std::int64_t n, Get get) {
       n_ = n;
@@ -108,10 +109,13 @@ class ExactDot {
       e_min_ = std::numeric_limits<int>::max();
       e_max_ = std::numeric_limits<int>::min();
       finite_ = true;
+      // Plane 0 is unpacked in the first pass (a vector of f64 values needs no second one).
+      terms_.resize(static_cast<std::size_t>(n));
       LongAccumulator::Term t{};
       for (std::int64_t i = 0; i < n; ++i) {
         const Value& v = get(i);
         lead_[static_cast<std::size_t>(i)] = v.term(0);
+        terms_[static_cast<std::size_t>(i)] = Scaled{0, 0};
         for (int p = 0; p < kTerms; ++p) {
           if (!std::isfinite(v.term(p))) {
             finite_ = false;
@@ -119,6 +123,7 @@ class ExactDot {
             planes_ = std::max(planes_, p + 1);
             e_min_ = std::min(e_min_, t.e);
             e_max_ = std::max(e_max_, t.e);
+            if (p == 0) terms_[static_cast<std::size_t>(i)] = scaled(t);
           }
         }
       }
@@ -128,13 +133,17 @@ class ExactDot {
       }
       if (planes_ == 0) return;
       // Zero terms: 0 in a bucket inside the nonzero terms' range, so they add nothing.
-      terms_.assign(static_cast<std::size_t>(planes_ * n), Scaled{0, e_min_ >> 3});
+      for (std::int64_t i = 0; i < n; ++i) {
+        Scaled& zero = terms_[static_cast<std::size_t>(i)];
+        if (zero.m == 0) zero.bucket = e_min_ >> 3;
+      }
+      if (planes_ == 1) return;
+      terms_.resize(static_cast<std::size_t>(planes_ * n), Scaled{0, e_min_ >> 3});
       for (std::int64_t i = 0; i < n; ++i) {
         const Value& v = get(i);
-        for (int p = 0; p < planes_; ++p) {
+        for (int p = 1; p < planes_; ++p) {
           if (LongAccumulator::unpack(v.term(p), t)) {
-            const auto m = static_cast<std::int64_t>(t.m << (t.e & 7));
-            terms_[static_cast<std::size_t>(p * n + i)] = Scaled{t.negative ? -m : m, t.e >> 3};
+            terms_[static_cast<std::size_t>(p * n + i)] = scaled(t);
           }
         }
       }
@@ -143,6 +152,10 @@ class ExactDot {
 
    private:
     friend class ExactDot;
+    static Scaled scaled(const LongAccumulator::Term& t) {
+      const auto m = static_cast<std::int64_t>(t.m << (t.e & 7));
+      return Scaled{t.negative ? -m : m, t.e >> 3};
+    }
     // Value i: kept when a term is not finite, else rebuilt from the leading term (its exact
     // bits, the sign of a zero too) and the unpacked tail terms (a zero tail term as +0, which
     // changes no sum and no test of add()).
@@ -291,13 +304,13 @@ class ExactDot {
     for (; i + kSets <= n; i += kSets) {
       for (int s = 0; s < kSets; ++s) {
         if constexpr (kLead) l += la[i + s] * lb[i + s];  // in i's order
-        const std::int64_t c = s * kColumns + a[i + s].bucket + b[i + s].bucket;
+        const std::int64_t c = (a[i + s].bucket + b[i + s].bucket) * kSets + s;
         add_product(sums[c], carries[c], a[i + s].m, b[i + s].m);
       }
     }
     for (; i < n; ++i) {
       if constexpr (kLead) l += la[i] * lb[i];
-      const std::int64_t c = a[i].bucket + b[i].bucket;
+      const std::int64_t c = (a[i].bucket + b[i].bucket) * kSets;  // set 0
       add_product(sums[c], carries[c], a[i].m, b[i].m);
     }
     if constexpr (kLead) lead_ = l;
@@ -317,8 +330,8 @@ class ExactDot {
       Wide low = 0;
       std::int64_t high = 0;
       for (int s = 0; s < kSets; ++s) {
-        Wide& sum = sums_[static_cast<std::size_t>(s * kColumns + c)];
-        std::int64_t& carry = carries_[static_cast<std::size_t>(s * kColumns + c)];
+        Wide& sum = sums_[static_cast<std::size_t>(c * kSets + s)];
+        std::int64_t& carry = carries_[static_cast<std::size_t>(c * kSets + s)];
         high += carry;
         if (__builtin_add_overflow(low, sum, &low)) high += sum < 0 ? -1 : 1;
         sum = 0;
@@ -343,7 +356,8 @@ class ExactDot {
   LongAccumulator acc_;
   double lead_ = 0;  // IEEE sum of the leading products: the result when anything is non-finite
   bool nonfinite_ = false;
-  // kSets sets of kColumns columns for add(Operand...), zero between calls (made on first use).
+  // Column c of set s at c kSets + s (a column's sets side by side), for add(Operand...); zero
+  // between calls (made on first use).
   std::vector<Wide> sums_;
   std::vector<std::int64_t> carries_;
 };
