@@ -114,4 +114,44 @@ Magnitude value_abs_difference(const T& s, const T& d) {
   }
 }
 
+// max |v| over the tensor's finite values (Magnitude() when there is none): chunks of values
+// concurrently (parallel.hpp), their maxima taken in chunk order, the first of equal values kept,
+// as one sequential pass would.
+template <typename T>
+Magnitude max_finite_magnitude(const Tensor<T>& tensor) {
+  constexpr std::int64_t kChunk = 8192;
+  const std::int64_t chunks = (tensor.numel() + kChunk - 1) / kChunk;
+  std::vector<Magnitude> maxima(static_cast<std::size_t>(chunks));
+  parallel_for(chunks, [&](std::int64_t c) {
+    Magnitude& max = maxima[static_cast<std::size_t>(c)];
+    const std::int64_t last = std::min(tensor.numel(), (c + 1) * kChunk);
+    for (std::int64_t e = c * kChunk; e < last; ++e) {
+      const Magnitude m = value_magnitude(tensor[e]);
+      if (m.is_finite() && max < m) max = m;
+    }
+  });
+  Magnitude out;
+  for (const Magnitude& m : maxima) {
+    if (out < m) out = m;
+  }
+  return out;
+}
+
+// max over elements of sum_r |x_r,e| over the addends of each value, the magnitude a Partial
+// tensor's sum is rounded at.
+template <typename T>
+double partial_addend_scale(const DistTensor<T>& sharded) {
+  double out = 0;
+  for (int r = 0; r < sharded.ranks(); ++r) {
+    if (!represents_value(sharded, r)) continue;
+    const std::vector<int> members = partial_members(sharded, r);
+    for (std::int64_t e = 0; e < sharded.local(r).numel(); ++e) {
+      double sum = 0;
+      for (int m : members) sum += std::fabs(ScalarTraits<T>::to_double(sharded.local(m)[e]));
+      if (std::isfinite(sum)) out = std::max(out, sum);
+    }
+  }
+  return out;
+}
+
 }  // namespace shardsim

@@ -1,15 +1,18 @@
 // The comparator: a BoundarySink that measures every boundary against the oracle.
 #pragma once
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <limits>
 #include <map>
 #include <tuple>
 #include <type_traits>
+#include <vector>
 
 #include "shardsim/compare/compare.hpp"
 #include "shardsim/narrow_float.hpp"
+#include "shardsim/parallel.hpp"
 #include "shardsim/scalar.hpp"
 #include "sim/compare/capture-inl.hpp"
 
@@ -66,35 +69,28 @@ class Comparator final : public BoundarySink<T> {
  private:
   using Traits = ScalarTraits<T>;
 
-  struct Element {
-    int rank;
-    std::int64_t global_flat;
-    const T* sharded;
-  };
-
-  // Visits every compared element: (rank, local flat index, global flat index, sharded value).
-  // Padding is skipped; a Replicate dim's copies are each visited; the addends of Partial dims
-  // are summed in rank order first, and the sum is visited at the rank that stands for it
-  // (represents_value).
+  // Visits every compared element of rank r: (rank, local flat index, global flat index, sharded
+  // value). Padding is skipped; a Replicate dim's copies are each visited (at every rank); the
+  // addends of Partial dims are summed in rank order first (into partial_sum), and the sum is
+  // visited at the rank that stands for it (represents_value).
   template <typename Visit>
-  static void for_each_element(const DistTensor<T>& sharded, Tensor<T>& partial_sum, Visit visit) {
-    for (int r = 0; r < sharded.ranks(); ++r) {
-      if (!represents_value(sharded, r)) continue;
-      const Tensor<T>* local = &sharded.local(r);
-      if (sharded.layout.has_partial()) {
-        const std::vector<int> members = partial_members(sharded, r);
-        partial_sum = sharded.local(members.front());
-        for (std::size_t m = 1; m < members.size(); ++m) {
-          const Tensor<T>& addend = sharded.local(members[m]);
-          for (std::int64_t e = 0; e < partial_sum.numel(); ++e) partial_sum[e] += addend[e];
-        }
-        local = &partial_sum;
+  static void for_each_element_of(const DistTensor<T>& sharded, int r, Tensor<T>& partial_sum,
+                                  Visit visit) {
+    if (!represents_value(sharded, r)) return;
+    const Tensor<T>* local = &sharded.local(r);
+    if (sharded.layout.has_partial()) {
+      const std::vector<int> members = partial_members(sharded, r);
+      partial_sum = sharded.local(members.front());
+      for (std::size_t m = 1; m < members.size(); ++m) {
+        const Tensor<T>& addend = sharded.local(members[m]);
+        for (std::int64_t e = 0; e < partial_sum.numel(); ++e) partial_sum[e] += addend[e];
       }
-      for_each_valid(local->shape(), local_box(sharded, r), sharded.global,
-                     [&](std::int64_t local_flat, std::int64_t global_flat) {
-                       visit(r, local_flat, global_flat, (*local)[local_flat]);
-                     });
+      local = &partial_sum;
     }
+    for_each_valid(local->shape(), local_box(sharded, r), sharded.global,
+                   [&](std::int64_t local_flat, std::int64_t global_flat) {
+                     visit(r, local_flat, global_flat, (*local)[local_flat]);
+                   });
   }
 
   // The same visit over one block of rows of a distributed oracle (oracle_rows.hpp): the ranks'
@@ -196,23 +192,50 @@ class Comparator final : public BoundarySink<T> {
     }
   }
 
+  // The ranks are tallied concurrently (parallel.hpp), each into its own maxima and first
+  // divergences, merged in rank order: maxima ignore NaN and keep the first of equal values, and
+  // a first divergence is the smallest (rank, local flat), so the result is the sequential one
+  // for every thread count.
   void measure(const Tensor<T>& dense, const DistTensor<T>& sharded, BoundaryResult& result) {
     SHARDSIM_ASSERT(dense.shape() == sharded.global, "boundary shape differs from the oracle's");
-    Magnitude scale;
-    for (std::int64_t e = 0; e < dense.numel(); ++e) {
-      const Magnitude d = magnitude_of(dense[e]);
-      if (d.is_finite()) raise(scale, d);
-    }
+    const Magnitude scale = max_finite_magnitude(dense);
     result.scale = scale;
     const bool partial = sharded.layout.has_partial();
-    Tally t{result,
-            rtol_ * noise_scale(scale, partial, partial ? partial_addend_scale(sharded) : 0.0,
-                                result.entry)};
-    Tensor<T> partial_sum;
-    for_each_element(sharded, partial_sum,
-                     [&](int rank, std::int64_t local_flat, std::int64_t flat, const T& s) {
-                       tally(t, dense.shape(), rank, local_flat, flat, s, dense[flat]);
-                     });
+    const double addends = partial ? partial_addend_scale(sharded) : 0.0;
+    const Magnitude allowed = rtol_ * noise_scale(scale, partial, addends, result.entry);
+    const int ranks = sharded.ranks();
+    std::vector<BoundaryResult> parts(static_cast<std::size_t>(ranks));
+    std::vector<Tally> tallies;
+    tallies.reserve(static_cast<std::size_t>(ranks));
+    for (BoundaryResult& part : parts) {
+      part.entry = result.entry;
+      tallies.push_back(Tally{part, allowed});
+    }
+    parallel_for(ranks, [&](std::int64_t r) {
+      Tally& t = tallies[static_cast<std::size_t>(r)];
+      Tensor<T> partial_sum;
+      for_each_element_of(sharded, static_cast<int>(r), partial_sum,
+                          [&](int rank, std::int64_t local_flat, std::int64_t flat, const T& s) {
+                            tally(t, dense.shape(), rank, local_flat, flat, s, dense[flat]);
+                          });
+    });
+    Tally t{result, allowed};
+    for (int r = 0; r < ranks; ++r) {
+      const Tally& part = tallies[static_cast<std::size_t>(r)];
+      raise(result.max_abs, part.result.max_abs);
+      raise(result.max_rel, part.result.max_rel);
+      result.max_ulp = std::max(result.max_ulp, part.result.max_ulp);
+      t.all_identical = t.all_identical && part.all_identical;
+      t.all_within = t.all_within && part.all_within;
+      if (part.not_identical_at < t.not_identical_at) {
+        t.not_identical_at = part.not_identical_at;
+        t.first_not_identical = part.first_not_identical;
+      }
+      if (part.outside_at < t.outside_at) {
+        t.outside_at = part.outside_at;
+        t.first_outside = part.first_outside;
+      }
+    }
     conclude(t);
   }
 
@@ -332,22 +355,6 @@ class Comparator final : public BoundarySink<T> {
     return div;
   }
 
-  // max over elements of sum_r |x_r,e| over the addends of each value, the magnitude a
-  // Partial tensor's sum is rounded at.
-  static double partial_addend_scale(const DistTensor<T>& sharded) {
-    double out = 0;
-    for (int r = 0; r < sharded.ranks(); ++r) {
-      if (!represents_value(sharded, r)) continue;
-      const std::vector<int> members = partial_members(sharded, r);
-      for (std::int64_t e = 0; e < sharded.local(r).numel(); ++e) {
-        double sum = 0;
-        for (int m : members) sum += std::fabs(Traits::to_double(sharded.local(m)[e]));
-        if (std::isfinite(sum)) out = std::max(out, sum);
-      }
-    }
-    return out;
-  }
-
   static void set_values(Divergence& div, const T& dense, const T& sharded) {
     div.dense = Traits::to_double(dense);
     div.sharded = Traits::to_double(sharded);
@@ -366,11 +373,6 @@ class Comparator final : public BoundarySink<T> {
         narrow_ulp_distance(*narrow_, narrow_from_double(*narrow_, Traits::to_double(s)),
                             narrow_from_double(*narrow_, Traits::to_double(d)));
     return units == UINT64_MAX ? static_cast<double>(kUlpNaN) : static_cast<double>(units);
-  }
-
-  static T magnitude(const T& v) {
-    using std::abs;
-    return abs(v);
   }
 
   Magnitude rtol_;
