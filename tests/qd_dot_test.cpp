@@ -344,15 +344,17 @@ TEST_CASE("qd dot: unpacked operands at a hand-derived overflow of the leading s
   CHECK(dot.value().term(0) == 0x1p-1074);
 }
 
-TEMPLATE_TEST_CASE("qd dot: unpacked products whose column sums pass 2^128", "[qd]", dd_real,
-                   qd_real) {
-  // The unpacked operands sum each bucket pair's products as a signed 192-bit integer (ExactDot's
-  // columns). x = 2 - 2^-52 has the significand 2^53 - 1 at e = 1023, e mod 8 = 7, so its scaled
-  // integer is (2^53 - 1) 2^7, just below 2^60, and x x lands in one column as just below 2^120.
-  // 700 such products sum to about 2^129.45: past the low 128 bits, so the carry into the top
-  // word must be kept; all negative, the column's two's complement must be negated; mixed, the
-  // borrows must cancel. The exact value, derived by hand: sum = (n_plus - n_minus) x^2 with
-  // x^2 = 4 - 2^-49 + 2^-104 exactly, checked against MPFR and against element-by-element adds.
+TEMPLATE_TEST_CASE("qd dot: unpacked products whose column sums pass 2^127 and 2^128", "[qd]",
+                   dd_real, qd_real) {
+  // The unpacked operands sum each bucket pair's products in signed 128-bit column sums (four
+  // sets, consecutive products in turn) that count their wraps past +-2^127 in a carry word
+  // (ExactDot's columns). x = 2 - 2^-52 has the significand 2^53 - 1 at e = 1023, e mod 8 = 7, so
+  // its scaled integer is (2^53 - 1) 2^7, just below 2^60, and x x lands in one column as just
+  // below 2^120. 700 such products put 175 in each set, about 2^127.45: every set wraps, so the
+  // carries must be kept, and the column's total (about 2^129.45) is folded as 192 bits; all
+  // negative, its two's complement must be negated; mixed, the wraps must cancel. The exact
+  // value, derived by hand: sum = (n_plus - n_minus) x^2 with x^2 = 4 - 2^-50 + 2^-104 exactly,
+  // checked against MPFR and against element-by-element adds.
   using V = Expansion<TestType>;
   using Operand = typename ExactDot<TestType>::Operand;
   const double x = 2.0 - 0x1p-52;

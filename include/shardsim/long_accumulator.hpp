@@ -1,6 +1,6 @@
 // LongAccumulator: an exact sum of products of doubles, as an integer multiple of 2^-2226 in
 // base-2^32 digits, rounded greedily to doubles (qd_dot.hpp's exact dot products; carries and
-// rounding in sim/core/qd_dot.cpp).
+// rounding in sim/core/long_accumulator.cpp).
 #pragma once
 
 #include <algorithm>

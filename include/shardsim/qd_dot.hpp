@@ -287,7 +287,8 @@ class ExactDot {
   // Sets of columns that consecutive products alternate between.
   static constexpr int kSets = 4;
   // The elements of one add(Operand...) piece: its products (at most 16 per element) stay below
-  // the 2^30 additions LongAccumulator::reserve() takes, and each column's value below 2^147.
+  // the 2^30 additions LongAccumulator::reserve() takes, and each column's value below 2^150
+  // (2^30 products below 2^120), far inside the 192 bits a column and a fold hold.
   static constexpr std::int64_t kPiece = std::int64_t(1) << 26;
 
   // Column c of set s gets every product of a[i] and b[i] whose buckets sum to c, for i = s
