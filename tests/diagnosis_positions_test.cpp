@@ -53,9 +53,8 @@ TEST_CASE("rank_offset_gap: says nothing about zigzag shares of two runs", "[dia
   // rank 0's far run too, so the pattern is no evidence of one.
   std::vector<double> dense;
   for (int p = 0; p < 8; ++p) dense.push_back(double(p * p + 1));
-  Observed o = shardsim::observed_of("t", Shape({{"seq", 8}}),
-                                     Placement::shard("seq", shardsim::SplitPolicy::zigzag), 2,
-                                     dense);
+  Observed o = shardsim::observed_of(
+      "t", Shape({{"seq", 8}}), Placement::shard("seq", shardsim::SplitPolicy::zigzag), 2, dense);
   shift_rank(o, 1, 1);
   const auto f = shardsim::rank_offset_gap(o);
   CHECK_FALSE(f.present());

@@ -1,8 +1,8 @@
 // A forward-only run holds no tensor it will not read again (issue 16): a declared input goes
 // after the last step that names it, and a row-wise norm (or gelu) releases its oracle input as
-// soon as the oracle has run, before the ranks compute. Evidence is the heap in use (glibc's mallinfo2)
-// when a boundary is recorded, against a twin scenario whose later step still reads x: the
-// twins hold the same tensors at that boundary except x, so the difference is x's bytes.
+// soon as the oracle has run, before the ranks compute. Evidence is the heap in use (glibc's
+// mallinfo2) when a boundary is recorded, against a twin scenario whose later step still reads x:
+// the twins hold the same tensors at that boundary except x, so the difference is x's bytes.
 #include <malloc.h>
 
 #include <catch2/catch.hpp>

@@ -135,7 +135,9 @@ TEST_CASE("compare: an edited manifest is refused, hashed or not, and never abor
        "tensors[" + std::to_string(y) + "].slice", "a global tensor has no slice"},
       {[&](Json& m) { m["tensors"][y]["file"] = "manifest.json"; },
        "tensors[" + std::to_string(y) + "].file", "is not a file of safetensors storage"},
-      {[&](Json& m) { m["tensors"][y]["near_midpoint"] = Json{{"count", 1}, {"first_index", 416}}; },
+      {[&](Json& m) {
+         m["tensors"][y]["near_midpoint"] = Json{{"count", 1}, {"first_index", 416}};
+       },
        "tensors[" + std::to_string(y) + "].near_midpoint.first_index", "out of range"},
       {[&](Json& m) { m["significand_bits"] = -1; }, "significand_bits", "out of range"},
       {[&](Json& m) { m["reduce_order"] = "nope"; }, "reduce_order", "nope"},

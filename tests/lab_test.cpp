@@ -100,17 +100,17 @@ TEST_CASE("lab: a bad command in a script exits 2 naming the line", "[lab]") {
     std::string script;
     std::string message;
   };
-  for (const Case& c : {Case{"reset\nfrobnicate\nstep\n", "stdin:2: unknown command 'frobnicate'"},
-                        Case{"set b 1\n", "stdin:1: unknown variable 'b'"},
-                        Case{"set x one\n", "stdin:1: 'one' is not a number"},
-                        Case{"set x nan\n", "stdin:1: 'nan' is not a number"},
-                        Case{"predict z 1\n", "stdin:1: predict: unknown quantity 'z'"},
-                        Case{"predict y 1 y 2\n", "stdin:1: predict: 'y' given twice"},
-                        Case{"step now\n", "stdin:1: usage: step"},
-                        Case{"quit now\n", "stdin:1: usage: quit"},
-                        // Control bytes are quoted escaped, a NUL too (it once cut the line).
-                        Case{"se\x01t a 1\n", "stdin:1: unknown command 'se\\x01t'"},
-                        Case{std::string("set a 1\0junk\n", 13), "stdin:1: '1\\x00junk' is not"}}) {
+  for (const Case& c :
+       {Case{"reset\nfrobnicate\nstep\n", "stdin:2: unknown command 'frobnicate'"},
+        Case{"set b 1\n", "stdin:1: unknown variable 'b'"},
+        Case{"set x one\n", "stdin:1: 'one' is not a number"},
+        Case{"set x nan\n", "stdin:1: 'nan' is not a number"},
+        Case{"predict z 1\n", "stdin:1: predict: unknown quantity 'z'"},
+        Case{"predict y 1 y 2\n", "stdin:1: predict: 'y' given twice"},
+        Case{"step now\n", "stdin:1: usage: step"}, Case{"quit now\n", "stdin:1: usage: quit"},
+        // Control bytes are quoted escaped, a NUL too (it once cut the line).
+        Case{"se\x01t a 1\n", "stdin:1: unknown command 'se\\x01t'"},
+        Case{std::string("set a 1\0junk\n", 13), "stdin:1: '1\\x00junk' is not"}}) {
     INFO(c.script);
     const CliResult r = run_lab(c.script);
     CHECK(r.exit_code == 2);
@@ -124,8 +124,8 @@ TEST_CASE("lab: a true value that overflowed makes every prediction wrong", "[la
   // a = 1e308, x = 10: y = a x^2 = 1e310 and slope = 2 a x = 2e309 both overflow f64 (max about
   // 1.8e308) to inf; f32 (max about 3.4e38) likewise with a = 3e38, x = 2. |p - inf| <= 1e-6 inf
   // held for any finite p, which once judged these predictions right.
-  for (const auto& [precision, a, x] : {std::tuple{"f64", "1e308", "10"},
-                                        std::tuple{"f32", "3e38", "2"}}) {
+  for (const auto& [precision, a, x] :
+       {std::tuple{"f64", "1e308", "10"}, std::tuple{"f32", "3e38", "2"}}) {
     INFO(precision);
     Lab lab(parse_precision(precision));
     lab.execute(std::string("set a ") + a);

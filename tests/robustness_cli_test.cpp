@@ -221,6 +221,7 @@ TEST_CASE("robustness: a scenario name with a control character is refused", "[r
     CHECK(r.err.find("holds a control character") != std::string::npos);
   }
   // Other characters outside ASCII are names like any other.
-  const fs::path ok = dir.write("ok.toml", replaced(kTiny, "name = \"tiny\"", "name = \"Ünïcödé\""));
+  const fs::path ok =
+      dir.write("ok.toml", replaced(kTiny, "name = \"tiny\"", "name = \"Ünïcödé\""));
   CHECK(run_cli("validate " + q(ok)).exit_code == 0);
 }

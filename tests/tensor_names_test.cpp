@@ -38,10 +38,11 @@ TEST_CASE("tensor names: characters the runner builds names with are refused whe
   CHECK_THAT(load_error(two_steps("x@rank0[seq=0:2]")),
              Catch::StartsWith("s.toml:21:10: steps[1].output: tensor name 'x@rank0[seq=0:2]' "
                                "uses '@'"));
-  CHECK_THAT(load_error(two_steps("y#1")), Catch::StartsWith("s.toml:21:10: steps[1].output: tensor "
-                                                          "name 'y#1' uses '#'"));
+  CHECK_THAT(load_error(two_steps("y#1")),
+             Catch::StartsWith("s.toml:21:10: steps[1].output: tensor "
+                               "name 'y#1' uses '#'"));
   CHECK_THAT(load_error(replaced(replaced(kTiny, "name = \"x\"", "name = \"x 1\""), "input = \"x\"",
-                              "input = \"x 1\"")),
+                                 "input = \"x 1\"")),
              Catch::StartsWith("s.toml:8:8: tensors[0].name: tensor name 'x 1' uses 'a space or "
                                "control character'"));
   CHECK_THAT(load_error(two_steps("y\u00e9")),
@@ -67,7 +68,7 @@ TEST_CASE("tensor names: the runner's own names and an owner's parts are refused
       replaced(kTiny, "[[steps]]",
                "[[tensors]]\nname = \"y.rstd\"\naxes = [\"batch\"]\nshape = [2]\n\n[[steps]]");
   CHECK_THAT(load_error(rstd_first), Catch::StartsWith("s.toml:21:10: steps[0].output: tensor name "
-                                                    "'y.rstd' is the name of the part 'rstd'"));
+                                                       "'y.rstd' is the name of the part 'rstd'"));
   CHECK_THAT(load_error(two_steps("y.attn")), Catch::Contains("the part 'attn'"));
   CHECK_THAT(load_error(two_steps("y.mask")), Catch::Contains("the part 'mask'"));
 }

@@ -88,7 +88,8 @@ int compare_command(const Args& args) {
       "precision", po::value<std::string>(),
       "bf16 or f16: judge against the goldens' error budgets (noise or bug), not tolerances")(
       "map", po::value<std::vector<std::string>>()->composing(),
-      "GOLDEN_NAME=CANDIDATE_NAME, repeatable (split at the first '=' outside [...])")("help,h", "show this help");
+      "GOLDEN_NAME=CANDIDATE_NAME, repeatable (split at the first '=' outside [...])")(
+      "help,h", "show this help");
   po::options_description all;
   all.add(options).add_options()("golden", po::value<std::string>(), "")(
       "candidate", po::value<std::string>(), "");

@@ -2,6 +2,7 @@
 // tensor's metadata (global shape, placement, offsets, slices, ranks) rebuilt from its placement
 // and compared, so an edited manifest is refused (exit 2) instead of misleading `compare`.
 #include <set>
+#include <string_view>
 #include <vector>
 
 #include "shardsim/error.hpp"
@@ -305,7 +306,8 @@ void check_descriptive(const ManifestReader& m, const Json& manifest) {
     for (const Json& name : list) {
       if (!name.is_string()) m.fail(key, "expected an array of names");
       const std::string text = name.get<std::string>();
-      if (key[0] == 'd' && text != "f64" && text != "f32" && text != "bf16" && text != "f16") {
+      const bool dtypes = std::string_view(key) == "dtypes";
+      if (dtypes && text != "f64" && text != "f32" && text != "bf16" && text != "f16") {
         m.fail(key, "unknown dtype " + quote(text));
       }
     }

@@ -192,10 +192,11 @@ GoldenSet build_goldens(const Scenario& scenario, const RunReport& reference,
   if (options.format == GoldenFormat::safetensors) {
     std::vector<RawTensor> raws;
     for (const GoldenEntry& entry : set.entries) raws.push_back(entry.tensor);
-    set.safetensors = encode_safetensors(
-        raws, golden_detail::safetensors_metadata(
-                  kShardsimVersion, scenario.name, sha256_hex(scenario.text),
-                  reference.precision.name(), std::string(reduce_order_name(reference.reduce_order))));
+    set.safetensors =
+        encode_safetensors(raws, golden_detail::safetensors_metadata(
+                                     kShardsimVersion, scenario.name, sha256_hex(scenario.text),
+                                     reference.precision.name(),
+                                     std::string(reduce_order_name(reference.reduce_order))));
   }
   return set;
 }
