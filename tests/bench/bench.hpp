@@ -10,7 +10,24 @@
 #include <string>
 #include <vector>
 
+#include "shardsim/parallel.hpp"
+
 namespace bench {
+
+// Sets shardsim's thread count for a scope (parallel.hpp), restoring the previous one after:
+// the targets measured against one-thread PyTorch (1 and 4) run shardsim on one thread too.
+class ThreadCount {
+ public:
+  explicit ThreadCount(int threads) : saved_(shardsim::thread_count()) {
+    shardsim::set_thread_count(threads);
+  }
+  ~ThreadCount() { shardsim::set_thread_count(saved_); }
+  ThreadCount(const ThreadCount&) = delete;
+  ThreadCount& operator=(const ThreadCount&) = delete;
+
+ private:
+  int saved_;
+};
 
 struct Options {
   bool quick = false;   // reduced sizes and reps (tools/bench --quick)
@@ -59,6 +76,7 @@ int target_attention(const Options& o, TorchServer* torch);    // 4
 int target_scale(const Options& o);                            // 5
 int target_goldens(const Options& o);                          // 6
 int target_qd(const Options& o);                               // 7
+int target_mp_memory(const Options& o);                        // 9
 int target_realistic(const Options& o);                        // --target realistic
 
 }  // namespace bench

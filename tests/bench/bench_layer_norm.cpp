@@ -223,6 +223,7 @@ int bf16_ratio(const Options& o) {
 }  // namespace
 
 int target_layer_norm(const Options& o, TorchServer* torch) {
+  const ThreadCount one_thread(1);  // PyTorch's side and the naive loop run on one thread
   std::printf("Target 1: dense LayerNorm forward+backward, single thread (lane kernels: %s)\n",
               shardsim::lane_isa() == shardsim::LaneIsa::avx2 ? "AVX2" : "SSE2");
   int f = one_dtype<double>(o, torch, "f64", 1.2);

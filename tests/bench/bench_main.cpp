@@ -135,6 +135,7 @@ int main(int argc, char** argv) {
   if (want(5) && !o.quick) failures += bench::target_scale(o);
   if (want(6) && !o.quick) failures += bench::target_goldens(o);
   if (want(7)) failures += bench::target_qd(o);
+  if (want(9) && !o.quick) failures += bench::target_mp_memory(o);
   if (failures) std::printf("CORRECTNESS FAILURES: %d\n", failures);
   return failures ? 1 : 0;
 }

@@ -194,7 +194,8 @@ int attention_scores_part(const Options& o, mpfr_prec_t prec) {
 }  // namespace
 
 int target_mp(const Options& o) {
-  std::printf("Target 3: mp256 LayerNorm forward vs raw MPFR loop\n");
+  const ThreadCount one_thread(1);  // the raw MPFR loops run on one thread
+  std::printf("Target 3: mp256 LayerNorm forward vs raw MPFR loop, one thread\n");
   shardsim::set_mp_precision(256);
   const mpfr_prec_t prec = static_cast<mpfr_prec_t>(shardsim::mp_significand_bits());
   const std::int64_t rows = o.smoke ? 3 : o.quick ? 32 : 128;

@@ -1,7 +1,8 @@
-// Targets 7 (qd against mp256 on the attention benchmark) and "realistic" (tools/bench --target
-// realistic: a sliding-window attention layer of realistic size, goldens from a qd reference).
-// Both run the shardsim binary on a generated scenario, so they measure what a user runs: the
-// dense oracle, the sharded plan and the comparator (and, for realistic, the goldens).
+// Targets 7 (qd against mp256 on the attention benchmark), 9 (the peak RSS of an mp256 LayerNorm)
+// and "realistic" (tools/bench --target realistic: a sliding-window attention layer of realistic
+// size, goldens from a qd reference). Each runs the shardsim binary on a generated scenario, so
+// they measure what a user runs: the dense oracle, the sharded plan and the comparator (and, for
+// realistic, the goldens).
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -181,6 +182,43 @@ int target_realistic(const Options& o) {
     verdict(8, "realistic time (minutes)", runs[1].wall_s / 60, 15.0, false);
     verdict(8, "realistic peak RSS (GiB)", runs[1].peak_rss_bytes / double(1 << 30), 8.0, false);
   }
+  return 0;
+}
+
+int target_mp_memory(const Options& o) {
+  // Issue 16's compact-multiprecision case: LayerNorm over x [8, 512, 1024] Shard(seq) on 8
+  // ranks, forward only, one thread, at mp256 and (for scale) at f64.
+  std::printf(
+      "Target 9: peak RSS of an mp256 LayerNorm, x [8, 512, 1024] Shard(seq) on 8 ranks, "
+      "forward, one thread\n");
+  if (o.shardsim.empty()) {
+    std::printf("  SKIPPED: no --shardsim binary given\n");
+    return 0;
+  }
+  const std::string path = o.scratch_dir + "/bench_mp_memory.toml";
+  std::ofstream(path)
+      << "name = \"bench_mp_memory\"\nseed = 3\nprecisions = [\"f64\"]\n\n[mesh]\nranks = 8\n\n"
+      << tensor_text("x", "", "[\"batch\", \"seq\", \"hidden\"]", "[8, 512, 1024]",
+                     "{ dist = \"normal\", mean = 0.0, std = 1.0 }", "placement = \"Shard(seq)\"")
+      << tensor_text("ln.weight", "role = \"parameter\"\n", "[\"hidden\"]", "[1024]",
+                     "{ dist = \"uniform\", low = 0.5, high = 1.5 }", "")
+      << tensor_text("ln.bias", "role = \"parameter\"\n", "[\"hidden\"]", "[1024]",
+                     "{ dist = \"uniform\", low = -0.25, high = 0.25 }", "")
+      << "[[steps]]\nop = \"layer_norm\"\ninput = \"x\"\nweight = \"ln.weight\"\n"
+      << "bias = \"ln.bias\"\noutput = \"y\"\neps = 1e-5\n\n[expect]\nverdict = \"pass\"\n";
+  const double elements = 8.0 * 512 * 1024;
+  RunResult runs[2];
+  const char* precisions[2] = {"f64", "mp256"};
+  for (int i = 0; i < 2; ++i) {
+    runs[i] =
+        run_shardsim(o, {"run", "--quiet", path, "--precision", precisions[i], "--threads", "1"});
+    std::printf("  %s: exit %d, %.1f s, peak RSS %.0f MB (%.0f bytes per element of x)\n",
+                precisions[i], runs[i].exit_code, runs[i].wall_s, runs[i].peak_rss_bytes * 1e-6,
+                runs[i].peak_rss_bytes / elements);
+  }
+  unlink(path.c_str());
+  if (runs[0].exit_code != 0 || runs[1].exit_code != 0) return 1;
+  verdict(9, "mp256 LayerNorm peak RSS (MB)", runs[1].peak_rss_bytes * 1e-6, 600, false);
   return 0;
 }
 

@@ -116,7 +116,9 @@ void time_against_torch(const TimingCase& tc, TorchServer* torch, double first_s
   }
   const double p = median(theirs);
   std::printf("; PyTorch masked-matmul attention %.2f s\n", p);
-  verdict(4, "CP attention / PyTorch time", s / p, 3.0, false);
+  // Issue 16's goal (it was 3 before): the CP forward of all four ranks within 1.5x of
+  // PyTorch's dense masked attention, both on one thread.
+  verdict(4, "CP attention / PyTorch time", s / p, 1.5, false);
 }
 
 }  // namespace
@@ -130,9 +132,11 @@ int target_attention(const Options& o, TorchServer* torch) {
   const std::int64_t window = o.smoke ? 5 : o.quick ? 128 : 512;
   const std::int64_t heads = o.smoke ? 2 : 8, dim = o.smoke ? 4 : 64;
   const int reps = o.smoke ? 1 : 3;
+  // One thread, as PyTorch's side runs (the kernels' heads would otherwise share both cores).
+  const ThreadCount one_thread(1);
   std::printf(
       "Target 4: CP all-gather sliding-window attention, f64, %d ranks, seq %lld in %d "
-      "chunks, window %lld, %lld heads x %lld\n",
+      "chunks, window %lld, %lld heads x %lld, one thread\n",
       ranks, (long long)seq, chunks, (long long)window, (long long)heads, (long long)dim);
   const AttentionInputs in = attention_inputs(seq, chunks, heads, dim);
   const std::vector<Tensor<double>>& xs = in.xs;
