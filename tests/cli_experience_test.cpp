@@ -82,3 +82,37 @@ TEST_CASE("cli: an mp divergence prints values with digits enough to tell them a
   CHECK(d.size() > 20);  // more than a double's 17 digits
   CHECK(d.size() == s.size());
 }
+
+// The allocator settings (sim/cli/main.cpp, README "Memory: the allocator settings"): without
+// GLIBC_TUNABLES shardsim starts itself again with glibc's huge-page settings, and `--version`
+// (in that second start) prints them; a GLIBC_TUNABLES of the user's, empty included, is left as
+// it is. Only memory placement may change: the reports of both starts are byte-identical.
+TEST_CASE("cli: allocator settings are shardsim's unless GLIBC_TUNABLES is set", "[cli]") {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  const bool applies = false;  // sanitizer builds keep their own allocator
+#else
+  const bool applies = true;
+#endif
+  const std::string ours =
+      "allocator: glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=33554432:"
+      "glibc.malloc.top_pad=67108864\n";
+  const CliResult unset = run_cli("--version", "env -u GLIBC_TUNABLES -u LD_PRELOAD");
+  REQUIRE(unset.exit_code == 0);
+  CHECK(unset.out.find("shardsim ") == 0);
+  CHECK((unset.out.find(ours) != std::string::npos) == applies);
+  const CliResult users = run_cli("--version", "GLIBC_TUNABLES=glibc.malloc.hugetlb=0");
+  REQUIRE(users.exit_code == 0);
+  CHECK(users.out.find("allocator: GLIBC_TUNABLES=\"glibc.malloc.hugetlb=0\" (from the "
+                       "environment)\n") != std::string::npos);
+
+  TempDir dir;
+  const fs::path scenario = dir.write("scenario.toml", cli_test::kTiny);
+  const std::string args = "run --quiet " + cli_test::q(scenario) + " --precision f32,f64,mp128";
+  const CliResult with = run_cli(args + " --report " + cli_test::q(dir.path() / "with.json"),
+                                 "env -u GLIBC_TUNABLES");
+  const CliResult without = run_cli(args + " --report " + cli_test::q(dir.path() / "without.json"),
+                                    "GLIBC_TUNABLES=");
+  REQUIRE(with.exit_code == 0);
+  REQUIRE(without.exit_code == 0);
+  CHECK(slurp(dir.path() / "with.json") == slurp(dir.path() / "without.json"));
+}
