@@ -15,7 +15,8 @@
 namespace bench {
 
 // Sets shardsim's thread count for a scope (parallel.hpp), restoring the previous one after:
-// the targets measured against one-thread PyTorch (1 and 4) run shardsim on one thread too.
+// the targets whose yardstick runs on one thread (PyTorch in 1 and 4, raw MPFR loops in 3) run
+// shardsim on one thread too.
 class ThreadCount {
  public:
   explicit ThreadCount(int threads) : saved_(shardsim::thread_count()) {
