@@ -5,6 +5,8 @@
 // it is a bug and not rounding noise.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -104,6 +106,63 @@ TEST_CASE("each normalization fault fails where its scenario says and its clean 
     CHECK(mp.first_divergence->step == *faulty.expect.step);
     CHECK(mp.first_divergence->tensor == *faulty.expect.tensor);
   }
+}
+
+// The replay's first divergence is the earliest boundary that fails at any of its precisions
+// (earliest_failure), not the first failing precision's. norm_wrong_axis with another seed is a
+// case where they differ: the wrong mask swaps tokens whose squared errors nearly balance, so the
+// all-reduced loss sum (#7) moves by about 4.8e-4 relative. f32's rtol is 2^(16 - 24) = 2^-8 =
+// 3.9e-3 of the scalar's scale (its addends' magnitude, at least |d|): `within`. f64's is
+// 2^(16 - 53) = 2^-37 = 7.3e-12: `fail`. f32 then fails at grad(y) (#10), an exact boundary
+// where a real token got a padding token's zero gradient. The program left its oracle at #7.
+TEST_CASE("wrong_axis at another seed: the first divergence is the earliest at any precision",
+          "[faults]") {
+  std::ifstream in(std::string(SHARDSIM_SOURCE_DIR) + "/scenarios/faults/norm_wrong_axis.toml");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string toml = text.str();
+  const std::string::size_type at = toml.find("seed = 20261201\n");
+  REQUIRE(at != std::string::npos);
+  toml.replace(at, 15, "seed = 20361204");
+  const Scenario faulty = shardsim::parse_scenario(toml, "norm_wrong_axis (seed 20361204)");
+  REQUIRE(faulty.precisions.size() == 3);  // f32, f64, mp256
+  const std::vector<RunReport> reports = run_all(faulty);
+  // The premise: f32 passes the loss sum that f64 and mp256 fail, and fails later.
+  for (const RunReport& r : reports) REQUIRE(r.first_divergence.has_value());
+  const int loss_sum = reports[1].first_divergence->boundary;
+  CHECK(reports[1].first_divergence->tensor == "loss.sum");
+  CHECK(reports[2].first_divergence->tensor == "loss.sum");
+  CHECK(reports[2].first_divergence->boundary == loss_sum);
+  CHECK(reports[0].first_divergence->tensor == "grad(y)");
+  CHECK(reports[0].first_divergence->boundary > loss_sum);
+  const auto f32_loss_sum =
+      std::find_if(reports[0].boundaries.begin(), reports[0].boundaries.end(),
+                   [&](const shardsim::BoundaryResult& b) { return b.entry.id == loss_sum; });
+  REQUIRE(f32_loss_sum != reports[0].boundaries.end());
+  CHECK(f32_loss_sum->entry.tensor == "loss.sum");
+  CHECK(f32_loss_sum->status == shardsim::Status::within);
+
+  const shardsim::Outcome outcome = shardsim::judge(faulty, reports);
+  INFO(outcome.why);
+  CHECK(outcome.matches_expectation);  // [expect] names loss.sum
+  REQUIRE(outcome.first_divergence.has_value());
+  CHECK(outcome.first_divergence->tensor == "loss.sum");
+  REQUIRE(outcome.failed_at.has_value());
+  CHECK(outcome.failed_at->name() == "f64");  // mp256 fails there too, but runs later
+
+  // Ties and passes, on reports built by hand.
+  auto report = [](const char* precision, std::optional<int> boundary) {
+    RunReport r;
+    r.precision = shardsim::parse_precision(precision);
+    r.pass = !boundary;
+    if (boundary) r.first_divergence = shardsim::Divergence{.boundary = *boundary};
+    return r;
+  };
+  CHECK(shardsim::earliest_failure({report("f32", {}), report("f64", {})}) == nullptr);
+  const std::vector<RunReport> tie = {report("f32", 9), report("f64", 4), report("mp256", 4)};
+  CHECK(shardsim::earliest_failure(tie) == &tie[1]);
+  const std::vector<RunReport> late = {report("f32", 3), report("f64", {}), report("mp256", 8)};
+  CHECK(shardsim::earliest_failure(late) == &late[0]);
 }
 
 TEST_CASE("unreduced_param_grads: the replica check names the rank that drifted", "[faults]") {

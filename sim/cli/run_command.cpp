@@ -268,8 +268,8 @@ int select_boundary(const RunReport& report, const std::string& selector) {
 }
 
 // explain --diagnose [SEL]: without SEL the first divergence of the scenario's precisions (or
-// of --precision); with SEL that boundary at --precision (default: the first failing precision,
-// else f64).
+// of --precision); with SEL that boundary at --precision (default: the precision of the first
+// divergence, earliest_failure; else f64).
 std::string signature_analysis(const Scenario& scenario, const po::variables_map& vm,
                                const RunOptions& options) {
   std::vector<Precision> precisions = scenario.precisions;
@@ -287,11 +287,10 @@ std::string signature_analysis(const Scenario& scenario, const po::variables_map
   }
   const std::string selector = vm["diagnose"].as<std::string>();
   if (selector.empty()) return format_signature_analysis(diagnose(scenario, reports, options));
-  const auto failed =
-      std::find_if(reports.begin(), reports.end(), [](const RunReport& r) { return !r.pass; });
-  const RunReport& chosen = failed != reports.end() ? *failed : reports.front();
+  const RunReport* failed = earliest_failure(reports);  // the first divergence's run
+  const RunReport& chosen = failed ? *failed : reports.front();
   const Precision precision =
-      vm.count("precision") || failed != reports.end() ? chosen.precision : parse_precision("f64");
+      vm.count("precision") || failed ? chosen.precision : parse_precision("f64");
   return format_signature_analysis(
       diagnose_boundary(scenario, precision, options, select_boundary(chosen, selector)));
 }
@@ -305,7 +304,8 @@ int explain_command(const Args& args) {
                         "after the plan, the signature analysis of the first divergence, or of "
                         "boundary SEL (#ID, ID or a tensor name)")(
       "precision,p", po::value<std::string>(),
-      "with --diagnose: the precision to analyse (default: the scenario's first failing one)");
+      "with --diagnose: the precision to analyse (default: the one where the first divergence "
+      "shows)");
   po::variables_map vm;
   if (!parse_scenario_args(args, options, vm, "usage: shardsim explain SCENARIO [options]"))
     return 0;

@@ -59,14 +59,27 @@ RunReport evaluate(const Scenario& scenario, const Precision& precision,
   return {};
 }
 
+const RunReport* earliest_failure(const std::vector<RunReport>& reports) {
+  const RunReport* earliest = nullptr;
+  for (const RunReport& report : reports) {
+    if (report.pass) continue;
+    if (!earliest) {
+      earliest = &report;
+    } else if (report.first_divergence &&
+               (!earliest->first_divergence ||
+                report.first_divergence->boundary < earliest->first_divergence->boundary)) {
+      earliest = &report;
+    }
+  }
+  return earliest;
+}
+
 Outcome judge(const Scenario& scenario, const std::vector<RunReport>& reports) {
   Outcome outcome;
-  for (const RunReport& report : reports) {
-    if (!report.pass && outcome.pass) {
-      outcome.pass = false;
-      outcome.failed_at = report.precision;
-      outcome.first_divergence = report.first_divergence;
-    }
+  if (const RunReport* failed = earliest_failure(reports)) {
+    outcome.pass = false;
+    outcome.failed_at = failed->precision;
+    outcome.first_divergence = failed->first_divergence;
   }
   const Expectation& expect = scenario.expect;
   auto mismatch = [&](const std::string& message) {

@@ -135,9 +135,8 @@ Diagnosis analyse(const Scenario& scenario, RunReport captured, int id,
 
 Diagnosis diagnose(const Scenario& scenario, const std::vector<RunReport>& reports,
                    const RunOptions& options) {
-  const auto failed =
-      std::find_if(reports.begin(), reports.end(), [](const RunReport& r) { return !r.pass; });
-  if (failed == reports.end() || !failed->first_divergence) return {};
+  const RunReport* failed = earliest_failure(reports);  // judge's first divergence
+  if (!failed || !failed->first_divergence) return {};
   if (scenario.mesh.devices.ndim() != 1) return {};  // the signatures read 1-D placements
   const int id = failed->first_divergence->boundary;
   RunOptions capture = options;

@@ -128,7 +128,7 @@ RunReport evaluate(const Scenario& scenario, const Precision& precision,
                    const RunOptions& options = {});
 
 // The verdict over all precisions of a replay: it fails when any precision fails, and its first
-// divergence is that of the first failing precision, in the order run.
+// divergence is the earliest boundary that fails at any precision (earliest_failure below).
 struct Outcome {
   bool pass = true;
   std::optional<Precision> failed_at;
@@ -136,6 +136,15 @@ struct Outcome {
   bool matches_expectation = true;
   std::string why;  // when it does not match: what was expected and what happened
 };
+
+// The failing run whose first divergence comes first in the trace, or null when every run
+// passed. Every precision of a replay records the same boundaries under the same trace ids, so
+// the ids compare across runs; between runs failing at the same boundary, the first in `reports`
+// (the order run). A looser level can pass the boundary where a bug first shows: f32's default
+// rtol is 2^-8 of the tensor's scale, so a wrong mask that moves a loss sum by 2^-11 relative is
+// `within` at f32 and `fail` at f64, and f32 fails only at the next exact boundary. The program
+// left its oracle at the earlier boundary, which the f64 run saw.
+const RunReport* earliest_failure(const std::vector<RunReport>& reports);
 
 // Judges the reports against the scenario's [expect] block (verdict and, for an expected failure,
 // the named step/chunk/tensor/op of the first divergence).
