@@ -69,7 +69,8 @@ struct Diagnosis {
 inline constexpr std::size_t kMaxCauses = 3;
 
 // After a replay: diagnoses the replay's first divergence, the earliest failing boundary of any
-// precision in `reports` (earliest_failure, as judge reports it). Returns analysed = false when every run passed.
+// precision in `reports` (earliest_failure, as judge reports it). Returns analysed = false when
+// every run passed.
 Diagnosis diagnose(const Scenario& scenario, const std::vector<RunReport>& reports,
                    const RunOptions& options = {});
 
