@@ -4,9 +4,9 @@
     /usr/bin/python3 tests/seed_variants_test.py SHARDSIM_BINARY SOURCE_DIR DELTA
 
 Each scenario under SOURCE_DIR/scenarios/ is copied with its top-level `seed` plus DELTA (new
-inputs, parameters and dropout masks; tensors with their own `init.seed` keep theirs; a
-scenario without a seed, whose default is 0, gets `seed = DELTA`) and
-replayed with `shardsim run --quiet`, which exits 0 exactly when the outcome matches the
+inputs, parameters and dropout masks; tensors with their own `init.seed` keep theirs; a scenario
+without a seed, whose default is 0, gets `seed = DELTA`) and replayed with
+`shardsim run --quiet`, which exits 0 exactly when the outcome matches the
 scenario's [expect]: a clean scenario passes, a seeded fault fails at the step, tensor and op its
 [expect] names. The bundled expectations were written at one seed each; a fault whose
 detection, or whose first divergent boundary, held only for the drawn values (a gap that
@@ -36,7 +36,8 @@ def variant(path, delta):
     text = open(path).read()
     found = SEED.search(text)
     if found:
-        text = text[:found.start()] + "seed = %d" % (int(found.group(1)) + delta) + text[found.end():]
+        seed = "seed = %d" % (int(found.group(1)) + delta)
+        text = text[:found.start()] + seed + text[found.end():]
     else:  # the default seed is 0 (a captured scenario: its values come from files, its dropout
         # masks from the seed)
         name = NAME.search(text)

@@ -142,8 +142,8 @@ struct Outcome {
 // the ids compare across runs; between runs failing at the same boundary, the first in `reports`
 // (the order run). A looser level can pass the boundary where a bug first shows: f32's default
 // rtol is 2^-8 of the tensor's scale, so a wrong mask that moves a loss sum by 2^-11 relative is
-// `within` at f32 and `fail` at f64, and f32 fails only at the next exact boundary. The program
-// left its oracle at the earlier boundary, which the f64 run saw.
+// `within` at f32 and `fail` at f64, and f32 fails only later, where a boundary claims
+// exactness. The program left its oracle at the earlier boundary, which the f64 run saw.
 const RunReport* earliest_failure(const std::vector<RunReport>& reports);
 
 // Judges the reports against the scenario's [expect] block (verdict and, for an expected failure,
