@@ -32,6 +32,8 @@ sys.path.insert(0, os.path.join(SOURCE, "tools"))
 import shardsim_capture as sc  # noqa: E402
 import shardsim_golden as sg  # noqa: E402
 import shardsim_modules as sm  # noqa: E402
+# Each argument shardsim would refuse (tests/capture_python_arguments.py), run with these tests.
+from capture_python_arguments import ArgumentErrors  # noqa: E402,F401
 
 F64_BOUND = 8 * 2.0**-52
 F32_BUDGET = 2.0**-8

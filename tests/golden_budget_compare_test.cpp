@@ -284,3 +284,32 @@ TEST_CASE("budget compare: the CLI refuses --precision with tolerances or a wide
   CHECK(f16.exit_code == 0);
   CHECK(f16.out.find("error budgets of mp256 goldens: 30 noise, 0 bug") != std::string::npos);
 }
+
+TEST_CASE("budget compare: a huge gap-to-budget ratio prints in full, with its x", "[budget]") {
+  // An F32 candidate near 3e38 against a bf16 golden near 1.6: normwise about 8.5e37 against a
+  // budget of 4.4e-1 is a ratio of about 1.9e38. Printed with %.0f it ran to 39 digits and the
+  // buffer cut the "x"; it reads "1.92e+38x the budget" now.
+  shardsim::ComparisonReport report;
+  report.budget_precision = NarrowFormat::bf16;
+  shardsim::TensorComparison t;
+  t.golden = t.candidate = "y";
+  t.dtype = "BF16";
+  t.shape = {2};
+  t.pass = false;
+  shardsim::BudgetJudgement j;
+  j.budget.normwise = 0.4425;
+  j.allowed_normwise = 0.4425;
+  j.gap.normwise = 8.5e37;
+  j.normwise_ratio = j.gap.normwise / j.budget.normwise;  // 1.9209e38
+  j.noise = false;
+  t.budget = j;
+  report.tensors.push_back(t);
+  report.pass = false;
+  const std::string text = shardsim::format_comparison(report);
+  INFO(text);
+  CHECK(text.find("normwise 8.50e+37: 1.92e+38x the budget of correct programs") !=
+        std::string::npos);
+  // Below a million the ratio stays a plain number: 250x.
+  report.tensors[0].budget->normwise_ratio = 250;
+  CHECK(shardsim::format_comparison(report).find(": 250x the budget") != std::string::npos);
+}

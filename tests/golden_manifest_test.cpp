@@ -139,7 +139,30 @@ TEST_CASE("compare: an edited manifest is refused, hashed or not, and never abor
          m["tensors"][y]["near_midpoint"] = Json{{"count", 1}, {"first_index", 416}};
        },
        "tensors[" + std::to_string(y) + "].near_midpoint.first_index", "out of range"},
+      // Keys that must agree with the rest of the manifest. An mp256 run carries 257 bits
+      // (mp.hpp); these goldens are F32 only (--dtype f32).
       {[&](Json& m) { m["significand_bits"] = -1; }, "significand_bits", "out of range"},
+      {[&](Json& m) { m["significand_bits"] = 53; }, "significand_bits",
+       "53 is not what a mp256 run carries"},
+      {[&](Json& m) { m["dtypes"] = Json::array({"f64"}); }, "tensors[0].dtype",
+       "'F32' is not among dtypes"},
+      {[&](Json& m) {
+         m["dtypes"] = Json::array({"f32", "f32"});
+       },
+       "dtypes", "'f32' is listed twice"},
+      {[&](Json& m) {
+         m["dtypes"] = Json::array({"f32", "f64"});
+       },
+       "dtypes", "'f64' is listed but no tensor has it"},
+      {[&](Json& m) { m["faults"] = Json::array({"nope"}); }, "faults", "unknown fault 'nope'"},
+      {[&](Json& m) { m["scenario"]["text"] = "name = \"other\"\n"; }, "scenario.sha256",
+       "does not match the SHA-256 of scenario.text"},
+      // A key the writer never writes, at each level.
+      {[&](Json& m) { m["foo"] = 1; }, "(root)", "unknown key 'foo'"},
+      {[&](Json& m) { m["scenario"]["foo"] = 1; }, "scenario", "unknown key 'foo'"},
+      {[&](Json& m) { m["tensors"][y]["foo"] = 1; }, "tensors[" + std::to_string(y) + "]",
+       "unknown key 'foo'"},
+      {[&](Json& m) { m["boundaries"][0]["foo"] = 1; }, "boundaries[0]", "unknown key 'foo'"},
       {[&](Json& m) { m["reduce_order"] = "nope"; }, "reduce_order", "nope"},
       {[&](Json& m) { m["schedule"] = Json::array(); }, "(root).schedule", "expected a string"},
       {[&](Json& m) { m["verdict"] = "maybe"; }, "verdict", "expected \"pass\" or \"fail\""},
@@ -165,6 +188,32 @@ TEST_CASE("compare: an edited manifest is refused, hashed or not, and never abor
   }
   std::ofstream(manifest_path, std::ios::trunc) << original;
   CHECK(run_cli("compare " + q(golden) + " " + candidate).exit_code == 0);
+}
+
+TEST_CASE("compare: a nested zigzag placement is refused, never an abort", "[compare]") {
+  // A zigzag share cannot nest with another dim's share of its axis (Layout::problem, as the
+  // scenario loader refuses it). In a manifest it reached the slice arithmetic and aborted
+  // ("a zigzag share does not nest", signal 6).
+  TempDir dir;
+  const fs::path golden = dir.path() / "golden";
+  const CliResult made =
+      run_cli("run --quiet " + q(source_scenario("mesh_cp_tp_zigzag_training.toml")) +
+              " --golden " + q(golden) + " --dtype f32");
+  INFO(made.err);
+  REQUIRE(made.exit_code == 0);
+  const fs::path manifest_path = golden / "manifest.json";
+  Json manifest = Json::parse(slurp(manifest_path));
+  std::size_t at = manifest["tensors"].size();
+  for (std::size_t i = 0; i < manifest["tensors"].size() && at == manifest["tensors"].size(); ++i) {
+    if (manifest["tensors"][i]["placement"] == "[Shard(seq, zigzag), Replicate]") at = i;
+  }
+  REQUIRE(at < manifest["tensors"].size());
+  manifest["tensors"][at]["placement"] = "[Shard(seq, zigzag), Shard(seq)]";
+  std::ofstream(manifest_path, std::ios::trunc) << rehashed(manifest);
+  expect_compare_refused(
+      golden, q(golden / "goldens.safetensors"),
+      manifest_path.string() + ": tensors[" + std::to_string(at) + "].placement: ",
+      "a zigzag share cannot nest with another");
 }
 
 TEST_CASE("compare: paths the filesystem refuses are exit 2, never an abort", "[compare]") {

@@ -10,6 +10,7 @@ only. Runs with Debian's /usr/bin/python3, which has python3-numpy (tools/bootst
 import hashlib
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -247,6 +248,89 @@ class GoldenPythonTest(unittest.TestCase):
         attention = g.tensor("f64/s1/c2/y").params
         self.assertEqual((attention["window"], attention["rope_theta"], attention["rope"]),
                          (4, 10000.0, "rotate_half"))
+
+    def test_bf16_scalars_load(self):
+        # A BF16 loss (shape []) widens to a 0-d float32 array (np.left_shift keeps it an array).
+        out = os.path.join(self.tmp.name, "bf16_train")
+        shardsim("run", "--quiet", TRAIN, "--golden", out, "--reference", "f64", "--dtype", "bf16")
+        loss = sg.load(out).tensor("bf16/s1/c1/loss")
+        self.assertEqual((loss.dtype, loss.array.shape, loss.array.dtype), ("BF16", (), np.float32))
+
+    def test_command_line_errors_are_one_line_and_exit_2(self):
+        tool = os.path.join(SOURCE, "tools", "shardsim_golden.py")
+        for path in (os.path.join(self.tmp.name, "nope"), LAYERNORM):  # missing; a file
+            result = subprocess.run([sys.executable, tool, path], capture_output=True, text=True)
+            self.assertEqual((result.returncode, result.stdout), (2, ""), result.stderr)
+            self.assertRegex(result.stderr, r"^shardsim_golden.py: error: .*: not a directory: "
+                                            r"GOLDEN must be a directory[^\n]*\n$")
+            with self.assertRaisesRegex(sg.GoldenFormatError, "not a directory"):
+                sg.load(path)
+
+    def edited(self, source, edit, name="edited_copy"):
+        """A copy of golden directory `source` (data files hard-linked) whose manifest `edit`
+        changed, its manifest_sha256 recomputed so that only the metadata checks can refuse it."""
+        out = os.path.join(self.tmp.name, name)
+        shutil.rmtree(out, ignore_errors=True)
+        os.makedirs(out)
+        for file in os.listdir(source):
+            if file != "manifest.json":
+                os.link(os.path.join(source, file), os.path.join(out, file))
+        with open(os.path.join(source, "manifest.json")) as f:
+            manifest = json.load(f)
+        edit(manifest, out)
+        text = json.dumps(manifest, indent=2) + "\n"
+        digest = manifest["manifest_sha256"]
+        digest_of = hashlib.sha256(text.replace(digest, "0" * 64).encode()).hexdigest()
+        with open(os.path.join(out, "manifest.json"), "w") as f:
+            f.write(text.replace(digest, digest_of))
+        return out
+
+    def test_edited_metadata_is_refused_naming_the_key(self):
+        # What `shardsim compare` refuses (manifest_reader.cpp, reader.cpp), with the digest
+        # recomputed: each edit alone, on the shard y@rank3 (index i) or the root.
+        shard = "f64/s1/c1/y@rank3[seq=12:13]"
+        outside = os.path.join(self.tmp.name, "outside.npy")  # the same bytes, outside the dir
+        shutil.copy(os.path.join(self.npy_dir, self.npy.tensor(shard).info["file"]), outside)
+        cases = [("file", "../outside.npy", r"\.file: '\.\./outside\.npy' must be a plain file"),
+                 ("file", outside, r"\.file: '/.*' must be a plain file name"),
+                 ("dtype", "F32", r"goldens.safetensors: tensor '.*' is F64, the manifest says "
+                                  r"F32"),
+                 ("offset", {"seq": 11}, r"\.offset: expected \{\"seq\": 12\} for Shard\(seq\)"),
+                 ("slice", "seq=11:13", r"\.slice: expected 'seq=12:13'"),
+                 ("rank", -1, r"\.rank: rank out of range"),
+                 ("rank", 2, r"\.shape: does not match \[batch=2, seq=4, hidden=16\]"),
+                 ("placement", "Shard(seq", r"\.placement: invalid placement 'Shard\(seq'"),
+                 ("placement", "Shard(seq, balanced)", r"\.shape: does not match"),
+                 ("axes", ["batch", "hidden", "seq"], r"\.global_shape: its axes .* not the "
+                                                      r"tensor's"),
+                 ("ranks", [], r"\.ranks: does not match the extents Shard\(seq\) gives"),
+                 (None, ("storage", "zip"), r"manifest.json: storage: expected safetensors or npy")]
+        for key, value, message in cases:
+            def edit(m, out, key=key, value=value):
+                if key is None:
+                    m[value[0]] = value[1]
+                    return
+                next(t for t in m["tensors"] if t["name"] == shard)[key] = value
+            source = self.npy_dir if key == "file" else self.st_dir
+            with self.subTest(key=key, value=value):
+                with self.assertRaisesRegex(sg.GoldenFormatError, message):
+                    sg.load(self.edited(source, edit, "metadata_edit"))
+
+    def test_npy_goldens_are_read_strictly(self):
+        def tail(m, out):  # 8 trailing bytes after y's data: compare refuses them
+            with open(os.path.join(out, "f64__s1__c1__y.npy"), "rb") as f:
+                data = f.read()
+            os.unlink(os.path.join(out, "f64__s1__c1__y.npy"))
+            with open(os.path.join(out, "f64__s1__c1__y.npy"), "wb") as f:
+                f.write(data + bytes(8))
+        with self.assertRaisesRegex(sg.GoldenFormatError, r"y.npy: shape/size mismatch: .*"
+                                                          r"\(trailing bytes\)"):
+            sg.load(self.edited(self.npy_dir, tail))
+        def missing(m, out):
+            os.unlink(os.path.join(out, "f64__s1__c1__y.npy"))
+        with self.assertRaisesRegex(sg.GoldenFormatError, r"manifest.json: tensors\[\d+\]\.file: "
+                                                          r".*y.npy: cannot open: No such file"):
+            sg.load(self.edited(self.npy_dir, missing))
 
     def test_worked_layernorm_example(self):
         for directory in (self.st_dir, self.npy_dir):

@@ -5,6 +5,7 @@
 #include <sys/mount.h>
 
 #include "cli_test_support.hpp"
+#include "shardsim/error.hpp"
 
 using namespace cli_test;
 
@@ -178,6 +179,22 @@ TEST_CASE("robustness: flag values are refused naming the flag, never read other
            Case{"compare '' " + q(golden), "compare: GOLDEN is an empty path"},
            Case{"run " + s + " --golden " + q(dir.path() / "g2") + " --dtype f32,f32",
                 "--dtype: 'f32' is listed twice in 'f32,f32'"},
+           // both = f64,f32 and all = every dtype: a dtype they hold, listed again, is twice.
+           Case{"run " + s + " --golden " + q(dir.path() / "g2") + " --dtype both,f32",
+                "--dtype: 'f32' is listed twice in 'both,f32'"},
+           Case{"run " + s + " --golden " + q(dir.path() / "g2") + " --dtype all,bf16",
+                "--dtype: 'bf16' is listed twice in 'all,bf16'"},
+           // A reference narrower than f64 would make goldens of its own rounding errors.
+           Case{"run " + s + " --golden " + q(dir.path() / "g2") + " --reference bf16",
+                "--reference: bf16 is narrower than f64; a reference is f64, dd, qd or mpN"},
+           Case{"run " + s + " --golden " + q(dir.path() / "g2") + " --reference f32",
+                "--reference: f32 is narrower than f64"},
+           // --accumulate acts on bf16/f16 runs: where none runs it is refused, not ignored.
+           Case{"run " + s + " --precision f32,f64 --accumulate storage",
+                "--accumulate: applies to bf16 and f16 runs, and none runs here (precisions "
+                "f32,f64)"},
+           Case{"explain " + s + " --accumulate storage",
+                "--accumulate: applies to bf16 and f16 runs, and none runs here (precisions f64)"},
            Case{"compare " + q(golden) + " " + q(golden) + " --map a=b --map a=c",
                 "--map 'a=c': 'a' is already mapped to 'b'"},
            // 1e-400 is below the double range: it would read as 0, a different tolerance.
@@ -210,8 +227,9 @@ TEST_CASE("robustness: flag values are refused naming the flag, never read other
 TEST_CASE("robustness: a scenario name with a control character is refused", "[robustness]") {
   // Printed as it is to the terminal ("NAME: pass"), an ESC could recolour or move the cursor.
   TempDir dir;
-  for (const std::string& name : {std::string("a\\u001b[31mred"), std::string("a\\u0000b"),
-                                  std::string("a\\u007f"), std::string("a\\u0085")}) {
+  for (const std::string& name :
+       {std::string("a\\u001b[31mred"), std::string("a\\u0000b"), std::string("a\\u007f"),
+        std::string("a\\u0085"), std::string("a\\u202eb")}) {
     INFO(name);
     const fs::path scenario =
         dir.write("s.toml", replaced(kTiny, "name = \"tiny\"", "name = \"" + name + "\""));
@@ -224,4 +242,38 @@ TEST_CASE("robustness: a scenario name with a control character is refused", "[r
   const fs::path ok =
       dir.write("ok.toml", replaced(kTiny, "name = \"tiny\"", "name = \"Ünïcödé\""));
   CHECK(run_cli("validate " + q(ok)).exit_code == 0);
+}
+
+TEST_CASE("robustness: user text reaches the terminal escaped: C0, C1, bidi overrides",
+          "[robustness]") {
+  // U+009B (UTF-8 C2 9B) is a CSI on some terminals, U+202E reverses what follows it: in a
+  // message they appear as \u009b and \u202e, as ESC appears as \x1b.
+  CHECK(shardsim::clipped("a\x1b[2Jb") == "a\\x1b[2Jb");
+  CHECK(shardsim::clipped("se\xc2\x9b"
+                          "2Jed") == "se\\u009b2Jed");
+  CHECK(shardsim::clipped("x\xe2\x80\xaey") == "x\\u202ey");
+  CHECK(shardsim::clipped("x\xe2\x81\xa9y") == "x\\u2069y");
+  // Other characters outside ASCII pass: U+00E9, U+2026 (E2 80 A6), U+2014 (E2 80 94).
+  CHECK(shardsim::clipped("\xc3\xa9\xe2\x80\xa6\xe2\x80\x94") ==
+        "\xc3\xa9\xe2\x80\xa6\xe2\x80\x94");
+  // A description keeps its lines and tabs, and loses nothing else.
+  CHECK(shardsim::escaped("one\n\ttwo\x1b", true) == "one\n\ttwo\\x1b");
+
+  TempDir dir;
+  // An unknown key with a C1 control: the refusal quotes it escaped.
+  const fs::path key = dir.write("key.toml",
+                                 "\"se\xc2\x9b"
+                                 "2Jed\" = 1\n" +
+                                     kTiny);
+  const CliResult refused = run_cli("validate " + q(key));
+  CHECK(refused.exit_code == 2);
+  CHECK(refused.err.find("se\\u009b2Jed") != std::string::npos);
+  CHECK(refused.err.find("\xc2\x9b") == std::string::npos);
+  // explain prints the description, escaped: no ESC reaches the terminal.
+  const fs::path described = dir.write(
+      "d.toml", replaced(kTiny, "precisions", "description = \"clear\\u001b[2J\"\nprecisions"));
+  const CliResult r = run_cli("explain " + q(described));
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("clear\\x1b[2J") != std::string::npos);
+  CHECK(r.out.find('\x1b') == std::string::npos);
 }

@@ -87,6 +87,15 @@ TEST_CASE("robustness: non-finite and out-of-range numbers are refused at their 
       {"learning_rate = inf\ntrain_steps = 1\n" + kTiny + kLossTail, "1:17: learning_rate",
        "got inf"},
       {"learning_rate = 1e39\n" + kTiny + kLossTail, "1:17: learning_rate", "within the f32 range"},
+      // Read by nothing without training: refused, not ignored (as clip_grad_norm is).
+      {"learning_rate = 0.1\n" + kTiny + kLossTail, "1:17: learning_rate",
+       "a learning rate needs train_steps"},
+      // Two spellings of one precision: one of the two would go unread (the keys are read in
+      // sorted order, so the error names mp256, read after mp0256).
+      {kTiny + "\n[tolerance]\nmp256 = 1e-60\nmp0256 = 1e-50\n", "19:9: tolerance.mp256",
+       "the tolerance of mp256 is given twice"},
+      // An empty name would silently become the file's name.
+      {replaced(kTiny, "name = \"tiny\"", "name = \"\""), "1:8: name", "the name is empty"},
       {kTiny + "\n[tolerance]\nf64 = inf\n", "19:7: tolerance.f64", "must be in (0, 1)"},
       {kTiny + "\n[tolerance]\nf64 = 1.0\n", "19:7: tolerance.f64",
        "accepts any value no larger than the oracle's largest), got 1"},

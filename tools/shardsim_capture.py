@@ -21,13 +21,13 @@ the marker classes below (or of DTensor's own classes of those names, read by du
 model input is (batch, seq, hidden) and starts Shard(seq) when the plan uses SequenceParallel,
 else Replicate. The mesh is 1-D for now ({"tp": 4} -> ranks = 4); N-D meshes are refused.
 """
+import numbers
 import os
 import sys
 
 import torch
 import torch.fx as fx
 from torch import nn
-from torch.fx.passes.shape_prop import ShapeProp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import shardsim_modules  # noqa: E402
@@ -100,7 +100,14 @@ class MSELoss:
 
     def __init__(self, target, valid_lengths=None):
         self.target = target
-        self.valid_lengths = None if valid_lengths is None else [int(n) for n in valid_lengths]
+        self.valid_lengths = None
+        if valid_lengths is not None:  # integers, never truncated (counts: ops/loss.cpp)
+            lengths = list(valid_lengths) if isinstance(valid_lengths, (list, tuple)) else None
+            if lengths is None or any(isinstance(n, bool) or not isinstance(n, numbers.Integral)
+                                      for n in lengths):
+                raise CaptureError(f"MSELoss valid_lengths={valid_lengths!r}: expected a list of "
+                                   f"integers, one per batch element")
+            self.valid_lengths = [int(n) for n in lengths]
 
 
 # ---- mesh and plan ----
@@ -114,8 +121,11 @@ class Mesh:
             raise CaptureError(f"mesh must be a dict of dim name -> size, e.g. {{'tp': 4}}; "
                                f"got {mesh!r}")
         for name, size in mesh.items():
-            if not isinstance(name, str) or not name:
-                raise CaptureError(f"mesh dim names must be non-empty strings, got {name!r}")
+            if not isinstance(name, str) or not name or not all(
+                    c == "_" or (c.isascii() and c.isalnum()) for c in name):
+                # loader_mesh.cpp: a mesh dim name has letters, digits and _ only
+                raise CaptureError(f"mesh dim name {name!r}: a dim name is non-empty and has "
+                                   f"letters, digits and _ only")
             if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= 4096:
                 raise CaptureError(f"mesh dim '{name}' has size {size!r}; a size is an integer "
                                    f"in [1, 4096]")
@@ -242,6 +252,45 @@ class _Root(nn.Module):
         return self.root(x)
 
 
+class _ShapeProp(fx.Interpreter):
+    """Runs the traced model on the example inputs and records each node's output shape
+    (node.meta['tensor_meta'].shape), as torch.fx's ShapeProp does; a node that fails (a
+    LayerNorm of another width, an integer input) is a CaptureError naming the module, instead
+    of ShapeProp's printed traceback and RuntimeError."""
+
+    def __init__(self, module, prefix):
+        super().__init__(module)
+        self.prefix = prefix
+
+    def run_node(self, n):
+        try:
+            result = super().run_node(n)
+        except CaptureError:
+            raise
+        except Exception as e:  # torch raises many types for inputs a module cannot take
+            if n.op == "call_module":
+                path, cls = n.target, type(self.module.get_submodule(n.target))
+            else:  # a function: the module calling it, if any
+                path, cls = n.meta.get("shardsim_caller") or (None, None)
+            where = f"'{n.name}'"
+            if path is not None:
+                shown = path[len(self.prefix):] if path.startswith(self.prefix) else path
+                where = f"module '{shown}' ({cls.__name__})"
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            error = CaptureError(f"{where} fails on the example inputs: {type(e).__name__}: "
+                                 f"{reason}")
+            error.message = error.args[0]  # Interpreter.run appends "While executing ..."
+            raise error from None
+        if isinstance(result, torch.Tensor):
+            n.meta["tensor_meta"] = _TensorMeta(tuple(result.shape), result.dtype)
+        return result
+
+
+class _TensorMeta:
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = shape, dtype
+
+
 def trace(model, example_inputs):
     """The model as a GraphModule with shapes (node.meta['tensor_meta']), and the prefix its
     module paths carry ('root.' when the model itself is one supported module)."""
@@ -253,8 +302,15 @@ def trace(model, example_inputs):
     except Exception as e:  # torch.fx raises many types for untraceable code
         raise CaptureError(f"torch.fx cannot trace {type(model).__name__}: {e}") from e
     module = fx.GraphModule(model, graph)
-    with torch.no_grad():
-        ShapeProp(module).propagate(*example_inputs)
+    takes = sum(1 for node in graph.nodes if node.op == "placeholder")
+    if takes != len(example_inputs):  # fx would drop extra inputs silently
+        raise CaptureError(f"{type(model).__name__} takes {takes} input(s), but "
+                           f"{len(example_inputs)} example input(s) were given")
+    try:
+        with torch.no_grad():
+            _ShapeProp(module, prefix).run(*example_inputs)
+    except CaptureError as e:
+        raise CaptureError(getattr(e, "message", e.args[0])) from None
     return module, prefix
 
 
@@ -265,11 +321,15 @@ def capture(model, example_inputs, mesh, plan, out, loss=None, train_steps=None,
     example_inputs: a tensor or a tuple of tensors, each (batch, seq, hidden). loss: MSELoss or
     None (forward only). train_steps, lr: SGD steps (need a loss). stream: chunk lengths along
     seq (shardsim's [stream]). precisions: the scenario's precision list. seed: the scenario
-    seed (dropout masks)."""
+    seed (dropout masks). An argument `shardsim run` would refuse in the scenario (lr without
+    train_steps included: it would be ignored) raises CaptureError, and nothing is written."""
+    import shardsim_capture_args as args
     import shardsim_capture_build as build
     inputs = (tuple(example_inputs) if isinstance(example_inputs, (tuple, list))
               else (example_inputs,))
     mesh = Mesh(mesh)
+    precisions, stream = args.check_arguments(inputs, loss, train_steps, lr, name, precisions,
+                                              stream, seed, out)
     module, prefix = trace(model, inputs)
     display = {p: p[len(prefix):] if p.startswith(prefix) else "" for p, _ in
                module.named_modules()}
@@ -284,10 +344,6 @@ def capture(model, example_inputs, mesh, plan, out, loss=None, train_steps=None,
                                f"{type(model).__name__}{_nearest(path, known)}")
         styles[inner] = Style(path, value)
         mesh.dim_of(path, styles[inner])
-    if train_steps is not None and loss is None:
-        raise CaptureError("train_steps needs a loss (loss=MSELoss(target))")
-    if stream is not None and loss is not None and loss.valid_lengths is not None:
-        raise CaptureError("MSELoss valid_lengths cannot be combined with stream")
     builder = build.Builder(module, display, styles, mesh, inputs)
     builder.walk()
     builder.finish(loss, stream)

@@ -68,6 +68,16 @@ class Builder:
         return candidate
 
     def declare(self, name, axes, value, role, placement, comment=""):
+        # input_files.cpp: shardsim reads F64, F32, BF16 or F16 values, every one finite.
+        what = f"{comment or role} '{name}'"
+        if value.dtype not in DTYPES:
+            raise CaptureError(f"{what} is {value.dtype}; shardsim reads float64, float32, "
+                               f"bfloat16 or float16 values")
+        finite = torch.isfinite(value.detach())
+        if not bool(finite.all()):
+            index = [int(i) for i in (~finite).nonzero()[0]]
+            raise CaptureError(f"{what}: element {index} is {float(value.detach()[tuple(index)])}; "
+                               f"shardsim's inputs must be finite")
         self.used.add(name)
         self.tensors.append(dict(name=name, axes=list(axes), shape=list(value.shape), role=role,
                                  placement=placement, value=value.detach(), comment=comment))
@@ -267,7 +277,7 @@ def scenario_text(b, name, precisions, train_steps, lr, seed, stream, origin):
              f"name = {toml_value(name)}",
              f"description = {toml_value('captured from PyTorch: ' + origin)}"]
     if seed is not None:
-        lines.append(f"seed = {int(seed)}")
+        lines.append(f"seed = {int(seed)}")  # checked: shardsim_capture_args
     lines.append(f"precisions = {toml_value(list(precisions))}")
     if train_steps is not None:
         lines.append(f"train_steps = {int(train_steps)}")
@@ -285,22 +295,31 @@ def scenario_text(b, name, precisions, train_steps, lr, seed, stream, origin):
         lines += ["", f"[[steps]]                 # {comment}"]
         lines += [f"{key} = {toml_value(value)}" for key, value in keys]
     if stream is not None:
-        lines += ["", "[stream]", 'axis = "seq"',
-                  f"chunks = {toml_value([int(n) for n in stream])}"]
+        lines += ["", "[stream]", 'axis = "seq"', f"chunks = {toml_value(stream)}"]
     return "\n".join(lines) + "\n"
 
 
 def write(b, out, name, precisions, train_steps, lr, seed, stream, origin):
-    if stream is not None and sum(stream) != b.tensors[0]["shape"][1]:
-        raise CaptureError(f"stream chunks {list(stream)} sum to {sum(stream)}, but seq is "
-                           f"{b.tensors[0]['shape'][1]}")
-    os.makedirs(out, exist_ok=True)
+    """Both files through temporary names, renamed once both are written (the scenario last);
+    a failure removes what this call wrote (and OUT when it created it): CaptureError."""
     files = {"inputs.safetensors": safetensors_bytes([(t["name"], t["value"]) for t in b.tensors]),
              "scenario.toml": scenario_text(b, name, precisions, train_steps, lr, seed,
                                             stream, origin).encode()}
-    for file, data in files.items():  # each through a temporary name, the scenario last
-        path = os.path.join(out, file)
-        with open(path + ".tmp", "wb") as f:
-            f.write(data)
-        os.replace(path + ".tmp", path)
+    created = not os.path.isdir(out)
+    temporary = [os.path.join(out, file + ".tmp") for file in files]
+    try:
+        os.makedirs(out, exist_ok=True)
+        for path, data in zip(temporary, files.values()):
+            with open(path, "wb") as f:
+                f.write(data)
+        for path in temporary:
+            os.replace(path, path[:-len(".tmp")])
+    except OSError as e:
+        for path in temporary:
+            if os.path.exists(path):
+                os.unlink(path)
+        if created and os.path.isdir(out) and not os.listdir(out):
+            os.rmdir(out)
+        raise CaptureError(f"out={os.fspath(out)!r}: cannot write {e.filename or out}: "
+                           f"{e.strerror or e}") from None
     return os.path.join(out, "scenario.toml")

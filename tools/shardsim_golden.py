@@ -20,109 +20,41 @@ float32 array holding the bf16 values exactly. Each tensor's boundary carries it
 """
 
 import hashlib
-import json
 import os
-import struct
 import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The readers, checked as shardsim's are (README "Golden file formats", "The manifest").
+from shardsim_golden_format import (DTYPES, MAX_HEADER_BYTES, GoldenFormatError,  # noqa: E402,F401
+                                    decode_npy, decode_safetensors, read_bytes)
+from shardsim_golden_manifest import (DIGEST_KEY, FORMAT_VERSION, SAFETENSORS,  # noqa: E402,F401
+                                      manifest_digest, parse_manifest)
+
 MANIFEST = "manifest.json"
-SAFETENSORS = "goldens.safetensors"
-FORMAT_VERSION = 2
-DIGEST_KEY = "manifest_sha256"
-MAX_HEADER_BYTES = 100_000_000
-
-# safetensors dtype -> numpy dtype (little-endian). BF16 has no numpy dtype: its bit patterns
-# are read as <u2 (as shardsim writes bf16 npy files) and a golden's are widened to float32.
-DTYPES = {
-    "BF16": np.dtype("<u2"),
-    "BOOL": np.dtype("|b1"), "U8": np.dtype("|u1"), "I8": np.dtype("|i1"),
-    "U16": np.dtype("<u2"), "I16": np.dtype("<i2"), "U32": np.dtype("<u4"),
-    "I32": np.dtype("<i4"), "U64": np.dtype("<u8"), "I64": np.dtype("<i8"),
-    "F16": np.dtype("<f2"), "F32": np.dtype("<f4"), "F64": np.dtype("<f8"),
-}
-
-
-class GoldenFormatError(ValueError):
-    """A golden or candidate file that does not follow its format."""
-
-
-def _reject_duplicates(pairs):
-    out = {}
-    for key, value in pairs:
-        if key in out:
-            raise GoldenFormatError(f"duplicate key {key!r} in a JSON object")
-        out[key] = value
-    return out
+MAX_MANIFEST_BYTES = 1 << 30  # reader.cpp kMaxManifestBytes
 
 
 def read_safetensors(path):
     """Returns ({name: ndarray}, metadata) from a safetensors file, checked like shardsim's reader:
     header length within the file, JSON object without duplicate keys, known dtypes, shapes that
-    match their byte ranges, and ranges that tile the data section with no overlap or hole."""
-    with open(path, "rb") as f:
-        data = f.read()
-    if len(data) < 8:
-        raise GoldenFormatError(f"{path}: truncated: shorter than the 8-byte header length")
-    (n,) = struct.unpack("<Q", data[:8])
-    if n > len(data) - 8 or n > MAX_HEADER_BYTES:
-        raise GoldenFormatError(f"{path}: header length {n} runs past the end of the file")
-    try:
-        header = json.loads(data[8:8 + n].decode("utf-8"), object_pairs_hook=_reject_duplicates)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise GoldenFormatError(f"{path}: invalid JSON header: {e}") from None
-    if not isinstance(header, dict):
-        raise GoldenFormatError(f"{path}: the header must be a JSON object")
-    metadata = header.pop("__metadata__", {})
-    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
-        raise GoldenFormatError(f"{path}: __metadata__ must map strings to strings")
-    body = memoryview(data)[8 + n:]
-    spans = []
-    for name, entry in header.items():
-        if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
-            raise GoldenFormatError(f"{path}: tensor {name!r}: needs exactly dtype, shape, data_offsets")
-        dtype = DTYPES.get(entry["dtype"])
-        if dtype is None:
-            raise GoldenFormatError(f"{path}: tensor {name!r}: unknown or unsupported dtype {entry['dtype']!r}")
-        shape, offsets = entry["shape"], entry["data_offsets"]
-        if not all(isinstance(d, int) and d >= 0 for d in shape):
-            raise GoldenFormatError(f"{path}: tensor {name!r}: bad shape {shape!r}")
-        if (not isinstance(offsets, list) or len(offsets) != 2 or
-                not all(isinstance(o, int) and o >= 0 for o in offsets) or offsets[0] > offsets[1]):
-            raise GoldenFormatError(f"{path}: tensor {name!r}: bad data_offsets {offsets!r}")
-        if offsets[1] > len(body):
-            raise GoldenFormatError(f"{path}: tensor {name!r}: data past the end (truncated file)")
-        if int(np.prod(shape, dtype=object)) * dtype.itemsize != offsets[1] - offsets[0]:
-            raise GoldenFormatError(f"{path}: tensor {name!r}: shape/size mismatch")
-        spans.append((offsets[0], offsets[1], name, dtype, shape))
-    spans.sort()
-    expected = 0
-    for begin, end, name, _, _ in spans:
-        if begin != expected:
-            what = "overlaps the previous tensor" if begin < expected else "leaves a hole before it"
-            raise GoldenFormatError(f"{path}: tensor {name!r} {what}")
-        expected = end
-    if expected != len(body):
-        raise GoldenFormatError(f"{path}: {len(body) - expected} trailing bytes belong to no tensor")
-    arrays = {name: np.frombuffer(body[b:e], dtype=dt).reshape(shape).copy()
-              for b, e, name, dt, shape in spans}
-    return arrays, metadata
+    match their byte ranges, and ranges that tile the data section with no overlap or hole.
+    Raises GoldenFormatError (a missing or unreadable file included). BF16 tensors hold their
+    bit patterns as uint16."""
+    arrays, metadata = decode_safetensors(read_bytes(path, None), path)
+    return {name: array for name, (array, _) in arrays.items()}, metadata
 
 
-def manifest_digest(raw, value):
-    """SHA-256 of the manifest bytes with the last occurrence of the quoted digest `value`
-    written as 64 '0' characters (how shardsim computes manifest_sha256)."""
-    quoted = b'"' + value.encode() + b'"'
-    at = raw.rfind(quoted)
-    if at < 0:
-        raise GoldenFormatError("manifest_sha256 is not in the manifest text")
-    zeroed = raw[:at + 1] + b"0" * len(value) + raw[at + 1 + len(value):]
-    return hashlib.sha256(zeroed).hexdigest()
+def read_npy(path):
+    """The array of an .npy file (1.0/2.0/3.0, C order), checked like shardsim's reader (no
+    trailing bytes, a strict header, no pickles). Raises GoldenFormatError."""
+    return decode_npy(read_bytes(path, None), path)[0]
 
 
 class GoldenTensor:
-    """One golden tensor and what the manifest says about it."""
+    """One golden tensor and what the manifest says about it (checked against the file and
+    against the tensor's placement when the directory was loaded)."""
 
     def __init__(self, info, array, boundary_params=None):
         self.array = array
@@ -132,7 +64,7 @@ class GoldenTensor:
         self.axes = list(info["axes"])
         self.role = info["role"]            # "global" (the oracle's value) or "shard"
         self.rank = info["rank"]            # the shard's rank, None for a global value
-        self.slice = info["slice"]          # "seq=12:13", "replicate", "partial"; None if global
+        self.slice = info.get("slice")      # "seq=12:13", "replicate", "partial"; None if global
         self.offset = dict(info["offset"])  # global offset per sharded axis (shards)
         # zigzag shares: {axis: [[begin, end], [begin, end]]}, the two runs in local order
         self.runs = dict(info.get("runs", {}))
@@ -167,56 +99,76 @@ class GoldenTensor:
 
 
 class Goldens:
-    """A golden directory: manifest.json plus goldens.safetensors or one .npy per tensor."""
+    """A golden directory: manifest.json plus goldens.safetensors or one .npy per tensor.
+    Everything `shardsim compare` refuses is a GoldenFormatError naming the file and the key:
+    a missing directory or file, a manifest whose digest does not match or whose metadata
+    contradicts itself (sim/golden/manifest_reader.cpp), a file whose dtype, shape or SHA-256
+    is not the manifest's (sim/golden/reader.cpp)."""
 
     def __init__(self, directory):
         self.directory = directory
-        with open(os.path.join(directory, MANIFEST), "rb") as f:
-            raw = f.read()
-        self.manifest = json.loads(raw.decode("utf-8"), object_pairs_hook=_reject_duplicates)
-        if self.manifest.get("format") != "shardsim-goldens":
-            raise GoldenFormatError(f"{directory}: not a shardsim golden directory")
-        if self.manifest.get("format_version") != FORMAT_VERSION:
-            raise GoldenFormatError(f"{directory}: manifest format_version "
-                                    f"{self.manifest.get('format_version')!r}, this reader reads {FORMAT_VERSION}")
-        digest = self.manifest.get(DIGEST_KEY, "")
-        if manifest_digest(raw, digest) != digest:
-            raise GoldenFormatError(f"{directory}: manifest_sha256 does not match the manifest's bytes")
+        try:
+            is_dir = os.path.isdir(directory)
+        except (TypeError, ValueError):
+            is_dir = False
+        if not is_dir:
+            raise GoldenFormatError(f"{directory}: not a directory: GOLDEN must be a directory "
+                                    f"written by 'shardsim run --golden'")
+        manifest_path = os.path.join(directory, MANIFEST)
+        raw = read_bytes(manifest_path, MAX_MANIFEST_BYTES)
+        self.manifest, infos = parse_manifest(raw, manifest_path)
         self.boundaries = {b["id"]: b for b in self.manifest["boundaries"]}
-        storage = self.manifest["storage"]
-        if storage == "safetensors":
-            arrays, self.metadata = read_safetensors(os.path.join(directory, SAFETENSORS))
-            # The header says only what the manifest (covered by its digest) says: the
-            # __metadata__ shardsim writes, and the manifest's tensors and no other.
-            expected = {"format": "shardsim-goldens",
-                        "shardsim_version": self.manifest["shardsim_version"],
-                        "scenario": self.manifest["scenario"]["name"],
-                        "scenario_sha256": self.manifest["scenario"]["sha256"],
-                        "precision": self.manifest["precision"],
-                        "reduce_order": self.manifest["reduce_order"],
-                        "manifest": MANIFEST}
-            if self.metadata != expected:
-                raise GoldenFormatError(f"{directory}: {SAFETENSORS}: __metadata__ does not match "
-                                        f"the manifest")
-            if len(arrays) != len(self.manifest["tensors"]):
-                raise GoldenFormatError(f"{directory}: {SAFETENSORS}: holds {len(arrays)} tensors, "
-                                        f"the manifest lists {len(self.manifest['tensors'])}")
+        if self.manifest["storage"] == "safetensors":
+            arrays = self._safetensors(infos)
         else:
             arrays, self.metadata = {}, {}
-            for info in self.manifest["tensors"]:
-                arrays[info["name"]] = np.load(os.path.join(directory, info["file"]), allow_pickle=False)
+            for i, info in enumerate(infos):
+                path = os.path.join(directory, info["file"])
+                data = read_bytes(path, None, f"{manifest_path}: tensors[{i}].file")
+                array, dtype = decode_npy(data, path)
+                # BF16 has no npy dtype: its golden file holds the bit patterns as <u2.
+                arrays[info["name"]] = (array, "BF16" if (dtype, info["dtype"]) == ("U16", "BF16")
+                                        else dtype, path)
         self.tensors = {}
-        for info in self.manifest["tensors"]:
-            array = arrays[info["name"]]
-            digest = hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
-            if digest != info["sha256"]:
-                raise GoldenFormatError(f"{directory}: tensor {info['name']!r}: SHA-256 mismatch")
+        for info, item in zip(infos, self.manifest["tensors"]):
+            array, dtype, path = arrays[info["name"]]
+            # reader.cpp check_against_manifest: dtype, shape, then the SHA-256 of the bytes.
+            if dtype != info["dtype"]:
+                raise GoldenFormatError(f"{path}: tensor {info['name']!r} is {dtype}, the "
+                                        f"manifest says {info['dtype']}")
             if list(array.shape) != info["shape"]:
-                raise GoldenFormatError(f"{directory}: tensor {info['name']!r}: shape mismatch")
-            params = self.boundaries[info["boundary"]["id"]]["params"]
-            if info["dtype"] == "BF16":  # bit patterns -> float32 holding the bf16 values exactly
-                array = (array.astype(np.uint32) << 16).view(np.float32)
-            self.tensors[info["name"]] = GoldenTensor(info, array, params)
+                raise GoldenFormatError(f"{path}: tensor {info['name']!r} has a different shape "
+                                        f"than the manifest says")
+            if hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest() != info["sha256"]:
+                raise GoldenFormatError(f"{path}: tensor {info['name']!r}: SHA-256 of its bytes "
+                                        f"does not match the manifest (corrupt golden file)")
+            if dtype == "BF16":  # bit patterns -> float32 holding the bf16 values exactly
+                # (np.left_shift keeps a 0-d array, e.g. a loss, an array of uint32)
+                array = np.asarray(np.left_shift(array.astype(np.uint32), np.uint32(16)))
+                array = array.view(np.float32)
+            self.tensors[info["name"]] = GoldenTensor(item, array, info["params"])
+
+    def _safetensors(self, infos):
+        """{name: (array, dtype, path)} of goldens.safetensors, whose header says only what the
+        manifest (covered by its digest) says: the __metadata__ shardsim writes, and the
+        manifest's tensors and no other (reader.cpp load_golden_dir)."""
+        path = os.path.join(self.directory, SAFETENSORS)
+        arrays, self.metadata = decode_safetensors(read_bytes(path, None), path)
+        m = self.manifest
+        expected = {"format": "shardsim-goldens", "shardsim_version": m["shardsim_version"],
+                    "scenario": m["scenario"]["name"], "scenario_sha256": m["scenario"]["sha256"],
+                    "precision": m["precision"], "reduce_order": m["reduce_order"],
+                    "manifest": MANIFEST}
+        if self.metadata != expected:
+            raise GoldenFormatError(f"{path}: __metadata__ does not match the manifest")
+        if len(arrays) != len(infos):
+            raise GoldenFormatError(f"{path}: holds {len(arrays)} tensors, the manifest lists "
+                                    f"{len(infos)}")
+        for info in infos:
+            if info["name"] not in arrays:
+                raise GoldenFormatError(f"{path}: tensor {info['name']!r} listed in the manifest "
+                                        f"is missing")
+        return {name: (array, dtype, path) for name, (array, dtype) in arrays.items()}
 
     @property
     def precision(self):
@@ -224,7 +176,7 @@ class Goldens:
 
     @property
     def scenario_text(self):
-        return self.manifest["scenario"]["text"]
+        return self.manifest["scenario"].get("text")
 
     def names(self, prefix=""):
         return [n for n in self.tensors if n.startswith(prefix)]
@@ -248,6 +200,8 @@ class Goldens:
 
 
 def load(directory):
+    """The golden directory `directory` (see Goldens). Raises GoldenFormatError for anything
+    `shardsim compare` would refuse."""
     return Goldens(directory)
 
 
@@ -344,11 +298,16 @@ def assert_close(actual, golden, rtol=None, atol=None, max_ulp=None, name="tenso
 
 
 def main(argv):
-    """`shardsim_golden.py DIR`: list the goldens with dtype, shape and placement."""
+    """`shardsim_golden.py DIR`: list the goldens with dtype, shape and placement. A directory
+    shardsim would refuse is one line on stderr and exit 2."""
     if len(argv) != 2:
         print("usage: shardsim_golden.py GOLDEN_DIR", file=sys.stderr)
         return 2
-    g = load(argv[1])
+    try:
+        g = load(argv[1])
+    except GoldenFormatError as e:
+        print(f"shardsim_golden.py: error: {e}", file=sys.stderr)
+        return 2
     print(f"{g.manifest['scenario']['name']}: {len(g.tensors)} tensors, {g.precision}, "
           f"reduce order {g.manifest['reduce_order']}")
     for name, t in g.tensors.items():

@@ -55,6 +55,17 @@ DistTensor<T> make_dist(std::string name, const Shape& global, const Layout& lay
   return out;
 }
 
+// The output of a plan that computes y = f(x) rank by rank, laid out as x: x's own rank tensors
+// when a caller that does not read x again moved them out (`x_values`: then each rank computes
+// in place), else zero tensors made as make_dist makes them.
+template <typename T>
+DistTensor<T> make_output_like(std::string name, const DistTensor<T>& x,
+                               std::vector<Tensor<T>> x_values) {
+  if (x_values.empty()) return make_dist<T>(std::move(name), x.global, x.layout, x.mesh);
+  SHARDSIM_ASSERT(x_values.size() == x.locals.size(), "in place: one tensor per rank");
+  return DistTensor<T>{std::move(name), x.global, x.layout, x.mesh, std::move(x_values)};
+}
+
 // Copies every element whose global position lies in both boxes. A box gives, per axis of the
 // tensors, the global slice a local tensor holds (its valid positions are local [0, valid),
 // mapped by to_global: one run, or two for a zigzag share).

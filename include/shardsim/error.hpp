@@ -33,9 +33,48 @@ class RendezvousError : public std::runtime_error {
   explicit RendezvousError(const std::string& message) : std::runtime_error(message) {}
 };
 
+// User text on a terminal. Input can be anything, so what a terminal would act on is escaped:
+// the C0 controls and DEL as \xNN (a newline as \n), the C1 controls U+0080-U+009F (UTF-8
+// C2 80-9F; U+009B is a CSI on some terminals) and the bidirectional overrides and isolates
+// U+202A-U+202E, U+2066-U+2069 (which reorder what follows them on the line) as \uNNNN. With
+// `keep_lines`, newlines and tabs pass (a multi-line description).
+inline std::string escaped(std::string_view text, bool keep_lines = false) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    const unsigned char c1 = i + 1 < text.size() ? static_cast<unsigned char>(text[i + 1]) : 0;
+    const unsigned char c2 = i + 2 < text.size() ? static_cast<unsigned char>(text[i + 2]) : 0;
+    if (keep_lines && (c == '\n' || c == '\t')) {
+      out += static_cast<char>(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c < 0x20 || c == 0x7f) {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 0xf];
+    } else if (c == 0xC2 && c1 >= 0x80 && c1 <= 0x9F) {  // U+0080-U+009F
+      out += "\\u00";
+      out += kHex[c1 >> 4];
+      out += kHex[c1 & 0xf];
+      ++i;
+    } else if (c == 0xE2 && ((c1 == 0x80 && c2 >= 0xAA && c2 <= 0xAE) ||
+                             (c1 == 0x81 && c2 >= 0xA6 && c2 <= 0xA9))) {
+      const unsigned code = 0x2000u + ((c1 & 0x3fu) << 6) + (c2 & 0x3fu);  // U+202A-E, 2066-9
+      out += "\\u";
+      for (int shift = 12; shift >= 0; shift -= 4) out += kHex[(code >> shift) & 0xf];
+      i += 2;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
 // User text in a message. Input can be anything (a 100 MB key, a newline in a name), yet a
-// message stays one short line: control characters are escaped (\n, \xNN) and text longer than
-// kQuoteLimit bytes is cut there (never inside a UTF-8 sequence) and ends with "…".
+// message stays one short line: what a terminal would act on is escaped (escaped() above) and
+// text longer than kQuoteLimit bytes is cut there (never inside a UTF-8 sequence) and ends with
+// "…".
 inline constexpr std::size_t kQuoteLimit = 80;
 
 inline std::string clipped(std::string_view text) {
@@ -44,20 +83,7 @@ inline std::string clipped(std::string_view text) {
     cut = kQuoteLimit;
     while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
   }
-  std::string out;
-  for (std::size_t i = 0; i < cut; ++i) {
-    const unsigned char c = static_cast<unsigned char>(text[i]);
-    if (c == '\n') {
-      out += "\\n";
-    } else if (c < 0x20 || c == 0x7f) {
-      static constexpr char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 0xf];
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
+  std::string out = escaped(text.substr(0, cut));
   if (cut < text.size()) out += "\u2026";  // …
   return out;
 }

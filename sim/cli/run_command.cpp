@@ -13,6 +13,7 @@
 #include "shardsim/report/report.hpp"
 #include "sim/cli/commands.hpp"
 #include "sim/cli/progress.hpp"
+#include "sim/cli/run_options.hpp"
 #include "sim/cli/transport_options.hpp"
 
 namespace po = boost::program_options;
@@ -20,50 +21,6 @@ namespace po = boost::program_options;
 namespace shardsim::cli {
 
 namespace {
-
-RunOptions run_options(const po::variables_map& vm) {
-  apply_thread_option(vm);
-  RunOptions options;
-  try {
-    if (vm.count("reduce-order")) {
-      options.reduce_order = parse_reduce_order(vm["reduce-order"].as<std::string>());
-    }
-  } catch (const InputError& e) {
-    throw InputError(std::string("--reduce-order: ") + e.what());
-  }
-  try {
-    if (vm.count("schedule")) options.schedule = parse_schedule(vm["schedule"].as<std::string>());
-  } catch (const InputError& e) {
-    throw InputError(std::string("--schedule: ") + e.what());
-  }
-  if (vm.count("accumulate")) {
-    const std::string text = vm["accumulate"].as<std::string>();
-    options.accumulate = parse_accumulate(text);
-    if (!options.accumulate) {
-      throw InputError("--accumulate: expected f32 or storage, got " + quote(text));
-    }
-  }
-  if (vm.count("max-memory")) {
-    try {
-      options.max_memory_bytes = parse_bytes(vm["max-memory"].as<std::string>());
-    } catch (const InputError& e) {
-      throw InputError(std::string("--max-memory: ") + e.what());  // name the flag
-    }
-  }
-  return options;
-}
-
-void add_mesh_options(po::options_description& options) {
-  options.add_options()("reduce-order", po::value<std::string>(),
-                        "override mesh.reduce_order: rank, ring or tree")(
-      "schedule", po::value<std::string>(),
-      "override mesh.schedule: rank, reverse or shuffle:SEED")(
-      "accumulate", po::value<std::string>(),
-      "bf16/f16 runs: override the scenario's accumulate: f32 or storage")(
-      "max-memory", po::value<std::string>(),
-      "refuse scenarios estimated above this size, e.g. 8GiB (default: 3/4 of physical memory)");
-  add_thread_option(options);
-}
 
 std::vector<TraceEntry> trace_of(const RunReport& report) {
   std::vector<TraceEntry> trace;
@@ -110,6 +67,12 @@ std::optional<GoldenRequest> golden_request(const po::variables_map& vm) {
       request.reference = parse_precision(vm["reference"].as<std::string>());
     } catch (const InputError& e) {
       throw InputError(std::string("--reference: ") + e.what());
+    }
+    // Goldens are rounded once from the reference: a run narrower than f64 would give F64 (and
+    // F32) goldens that are its own rounding errors, not the reference values the manifest says.
+    if (request.reference.kind == ScalarKind::f32 || request.reference.is_narrow()) {
+      throw InputError("--reference: " + request.reference.name() +
+                       " is narrower than f64; a reference is f64, dd, qd or mpN");
     }
   }
   return request;
@@ -196,6 +159,7 @@ int run_command(const Args& args) {
   const std::vector<Precision> precisions =
       vm.count("precision") ? parse_precision_list("--precision", vm["precision"].as<std::string>())
                             : scenario.precisions;
+  check_accumulate_applies(run, precisions);
   // Refuse oversized runs before any of them starts; one mp precision takes the mp pools.
   prepare_runs(scenario, precisions, golden ? &golden->reference : nullptr, run);
   // stdout is written at the end: bad input found on the way (e.g. a full disk) leaves it empty.
@@ -280,6 +244,7 @@ std::string signature_analysis(const Scenario& scenario, const po::variables_map
       throw InputError(std::string("--precision: ") + e.what());
     }
   }
+  check_accumulate_applies(options, precisions);
   for (const Precision& precision : precisions) check_memory(scenario, precision, options);
   std::vector<RunReport> reports;
   for (const Precision& precision : precisions) {
@@ -300,9 +265,12 @@ std::string signature_analysis(const Scenario& scenario, const po::variables_map
 int explain_command(const Args& args) {
   po::options_description options("explain options");
   add_mesh_options(options);
-  options.add_options()("diagnose", po::value<std::string>()->implicit_value(""),
+  // SEL is optional: the help shows it so ("--diagnose [=SEL]", not "--diagnose arg").
+  options.add_options()("diagnose",
+                        po::value<std::string>()->implicit_value("")->value_name("[=SEL]"),
                         "after the plan, the signature analysis of the first divergence, or of "
-                        "boundary SEL (#ID, ID or a tensor name)")(
+                        "boundary SEL (#ID, ID or a tensor name); the word after --diagnose is "
+                        "read as SEL, so put SCENARIO before it")(
       "precision,p", po::value<std::string>(),
       "with --diagnose: the precision to analyse (default: the one where the first divergence "
       "shows)");
@@ -314,6 +282,8 @@ int explain_command(const Args& args) {
   }
   const Scenario scenario = load_scenario(vm["scenario"].as<std::string>());
   const RunOptions run = run_options(vm);
+  // The plan runs at f64; --diagnose checks its own precisions.
+  if (!vm.count("diagnose")) check_accumulate_applies(run, {parse_precision("f64")});
   check_memory(scenario, parse_precision("f64"), run);
   const RunReport report = evaluate(scenario, parse_precision("f64"), run);
   // The signature analysis runs before anything is printed, so that bad input found on the way
@@ -325,7 +295,8 @@ int explain_command(const Args& args) {
                                                  : std::string())
             << ", reduce order " << reduce_order_name(report.reduce_order) << ", schedule "
             << report.schedule.str() << "\n";
-  if (!scenario.description.empty()) std::cout << scenario.description << "\n";
+  // Escaped as messages are (error.hpp): a description is the scenario author's text.
+  if (!scenario.description.empty()) std::cout << escaped(scenario.description, true) << "\n";
   std::cout << "\n" << format_trace(trace_of(report)) << analysis;
   return 0;
 }

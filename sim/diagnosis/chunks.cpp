@@ -58,14 +58,19 @@ Finding chunk_onset(const std::vector<TraceStatus>& trace, int failing_id) {
                  "chunk";
     return f;
   }
+  // At a boundary chunk 1 has: no evidence for the cache. A later chunk also exercises what
+  // chunk 1 could not (a key pair as far apart as the window, a position past the first chunk),
+  // so a mask bound or a position bug first shows there too; naming the cache would be a guess,
+  // and a wrong cause is worse than none.
   std::string carried;
   for (const TraceStatus& t : trace) {
     if (t.step != failing->step || t.chunk != failing->chunk || t.id >= failing->id) continue;
     if (!first_chunk.count({t.op, t.tensor})) carried += (carried.empty() ? "" : ", ") + t.tensor;
   }
-  f.confidence = carried.empty() ? 0.2 : 0.3;
-  f.evidence = head + (carried.empty() ? ", with no carried state recorded"
-                                       : ", after the carried state (" + carried + ") matched");
+  f.evidence = head +
+               (carried.empty() ? ", with no carried state recorded"
+                                : ", after the carried state (" + carried + ") matched") +
+               ": a boundary chunk 1 has, so no sign of the cache";
   return f;
 }
 

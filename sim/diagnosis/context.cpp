@@ -170,17 +170,57 @@ Finding rope_signature(Context& ctx, int id) {
   return rope_rotation(ctx.observed(id), rope, ctx.unit());
 }
 
+namespace {
+
+// The oracle's keys of a chunk, cache ++ new (both [batch, kv, head, head_dim]), joined along kv.
+// Empty when either has no oracle values or their other extents differ.
+std::optional<Observed> joined_keys(const Observed& cache, const Observed& fresh,
+                                    const std::string& name) {
+  const Shape& a = cache.entry.global;
+  const Shape& b = fresh.entry.global;
+  if (cache.dense.empty() || fresh.dense.empty() || a.rank() != 4 || b.rank() != 4 ||
+      !a.has("kv") || !b.has("kv") || !(a.without("kv") == b.without("kv")) || a[1].name != "kv" ||
+      b[1].name != "kv") {
+    return std::nullopt;
+  }
+  const std::int64_t batch = a[0].extent;
+  const std::int64_t la = a.extent("kv") * a[2].extent * a[3].extent;  // per batch row
+  const std::int64_t lb = b.extent("kv") * b[2].extent * b[3].extent;
+  std::vector<double> dense;
+  for (std::int64_t i = 0; i < batch; ++i) {
+    dense.insert(dense.end(), cache.dense.begin() + i * la, cache.dense.begin() + (i + 1) * la);
+    dense.insert(dense.end(), fresh.dense.begin() + i * lb, fresh.dense.begin() + (i + 1) * lb);
+  }
+  return observed_of(name, a.with_extent("kv", a.extent("kv") + b.extent("kv")),
+                     Placement::replicate(), 1, std::move(dense));
+}
+
+}  // namespace
+
 Finding window_signature(Context& ctx, int id) {
   const StepSpec* step = ctx.owning_step(id);
   const std::string output = step ? step->output() : "";
   AttentionCase c;
+  std::optional<Observed> joined;  // cache ++ new keys, where no boundary holds them together
   if (step && step->kind == OpKind::sliding_window_attention &&
       ctx.entry(id).dense == part_name(output, "lse")) {
     const auto q = ctx.latest(part_name(output, "q_rot"), id, true);
     const auto k = ctx.latest(part_name(output, "k_all"), id, true);
-    if (q && k) {
+    const Observed* keys = k ? &ctx.observed(*k) : nullptr;
+    if (!keys) {
+      // Sequence-sharded ulysses keeps the cache apart from the chunk's keys (NAME.cache_k and
+      // NAME.k_new): the oracle's k_all is the two joined.
+      const auto cache = ctx.latest(part_name(output, "cache_k"), id, true);
+      const auto fresh = ctx.latest(part_name(output, "k_new"), id, true);
+      if (cache && fresh) {
+        joined =
+            joined_keys(ctx.observed(*cache), ctx.observed(*fresh), part_name(output, "k_all"));
+        if (joined) keys = &*joined;
+      }
+    }
+    if (q && keys) {
       c.q = &ctx.observed(*q);
-      c.k = &ctx.observed(*k);
+      c.k = keys;
       c.lse = &ctx.observed(id);
       if (const auto window = step->as<SlidingWindowAttentionArgs>().window) c.window = *window;
     }
@@ -208,6 +248,10 @@ Finding ring_signature(Context& ctx, int id) {
       c.kv = ctx.entry(*k).global.extent("kv");
       c.window = args.window;
       c.group = static_cast<int>(ctx.observed(id).ranks.size());
+      // The blocks as the keys were split: torch.chunk, balanced (tensor_split) or zigzag.
+      for (const Placement& p : ctx.entry(*k).layout.dims) {
+        if (p.is_shard() && p.axis == "kv") c.split = p.split;
+      }
     }
   }
   return ring_merge(c, ctx.unit());

@@ -21,7 +21,7 @@ Finding ring_merge(const RingCase& c, double unit) {
   const std::int64_t cached = c.kv - seq;
   // Elements per query position: the axes after seq (head, and head_dim when present).
   const std::int64_t per_position = g.numel() / (g.extent("batch") * seq);
-  const std::vector<Slice> blocks = shard_slices(c.kv, c.group, SplitPolicy::chunk);
+  const std::vector<Slice> blocks = shard_slices(c.kv, c.group, c.split);
   auto blocks_of = [&](std::int64_t i) {  // blocks holding a key query i may attend to
     std::set<int> spanned;
     for (std::int64_t j = 0; j < c.kv; ++j) {

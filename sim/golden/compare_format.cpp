@@ -34,11 +34,11 @@ std::string element_str(const ElementReport& r) {
   return out + "] " + r.owner;
 }
 
-// "12.8x", or "0x" / "inf x" at a budget of 0.
+// "12.8x", "250x", "1.92e+38x", or "0x" / "inf x" at a budget of 0.
 std::string times(double ratio) {
   if (std::isinf(ratio)) return "inf x";
   char buf[40];
-  std::snprintf(buf, sizeof buf, ratio >= 100 ? "%.0fx" : "%.3gx", ratio);
+  std::snprintf(buf, sizeof buf, ratio >= 1e6 ? "%.3gx" : ratio >= 100 ? "%.0fx" : "%.3gx", ratio);
   return buf;
 }
 

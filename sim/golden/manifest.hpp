@@ -21,6 +21,13 @@ using Json = nlohmann::ordered_json;
 
 inline constexpr std::string_view kManifestDigestKey = "manifest_sha256";
 
+// Refuses (InputError "WHAT: KEY: ...") a manifest that contradicts itself where the reader's
+// typed checks do not look: significand_bits against the precision, scenario.sha256 against
+// scenario.text, "faults" and "dtypes" (each name once; known faults; exactly the tensors'
+// floating dtypes), and a key the writer never writes in the root, "scenario", a tensor or a
+// boundary (manifest_consistency.cpp). REQUIRES: the reader's typed checks passed.
+void check_manifest_consistency(const Json& manifest, const std::string& what);
+
 Json shape_json(const Shape& shape);
 Json rank_json(const RankExtent& r);
 // Every rank's extent of a boundary, as the manifest lists them under "ranks".

@@ -124,6 +124,11 @@ void check_metadata(const ManifestReader& m, const Json& item, const std::string
     m.fail(path + ".placement", e.what());
   }
   const Mesh& mesh = *info.mesh;
+  // Well formed on the mesh (a zigzag dim does not share its axis with another), as the loader
+  // requires of a scenario: the slice arithmetic below assumes it.
+  if (const std::string problem = layout.problem(mesh); !problem.empty()) {
+    m.fail(path + ".placement", problem);
+  }
   std::vector<std::string> global_axes;
   for (const Axis& axis : info.global_shape.axes()) global_axes.push_back(axis.name);
   if (global_axes != info.axes) {
@@ -378,6 +383,7 @@ GoldenDir parse_manifest(const std::string& text, const std::string& what) {
     }
   }
   parse_budgets(manifest, what, out);
+  check_manifest_consistency(manifest, what);
   return out;
 }
 

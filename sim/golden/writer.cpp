@@ -205,28 +205,32 @@ void parse_golden_dtypes(std::string_view text, GoldenOptions& options) {
   GoldenOptions chosen = options;
   chosen.write_f64 = chosen.write_f32 = chosen.write_bf16 = chosen.write_f16 = false;
   std::size_t begin = 0;
-  std::vector<std::string_view> seen;
+  std::vector<std::string_view> seen;  // dtypes chosen so far ("both" and "all" expanded)
   while (true) {
     const std::size_t comma = text.find(',', begin);
     const std::string_view name =
         text.substr(begin, comma == std::string_view::npos ? comma : comma - begin);
-    if (std::find(seen.begin(), seen.end(), name) != seen.end()) {
-      throw InputError("--dtype: " + quote(std::string(name)) + " is listed twice in " +
-                       quote(std::string(text)));
-    }
-    seen.push_back(name);
     const bool all = name == "all";
     const bool both = name == "both";
-    if (name == "f64" || both || all) chosen.write_f64 = true;
-    if (name == "f32" || both || all) chosen.write_f32 = true;
-    if (name == "bf16" || all) chosen.write_bf16 = true;
-    if (name == "f16" || all) chosen.write_f16 = true;
     if (!all && !both && name != "f64" && name != "f32" && name != "bf16" && name != "f16") {
       throw InputError(
           "--dtype: expected a comma-separated list of f64, f32, bf16 and f16, or "
           "both (f64,f32) or all, got " +
           quote(std::string(text)));
     }
+    for (const std::string_view dtype : {"f64", "f32", "bf16", "f16"}) {
+      const bool named = name == dtype || all || (both && (dtype == "f64" || dtype == "f32"));
+      if (!named) continue;
+      if (std::find(seen.begin(), seen.end(), dtype) != seen.end()) {
+        throw InputError("--dtype: " + quote(std::string(dtype)) + " is listed twice in " +
+                         quote(std::string(text)) + " (both: f64,f32; all: every dtype)");
+      }
+      seen.push_back(dtype);
+    }
+    chosen.write_f64 = chosen.write_f64 || name == "f64" || both || all;
+    chosen.write_f32 = chosen.write_f32 || name == "f32" || both || all;
+    chosen.write_bf16 = chosen.write_bf16 || name == "bf16" || all;
+    chosen.write_f16 = chosen.write_f16 || name == "f16" || all;
     if (comma == std::string_view::npos) break;
     begin = comma + 1;
   }

@@ -37,10 +37,11 @@ T clip_coefficient(const T& total, double max_norm) {
 // `dense`: the oracle's gradient names, in declaration order; `sharded`: the ranks' gradient
 // names (reduced: no Partial dim), in the same order. With `include_padding` (fault
 // fsdp_clip_padding) the ranks also sum the padding positions of their locals.
+// Returns the ranks' coefficient (scalar, Replicate).
 template <typename T>
-void clip_gradients(const World<T>& world, StepEnv<T>& env, double max_norm,
-                    const std::vector<std::string>& dense, const std::vector<std::string>& sharded,
-                    bool include_padding) {
+DistTensor<T> clip_gradients(const World<T>& world, StepEnv<T>& env, double max_norm,
+                             const std::vector<std::string>& dense,
+                             const std::vector<std::string>& sharded, bool include_padding) {
   using std::sqrt;
   const Shape scalar;
   const int ndim = world.mesh().ndim();
@@ -99,6 +100,7 @@ void clip_gradients(const World<T>& world, StepEnv<T>& env, double max_norm,
       for (T& v : grad.local(r).values()) v = v * coef.local(r)[0];
     });
   }
+  return coef;
 }
 
 }  // namespace shardsim

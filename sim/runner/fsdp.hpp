@@ -188,7 +188,11 @@ class Fsdp {
   // fsdp_full_param_step: every rank keeps the unsharded parameter (gathered again here), steps
   // it with its own unreduced gradient, and takes its shard from that copy. The dense side steps
   // as usual. Records the gather, the replica check of the full copies and the shards' update.
-  void step_full_param(const std::string& name, StepEnv<T>& env, double learning_rate) {
+  // With clip_grad_norm the own gradient is clipped by the coefficient the ranks computed
+  // (`clip_coef`), as the reduced one was: the fault is the unreduced gradient only, so a group
+  // of one (own = reduced) steps as the correct program does.
+  void step_full_param(const std::string& name, StepEnv<T>& env, double learning_rate,
+                       const DistTensor<T>* clip_coef = nullptr) {
     DistTensor<T>& shard = storage_.at(name);
     DistTensor<T> full =
         world_.on(spec_->dim).all_gather(shard, {.tensor = name, .exact = true, .inputs = {name}});
@@ -197,7 +201,15 @@ class Fsdp {
       sgd_update(env.dense.at(m), env.dense.at(grad_name(m)), learning_rate);
     }
     refresh_dense(name, env);
-    world_.for_each_rank([&](int r) { sgd_update(full.local(r), own.local(r), learning_rate); });
+    world_.for_each_rank([&](int r) {
+      if (!clip_coef) {
+        sgd_update(full.local(r), own.local(r), learning_rate);
+        return;
+      }
+      Tensor<T> clipped = own.local(r);
+      for (T& v : clipped.values()) v = v * clip_coef->local(r)[0];
+      sgd_update(full.local(r), clipped, learning_rate);
+    });
     check_({.op = "replica_check",
             .tensor = moved_name(name, "replicas"),
             .exact = true,

@@ -297,7 +297,9 @@ class ScenarioRun {
   // The parameter update of a training step (update_step-inl.hpp).
   void update_parameters();
   void reduce_gradient(const TensorSpec& spec);
-  void step_parameter(const TensorSpec& spec);
+  // SGD of one parameter; `clip_coef`: the ranks' clipping coefficient when clip_grad_norm
+  // clipped the gradients (null otherwise).
+  void step_parameter(const TensorSpec& spec, const DistTensor<T>* clip_coef = nullptr);
 
   const Scenario& scenario_;
   BoundarySink<T>& sink_;

@@ -39,9 +39,10 @@ void ScenarioRun<T>::update_parameters() {
     if (owned && !fsdp_.first_member(spec->name)) continue;
     sharded_grads.push_back(grad_name(owned ? fsdp_.storage_name(spec->name) : spec->name));
   }
-  clip_gradients(world_, env_, *scenario_.clip_grad_norm, dense_grads, sharded_grads,
-                 scenario_.has_fault(Fault::fsdp_clip_padding));
-  for (const TensorSpec* spec : trained) step_parameter(*spec);
+  const DistTensor<T> coef =
+      clip_gradients(world_, env_, *scenario_.clip_grad_norm, dense_grads, sharded_grads,
+                     scenario_.has_fault(Fault::fsdp_clip_padding));
+  for (const TensorSpec* spec : trained) step_parameter(*spec, &coef);
 }
 
 template <typename T>
@@ -59,7 +60,7 @@ void ScenarioRun<T>::reduce_gradient(const TensorSpec& spec) {
 
 // SGD of one parameter; under fsdp of its storage (a flat unit once, at its first member).
 template <typename T>
-void ScenarioRun<T>::step_parameter(const TensorSpec& spec) {
+void ScenarioRun<T>::step_parameter(const TensorSpec& spec, const DistTensor<T>* clip_coef) {
   std::string name = spec.name;
   std::vector<std::string> members{name};
   DistTensor<T>* param = nullptr;
@@ -68,7 +69,7 @@ void ScenarioRun<T>::step_parameter(const TensorSpec& spec) {
     name = fsdp_.storage_name(name);
     members = fsdp_.members(name);
     if (scenario_.has_fault(Fault::fsdp_full_param_step)) {
-      fsdp_.step_full_param(name, env_, scenario_.learning_rate);
+      fsdp_.step_full_param(name, env_, scenario_.learning_rate, clip_coef);
       return;
     }
     fsdp_.remember_stale(name);

@@ -154,27 +154,21 @@ TensorSpec Loader::tensor(const toml::node& node, const std::string& path,
   return spec;
 }
 
-// Whether `text` holds a control character (C0, DEL or C1 in UTF-8): a scenario's name is
-// printed to the terminal as it is, where one could move the cursor or change colours.
-static bool has_control_character(std::string_view text) {
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c < 0x20 || c == 0x7f) return true;
-    if (c == 0xc2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
-        static_cast<unsigned char>(text[i + 1]) <= 0x9f) {
-      return true;
-    }
-  }
-  return false;
-}
+// Whether a terminal would act on some character of `text` (what escaped() escapes: C0, DEL,
+// C1, the bidirectional overrides and isolates): a scenario's name is printed to the terminal as
+// it is ("NAME: pass"), where one could move the cursor, change colours or reorder the line.
+static bool has_control_character(std::string_view text) { return escaped(text) != text; }
 
 // name, description, seed, accumulate, precisions.
 void Loader::header(const toml::table& root, Scenario& s) const {
   if (const toml::node* v = root.get("name")) {
     s.name = string(*v, "name");
     if (has_control_character(s.name)) {
-      fail(*v, "name", "the name " + quote(s.name) + " holds a control character");
+      fail(*v, "name",
+           "the name " + quote(s.name) +
+               " holds a control character (or a bidirectional override, which reorders the line)");
     }
+    if (s.name.empty()) fail(*v, "name", "the name is empty (without `name`, the file's name)");
   }
   if (s.name.empty()) {
     const std::size_t slash = s.file.find_last_of('/');
@@ -307,12 +301,18 @@ void Loader::training(const toml::table& root, Scenario& s) const {
           "got " +
               format_number(s.learning_rate));
     }
+    // Nothing would read it: refused rather than ignored (as clip_grad_norm is).
+    if (s.train_steps == 0) fail(*v, "learning_rate", "a learning rate needs train_steps");
   }
   if (const toml::node* v = root.get("tolerance")) {
     for (auto&& [key, node] : table(*v, "tolerance")) {
       const std::string name(key.str());
       const std::string path = "tolerance." + name;
       const Precision p = wrap(node, path, [&] { return parse_precision(name); });
+      // Two spellings of one precision ("mp256" and "mp0256") would leave one of them unread.
+      if (s.tolerance.count(p.name())) {
+        fail(node, path, "the tolerance of " + p.name() + " is given twice");
+      }
       s.tolerance[p.name()] = tolerance_value(node, path);
     }
   }

@@ -145,7 +145,8 @@ struct RingCase {
   const Observed* o = nullptr;  // the failing boundary, rows (batch, seq, head[, head_dim])
   std::int64_t kv = 0;          // keys in the KV axis: cache + chunk
   std::optional<std::int64_t> window;
-  int group = 1;  // cp ranks: the KV axis is torch.chunk'ed into `group` blocks
+  int group = 1;                           // cp ranks: the KV axis is split into `group` blocks ...
+  SplitPolicy split = SplitPolicy::chunk;  // ... as the keys' shard placement splits it
 };
 Finding ring_merge(const RingCase& c, double unit);
 
@@ -153,7 +154,8 @@ Finding ring_merge(const RingCase& c, double unit);
 
 // chunk_onset: every boundary of chunk 1 passes and the first divergence is in chunk >= 2 at a
 // boundary chunk 1 does not have (state carried in from the previous chunk) -> cache_convention;
-// at a boundary chunk 1 has, while the carried state matches -> cache_convention, weakly.
+// at a boundary chunk 1 has, no cause (a later chunk exercises mask bounds and positions that
+// chunk 1 could not, so they first show there too).
 struct TraceStatus {
   int id = 0;
   int step = 1;

@@ -16,10 +16,14 @@
 //                           replicas draw different words, notes say so.
 //   OUTPUT                  y, exact
 // A Replicate input is not checked for repetition: there every rank holds the same elements and
-// must draw the same mask, which the mask boundary checks on every rank.
+// must draw the same mask, which the mask boundary checks on every rank. Likewise, on an N-D mesh
+// the ranks that hold the same elements of a Shard input (Replicate on another dim: the tp ranks
+// of one dp shard) are one holder: only the lowest of them is compared with the other holders.
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -55,8 +59,9 @@ inline int stream_group(std::vector<int>& parent, int rank) {
   return rank;
 }
 
-// The summary note when no stream repeats: are the ranks' words the dense program's?
-inline std::string unrepeated_note(const std::vector<DrawnWords>& words) {
+// The summary note when no stream repeats: are the ranks' words the dense program's? `holders`:
+// how many distinct holders were compared.
+inline std::string unrepeated_note(const std::vector<DrawnWords>& words, std::size_t holders) {
   std::int64_t total = 0, equal = 0;
   int foreign_ranks = 0;
   for (const DrawnWords& w : words) {
@@ -66,10 +71,11 @@ inline std::string unrepeated_note(const std::vector<DrawnWords>& words) {
     equal += mine;
     if (mine != static_cast<std::int64_t>(w.drawn.size())) ++foreign_ranks;
   }
-  const std::string head = "words: no two of the " + std::to_string(words.size()) +
-                           " ranks share a stream (each rank's first " +
-                           std::to_string(kRepetitionHeadWords) +
-                           " words looked up in every other rank's words)";
+  const std::string head =
+      "words: no two of the " + std::to_string(holders) +
+      (holders == words.size() ? " ranks" : " ranks holding distinct elements") +
+      " share a stream (each rank's first " + std::to_string(kRepetitionHeadWords) +
+      " words looked up in every other rank's words)";
   if (foreign_ranks == 0) {
     return head + "; every rank draws the dense program's words at its slice";
   }
@@ -84,10 +90,12 @@ inline std::string unrepeated_note(const std::vector<DrawnWords>& words) {
 // The detector's verdict tensor and notes for the ranks' drawn words (see the header comment).
 // The verdict is [rank=k, peer=k] Shard(rank): rank a holds row a, so the check costs k^2
 // values in all. Flagged: (a, b), a < b, for every pair in a group of ranks drawing the same
-// stream, and for every shifted repetition.
+// stream, and for every shifted repetition. `replica_of[r]`: the lowest rank holding the same
+// elements as rank r (empty: every rank its own); only those lowest ranks are compared.
 template <typename T>
 DistTensor<T> repetition_check(const std::vector<DrawnWords>& words, std::uint32_t threshold,
-                               const std::string& name, std::vector<std::string>& notes) {
+                               const std::string& name, std::vector<std::string>& notes,
+                               const std::vector<int>& replica_of = {}) {
   const int ranks = static_cast<int>(words.size());
   const Shape shape({{"rank", ranks}, {"peer", ranks}});
   // Over every rank of the mesh, flattened: a 1-D mesh of `ranks` (global rank order).
@@ -97,11 +105,20 @@ DistTensor<T> repetition_check(const std::vector<DrawnWords>& words, std::uint32
     notes.push_back("words: p = 0, every element is kept; nothing to repeat");
     return out;
   }
+  std::vector<int> holders;  // the ranks compared, ascending
   std::vector<std::vector<std::uint32_t>> streams;
-  for (const DrawnWords& w : words) streams.push_back(w.drawn);
-  const std::vector<StreamRepeat> repeats = repeated_streams(streams);
+  for (int r = 0; r < ranks; ++r) {
+    if (!replica_of.empty() && replica_of[static_cast<std::size_t>(r)] != r) continue;
+    holders.push_back(r);
+    streams.push_back(words[static_cast<std::size_t>(r)].drawn);
+  }
+  std::vector<StreamRepeat> repeats = repeated_streams(streams);
+  for (StreamRepeat& repeat : repeats) {  // positions among the holders -> ranks
+    repeat.rank_a = holders[static_cast<std::size_t>(repeat.rank_a)];
+    repeat.rank_b = holders[static_cast<std::size_t>(repeat.rank_b)];
+  }
   if (repeats.empty()) {
-    notes.push_back(detail::unrepeated_note(words));
+    notes.push_back(detail::unrepeated_note(words, holders.size()));
     return out;
   }
   std::vector<int> parent(static_cast<std::size_t>(ranks));
@@ -129,8 +146,10 @@ DistTensor<T> repetition_check(const std::vector<DrawnWords>& words, std::uint32
       if (detail::stream_group(parent, a) == detail::stream_group(parent, b)) flag(a, b);
     }
   }
-  notes.push_back("words: " + std::to_string(repeats.size()) + " of " + std::to_string(ranks) +
-                  " ranks repeat another rank's stream: seed repetition");
+  notes.push_back("words: " + std::to_string(repeats.size()) + " of " +
+                  std::to_string(holders.size()) +
+                  (holders.size() == words.size() ? " ranks" : " ranks holding distinct elements") +
+                  " repeat another rank's stream: seed repetition");
   return out;
 }
 
@@ -183,9 +202,21 @@ DistTensor<T> dropout_sharded(const World<T>& world, const DistTensor<T>& x,
   }
   const std::uint32_t threshold = dropout_threshold(params.p);
   if (!x.layout.is_replicate()) {
+    // Ranks holding the same elements (Replicate on another mesh dim) must draw the same words:
+    // one holder each.
+    std::vector<int> replica_of(static_cast<std::size_t>(ranks));
+    std::map<std::vector<std::int64_t>, int> first_holder;  // a box's fields -> its lowest rank
+    for (int r = 0; r < ranks; ++r) {
+      std::vector<std::int64_t> key;
+      for (const Slice& s : local_box(x, r)) {
+        key.insert(key.end(), {s.begin, s.end, s.local_extent, s.second_begin, s.second_end});
+      }
+      replica_of[static_cast<std::size_t>(r)] =
+          first_holder.emplace(std::move(key), r).first->second;
+    }
     std::vector<std::string> notes;
     DistTensor<T> check =
-        repetition_check<T>(words, threshold, output + ".mask@repetition", notes);
+        repetition_check<T>(words, threshold, output + ".mask@repetition", notes, replica_of);
     world.compare_boundary({.op = "dropout_repetition", .tensor = check.name, .exact = true,
                   .kind = BoundaryKind::check, .notes = notes},
                  check);

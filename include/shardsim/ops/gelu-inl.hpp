@@ -44,9 +44,9 @@ void gelu_forward(const Tensor<T>& x, const GeluParams& params, Tensor<T>& y) {
   using std::erf;
   using std::tanh;
   const detail::GeluConstants<T> g;
-  y = Tensor<T>(x.shape());
+  prepare_output(y, x.shape());  // every element is written below (tensor.hpp)
   for (std::int64_t e = 0; e < x.numel(); ++e) {
-    const T v = x[e];
+    const T v = x[e];  // a copy: y[e] may be x[e]
     T inner;
     if (params.approximate == GeluApprox::tanh) {
       const T cube = T(v * v) * v;

@@ -28,7 +28,7 @@ struct GeluParams {
 
 // GELU keeps its input for backward (the caller's tensor); there is no separate Saved struct.
 
-// x -> y, same shape.
+// x -> y, same shape. y may be x (in place: each element is read before it is overwritten).
 template <typename T>
 void gelu_forward(const Tensor<T>& x, const GeluParams& params, Tensor<T>& y);
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "shardsim/op_list.hpp"
 #include "shardsim/ops/add_plan.hpp"
@@ -12,13 +13,17 @@
 
 namespace shardsim {
 
+// In place when `x_values` holds x's rank tensors, moved out by a caller that does not read x
+// again (layer_norm_row_sharded).
 // REQUIRES: x is not Partial. y has x's placement.
 template <typename T>
 DistTensor<T> gelu_sharded(const World<T>& world, const DistTensor<T>& x, const GeluParams& params,
-                           const std::string& output) {
+                           const std::string& output, std::vector<Tensor<T>> x_values = {}) {
   SHARDSIM_ASSERT(!x.layout.has_partial(), "gelu needs a Shard or Replicate input");
-  DistTensor<T> y = world.make(output, x.global, x.layout);
-  world.for_each_rank([&](int r) { gelu_forward(x.local(r), params, y.local(r)); });
+  const bool in_place = !x_values.empty();
+  DistTensor<T> y = make_output_like(output, x, std::move(x_values));
+  const DistTensor<T>& source = in_place ? y : x;  // x's values, until y's overwrite them
+  world.for_each_rank([&](int r) { gelu_forward(source.local(r), params, y.local(r)); });
   zero_padding(y);
   world.compare_boundary(
       {.op = op_label(OpKind::gelu), .tensor = output, .exact = true, .inputs = {x.name}}, y);

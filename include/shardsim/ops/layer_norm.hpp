@@ -81,7 +81,9 @@ struct LayerNormSaved {
 // The row kernel: layer_norm_stats then layer_norm_apply on each block of rows, with the faults'
 // policy (see those two for what each fault changes). x: (..., H, ...) -> y same shape.
 // weight/bias: (H) or null. saved.mean, saved.rstd: (rows), written.
-// REQUIRES: y is not x; shared_mean is non-null exactly when faults.combine_token_means.
+// y may be x (in place: a block's statistics are taken before its rows are written, and each
+// element is read before it is overwritten). REQUIRES: shared_mean is non-null exactly when
+// faults.combine_token_means.
 template <typename T>
 void layer_norm_forward(const Tensor<T>& x, const Tensor<T>* weight, const Tensor<T>* bias,
                         const LayerNormParams& params, const LayerNormFaults& faults, Tensor<T>& y,

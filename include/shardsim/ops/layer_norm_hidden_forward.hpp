@@ -61,7 +61,9 @@ void hidden_stats_sum_sumsq(const World<T>& world, const DistTensor<T>& x,
       world.all_reduce(sums_sq, {.op = "all_reduce", .tensor = sums_sq.name, .inputs = {x.name}});
   world.for_each_rank([&](int r) {
     const T row_length = T(count);
-    for (std::int64_t row = 0; row < stats_shape.numel(); ++row) {
+    // This rank's rows: every row on the group's dim, only its own where another mesh dim shards
+    // them (a dp rank's batch rows).
+    for (std::int64_t row = 0; row < total.local(r).numel(); ++row) {
       const T mean = total.local(r)[row] / row_length;
       T var = total_sq.local(r)[row] / row_length - mean * mean;
       if (var < T(0)) var = T(0);  // cancellation can leave a tiny negative
@@ -105,7 +107,8 @@ void hidden_stats_welford(const World<T>& world, const DistTensor<T>& x,
       {.op = "all_gather", .tensor = moments.name, .inputs = {x.name}, .has_oracle = false});
   world.for_each_rank([&](int r) {
     const Tensor<T>& all = gathered.local(r);  // (rows..., shard=k, moment=3)
-    for (std::int64_t row = 0; row < stats_shape.numel(); ++row) {
+    // This rank's rows (another mesh dim may shard them), k triples each.
+    for (std::int64_t row = 0; row < stats.mean.local(r).numel(); ++row) {
       const std::int64_t first = row * ranks * 3;
       // The triples of shards 0, 1, ..., k-1 merged in that order into shard 0's.
       T merged_count = all[first];

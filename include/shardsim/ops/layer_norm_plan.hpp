@@ -106,6 +106,9 @@ DistTensor<T> combined_token_mean(const World<T>& world, const DistTensor<T>& x,
 // oracle's `dense_output` (default: output) tensors.
 // With faults.combine_token_means the ranks first all-reduce their token means
 // (detail::combined_token_mean) and every row is centred on the result.
+// In place: `x_values` non-empty holds x's rank tensors, moved out of x by a caller that does not
+// read x again (x keeps its name, shape and layout); each rank then normalizes its rows in them
+// and they become y's, so that x and y are never both held. The same arithmetic either way.
 // REQUIRES: x is Replicate or Shard on an axis other than params.axis; weight/bias Replicate.
 template <typename T>
 DistTensor<T> layer_norm_row_sharded(const World<T>& world, const DistTensor<T>& x,
@@ -113,21 +116,24 @@ DistTensor<T> layer_norm_row_sharded(const World<T>& world, const DistTensor<T>&
                                      const LayerNormParams& params, const std::string& output,
                                      LayerNormShardedSaved<T>& saved,
                                      const LayerNormFaults& faults = {},
-                                     const std::string& dense_output = "") {
+                                     const std::string& dense_output = "",
+                                     std::vector<Tensor<T>> x_values = {}) {
   SHARDSIM_ASSERT(!x.layout.has_partial() && !x.layout.shards(params.axis),
                   "row-sharded LayerNorm needs whole rows on every rank");
   const std::string dense = dense_output.empty() ? output : dense_output;
-  const Shape stats_shape = x.global.without(params.axis);   // (rows)
-  DistTensor<T> y = world.make(output, x.global, x.layout);  // x's placement
+  const Shape stats_shape = x.global.without(params.axis);  // (rows)
+  const bool in_place = !x_values.empty();
+  DistTensor<T> y = make_output_like(output, x, std::move(x_values));  // x's placement
+  const DistTensor<T>& source = in_place ? y : x;  // x's values, until y's overwrite them
   // (rows), x's placement.
   saved.mean = world.make(part_name(output, layer_norm_parts::mean), stats_shape, x.layout);
   saved.rstd = world.make(part_name(output, layer_norm_parts::rstd), stats_shape, x.layout);
   DistTensor<T> shared_mean;  // scalar, Replicate: combine_token_means only
   if (faults.combine_token_means)
-    shared_mean = detail::combined_token_mean(world, x, params, output);
+    shared_mean = detail::combined_token_mean(world, source, params, output);
   world.for_each_rank([&](int r) {
     LayerNormSaved<T> local;  // (local rows)
-    layer_norm_forward(x.local(r), weight ? &weight->local(r) : nullptr,
+    layer_norm_forward(source.local(r), weight ? &weight->local(r) : nullptr,
                        bias ? &bias->local(r) : nullptr, params, faults, y.local(r), local,
                        faults.combine_token_means ? &shared_mean.local(r)[0] : nullptr);
     saved.mean.local(r) = std::move(local.mean);

@@ -204,7 +204,12 @@ DistTensor<T> masked_mse_replicated(const World<T>& world, const DistTensor<T>& 
     const LocalFrame frame{.batch_begin = micro.batch_begin};
     masked_mse_partial(y.local(r), target.local(r), params, frame, sum, count);
     const T step = micro.index > 0 ? T(step_valid_tokens(y, params, micro, r)) : T(count);
-    const T divisor = micro_divisor(T(count), step, micro, faults);
+    T divisor = micro_divisor(T(count), step, micro, faults);
+    // The rank faults as the sharded plan has them, with one holder of the tokens: the mean of
+    // the holders' own means is this call's mean, S / (its valid tokens), which with
+    // micro-batches differs from S / (the step's); averaging twice divides by the one holder.
+    // The backward divides as the forward did (masked_mse_backward_sharded).
+    if (faults.average_of_rank_means) divisor = count > 0 ? T(count) : T(1);  // S = 0 then
     saved.divisor[static_cast<std::size_t>(r)] = divisor;
     loss.local(r)[0] = sum / divisor;
   });

@@ -58,7 +58,7 @@ T rms_norm_rrms(const T& sum_sq, const T& count, const T& eps) {
 }
 
 // x: (..., H, ...) -> y same shape. weight: (H) or null. RMSNorm has no bias.
-// rms_norm_partial_sum_sq over whole rows, rms_norm_rrms per row, then rms_norm_apply.
+// rms_norm_partial_sum_sq over whole rows, rms_norm_rrms per row, then rms_norm_apply. y may be x.
 template <typename T>
 void rms_norm_forward(const Tensor<T>& x, const Tensor<T>* weight, const RmsNormParams& params,
                       Tensor<T>& y, RmsNormSaved<T>& saved);
@@ -81,7 +81,7 @@ void rms_norm_partial_sum_sq(const Tensor<T>& x, const RmsNormParams& params, st
                              Tensor<T>& sum_sq);
 
 // y = (x * rrms) * w on [0, valid), 0 elsewhere. weight: (H), the local (H_local) slice, or
-// null. REQUIRES: y is not x.
+// null. y may be x (in place: each element is read before it is overwritten).
 template <typename T>
 void rms_norm_apply(const Tensor<T>& x, const Tensor<T>* weight, const RmsNormSaved<T>& saved,
                     const RmsNormParams& params, std::int64_t valid, Tensor<T>& y);

@@ -34,20 +34,26 @@ struct RmsNormShardedGrads {
   DistTensor<T> dweight;  // (H): Partial (row-sharded) or Shard(axis) (hidden-sharded); or empty
 };
 
+// In place when `x_values` holds x's rank tensors, moved out by a caller that does not read x
+// again (layer_norm_row_sharded).
 // REQUIRES: x Replicate or Shard(other axis); weight Replicate or null.
 template <typename T>
 DistTensor<T> rms_norm_row_sharded(const World<T>& world, const DistTensor<T>& x,
                                    const DistTensor<T>* weight, const RmsNormParams& params,
-                                   const std::string& output, RmsNormShardedSaved<T>& saved) {
+                                   const std::string& output, RmsNormShardedSaved<T>& saved,
+                                   std::vector<Tensor<T>> x_values = {}) {
   SHARDSIM_ASSERT(!x.layout.has_partial() && !x.layout.shards(params.axis),
                   "row-sharded RMSNorm needs whole rows on every rank");
-  DistTensor<T> y = world.make(output, x.global, x.layout);  // x's placement
+  const bool in_place = !x_values.empty();
+  DistTensor<T> y = make_output_like(output, x, std::move(x_values));  // x's placement
+  const DistTensor<T>& source = in_place ? y : x;  // x's values, until y's overwrite them
   // (rows), x's placement.
   saved.rrms =
       world.make(part_name(output, rms_norm_parts::rrms), x.global.without(params.axis), x.layout);
   world.for_each_rank([&](int r) {
     RmsNormSaved<T> local;
-    rms_norm_forward(x.local(r), weight ? &weight->local(r) : nullptr, params, y.local(r), local);
+    rms_norm_forward(source.local(r), weight ? &weight->local(r) : nullptr, params, y.local(r),
+                     local);
     saved.rrms.local(r) = std::move(local.rrms);
   });
   zero_padding(y);
@@ -109,7 +115,8 @@ DistTensor<T> rms_norm_hidden_sharded(const World<T>& world, const DistTensor<T>
   world.for_each_rank([&](int r) {
     const T row_length = T(count);
     const T eps = T(params.eps);
-    for (std::int64_t row = 0; row < stats_shape.numel(); ++row) {
+    // This rank's rows (another mesh dim may shard them).
+    for (std::int64_t row = 0; row < total.local(r).numel(); ++row) {
       saved.rrms.local(r)[row] = rms_norm_rrms(total.local(r)[row], row_length, eps);
     }
     rms_norm_apply(x.local(r), weight ? &weight->local(r) : nullptr,

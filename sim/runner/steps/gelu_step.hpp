@@ -18,13 +18,13 @@ class GeluStep final : public StepOp<T> {
 
   void forward(StepEnv<T>& env) override {
     const std::string& output = args_.output;
-    env.set_dense(output, [&] {
-      Tensor<T> y;
-      gelu_forward(env.dense_at(args_.input), params_, y);
-      return y;
-    });
-    env.release_spent_input(args_.input);  // the plan records only its output
-    env.sharded[output] = gelu_sharded(env.world, env.sharded_at(args_.input), params_, output);
+    // A spent x becomes y in its own storage, the oracle's and every rank's (the plan records
+    // only its output).
+    env.set_dense_from(args_.input, output, true,
+                       [&](const Tensor<T>& x, Tensor<T>& y) { gelu_forward(x, params_, y); });
+    std::vector<Tensor<T>> x_values = env.take_spent_locals(args_.input);
+    env.sharded[output] =
+        gelu_sharded(env.world, env.sharded_at(args_.input), params_, output, std::move(x_values));
   }
 
   void backward(StepEnv<T>& env) override {

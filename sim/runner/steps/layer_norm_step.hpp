@@ -33,25 +33,30 @@ class LayerNormStep final : public StepOp<T> {
   void forward(StepEnv<T>& env) override {
     const std::string& input = args_.input;
     const std::string& output = args_.output;
-    const Tensor<T>& x = env.dense_at(input);
-    env.set_dense(output, [&] {
-      Tensor<T> y;
+    {
+      const DistTensor<T>& sx = env.sharded_at(input);
+      hidden_ = env.world.placement(sx).is_shard() && env.world.placement(sx).axis == params_.axis;
+    }
+    // Whole rows: a spent x (no later step reads it) is normalized in its own storage, by the
+    // oracle and by every rank, so that no copy of x is held beside y (Activation memory). The
+    // hidden-sharded plans read the oracle's x after the oracle has run.
+    env.set_dense_from(input, output, !hidden_, [&](const Tensor<T>& x, Tensor<T>& y) {
       layer_norm_forward(x, env.dense_opt(args_.weight), env.dense_opt(args_.bias), params_, y,
                          dense_saved_);
-      return y;
     });
     env.set_dense(output + ".mean", [&] { return dense_saved_.mean; });
     env.set_dense(output + ".rstd", [&] { return dense_saved_.rstd; });
 
-    const DistTensor<T>& sx = env.sharded_at(input);
-    hidden_ = env.world.placement(sx).is_shard() && env.world.placement(sx).axis == params_.axis;
     if (!hidden_) {
-      env.release_spent_input(input);  // x is not read again (and dangles from here on)
+      std::vector<Tensor<T>> x_values = env.take_spent_locals(input);
       env.sharded[output] =
-          layer_norm_row_sharded(env.world, sx, env.sharded_opt(args_.weight),
-                                 env.sharded_opt(args_.bias), params_, output, row_saved_, faults_);
+          layer_norm_row_sharded(env.world, env.sharded_at(input), env.sharded_opt(args_.weight),
+                                 env.sharded_opt(args_.bias), params_, output, row_saved_, faults_,
+                                 "", std::move(x_values));
       return;
     }
+    const Tensor<T>& x = env.dense_at(input);
+    const DistTensor<T>& sx = env.sharded_at(input);
     if (stats_ == HiddenStats::sum_sumsq) {
       // The oracle's full-row sums (ascending), for the all-reduced partial sums.
       Tensor<T>& sum = env.dense[output + ".sum"];
@@ -123,7 +128,7 @@ class LayerNormStep final : public StepOp<T> {
                                    sum_dnorm, sum_dnorm_norm);
         }
         dx_exact = false;  // built from all-reduced row sums
-        // dbias is the row-order sum of dy over the rank's own features: the dense order.
+        // dbias: the row-order sum of dy over the rank's features, the dense order (not Partial).
         dbias_exact = !faults_.hidden_shard_local_stats;
       }
       grads = layer_norm_hidden_sharded_backward(
@@ -135,6 +140,7 @@ class LayerNormStep final : public StepOp<T> {
                    {.op = backward_label(OpKind::layer_norm), .inputs = inputs});
     }
     if (has_bias) {
+      dbias_exact = dbias_exact && !grads.dbias.layout.has_partial();  // Partial: reordered sums
       env.add_grad(bias, std::move(db), std::move(grads.dbias),
                    {.op = backward_label(OpKind::layer_norm),
                     .exact = dbias_exact,

@@ -20,25 +20,25 @@ class RmsNormStep final : public StepOp<T> {
   void forward(StepEnv<T>& env) override {
     const std::string& input = args_.input;
     const std::string& output = args_.output;
-    const Tensor<T>& x = env.dense_at(input);
-    env.set_dense(output, [&] {
-      Tensor<T> y;
+    const DistTensor<T>& sx = env.sharded_at(input);
+    hidden_ = env.world.placement(sx).is_shard() && env.world.placement(sx).axis == params_.axis;
+    // Whole rows: a spent x is normalized in its own storage (layer_norm_step.hpp).
+    env.set_dense_from(input, output, !hidden_, [&](const Tensor<T>& x, Tensor<T>& y) {
       rms_norm_forward(x, env.dense_opt(args_.weight), params_, y, dense_saved_);
-      return y;
     });
     env.set_dense(output + ".rrms", [&] { return dense_saved_.rrms; });
 
-    const DistTensor<T>& sx = env.sharded_at(input);
-    hidden_ = env.world.placement(sx).is_shard() && env.world.placement(sx).axis == params_.axis;
     if (hidden_) {
+      const Tensor<T>& x = env.dense_at(input);
       Tensor<T>& sumsq = env.dense[output + ".sumsq"];
       if (env.oracle) rms_norm_partial_sum_sq(x, params_, x.shape().extent(params_.axis), sumsq);
       env.sharded[output] = rms_norm_hidden_sharded(env.world, sx, env.sharded_opt(args_.weight),
                                                     params_, output, sharded_saved_);
     } else {
-      env.release_spent_input(input);  // x is not read again (and dangles from here on)
-      env.sharded[output] = rms_norm_row_sharded(env.world, sx, env.sharded_opt(args_.weight),
-                                                 params_, output, sharded_saved_);
+      std::vector<Tensor<T>> x_values = env.take_spent_locals(input);
+      env.sharded[output] =
+          rms_norm_row_sharded(env.world, sx, env.sharded_opt(args_.weight), params_, output,
+                               sharded_saved_, std::move(x_values));
     }
   }
 

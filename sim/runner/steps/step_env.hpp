@@ -149,7 +149,46 @@ struct StepEnv {
   // step's output and the ranks' copies of both. The step's sharded plan must then record no
   // boundary whose oracle is `name` (find_oracle would fail, loudly).
   void release_spent_input(const std::string& name) {
-    if (after_step && !after_step->keeps(name)) dense.erase(name);
+    if (spent(name)) dense.erase(name);
+  }
+
+  // Whether no later step reads entry `name` (a forward-only run's step may then consume it).
+  bool spent(const std::string& name) const { return after_step && !after_step->keeps(name); }
+
+  // The oracle's `output` = f(input), computed by `compute(in, out)`. When the input is spent and
+  // `in_place` allows it, in the input's own storage (compute(t, t): the kernel must read each
+  // element before it writes it), which then becomes the output, so that the oracle never holds
+  // both; otherwise into a new tensor, the input kept. A process without the oracle stores the
+  // empty placeholder (set_dense).
+  template <typename Compute>
+  void set_dense_from(const std::string& input, const std::string& output, bool in_place,
+                      Compute&& compute) {
+    if (!oracle) {
+      if (in_place) release_spent_input(input);  // the placeholder goes as the oracle's x does
+      dense[output] = Tensor<T>();
+      return;
+    }
+    if (in_place && spent(input)) {
+      Tensor<T> values = std::move(dense.at(input));
+      dense.erase(input);
+      compute(values, values);
+      dense[output] = std::move(values);
+      return;
+    }
+    Tensor<T> y;
+    compute(dense.at(input), y);
+    dense[output] = std::move(y);
+  }
+
+  // The ranks' tensors of entry `name` when it is spent (no later step reads it), moved out for a
+  // plan that computes its output in them (in place); the entry keeps its name, shapes and layout
+  // with empty locals until the runner releases it after the step. Empty when it is not spent.
+  std::vector<Tensor<T>> take_spent_locals(const std::string& name) {
+    if (!spent(name)) return {};
+    DistTensor<T>& entry = sharded.at(name);
+    std::vector<Tensor<T>> locals = std::move(entry.locals);
+    entry.locals.assign(locals.size(), Tensor<T>());
+    return locals;
   }
 
   Tensor<T>& dense_at(const std::string& name) { return dense.at(name); }
@@ -206,11 +245,18 @@ struct StepEnv {
   }
 };
 
-// Per-rank bytes of a tensor's locals (padding included: a rank allocates it).
+// Per-rank bytes of a tensor's locals (padding included: a rank allocates it), from its global
+// shape and layout: the same as the locals' sizes, and still right for an entry whose locals a
+// plan consumed in place (StepEnv::take_spent_locals). 0 for a rank this process does not hold.
 template <typename T>
 std::vector<std::int64_t> local_bytes(const DistTensor<T>& tensor, std::int64_t element_bytes) {
   std::vector<std::int64_t> bytes;
-  for (const Tensor<T>& local : tensor.locals) bytes.push_back(local.numel() * element_bytes);
+  for (int r = 0; r < tensor.ranks(); ++r) {
+    const bool held = tensor.held(r);
+    bytes.push_back(held ? local_shape(tensor.global, tensor.layout, *tensor.mesh, r).numel() *
+                               element_bytes
+                         : 0);
+  }
   return bytes;
 }
 

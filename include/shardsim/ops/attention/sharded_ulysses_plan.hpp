@@ -114,8 +114,14 @@ ShardedCoreGrads<T> sharded_ulysses_attention_backward(const World<T>& world,
       dv[at] = slice_along(dv[at], "kv", saved.cached, length);
     }
   });
-  const std::vector<std::string> inputs{dattn_heads_name, saved.q_heads.name, saved.k_heads.name,
-                                        saved.v_heads.name};
+  // The cached keys and values are read here too (dp = dO v_j over every key): a cache that
+  // differs from the oracle's voids the exactness claim, as in the forward.
+  std::vector<std::string> inputs{dattn_heads_name, saved.q_heads.name, saved.k_heads.name,
+                                  saved.v_heads.name};
+  if (saved.cached > 0) {
+    inputs.push_back(config.part(AttentionPart::cache_k));
+    inputs.push_back(config.part(AttentionPart::cache_v));
+  }
   // Each head-group gradient, recorded against its dense gradient, then moved back to the
   // ranks' own tokens (`back`: the layout of the tensor it is the gradient of).
   auto move_back = [&](const DistTensor<T>& of_heads, std::vector<Tensor<T>> locals,
