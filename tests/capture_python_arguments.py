@@ -56,6 +56,7 @@ class ArgumentErrors(unittest.TestCase):
             (dict(seed=-1), r"^seed=-1: out of range"),
             (dict(seed=2**70), r"^seed=1180591620717411303424: out of range"),
             (dict(name="a\x1bb"), r"^name='a\\x1bb': .* without control characters"),
+            (dict(name="a\u202eb"), r"^name='a\\u202eb': .* without control characters"),
             (dict(x=x), r"^model input 'x': element \[1, 2, 3\] is nan; .* must be finite"),
             (dict(model=weights), r"^parameter 'fc1.weight': element \[0, 0\] is inf"),
             (dict(loss=sc.MSELoss(torch.randn(2, 13, 16), [14, 3])),

@@ -8,7 +8,9 @@
 //   - dropout's repetition check compared ranks that hold the same elements (Replicate on tp)
 //     and called their equal words a seed repetition;
 //   - the sequence-sharded ulysses backward claimed exactness without naming the cache among its
-//     inputs, so a cache that legitimately carried the previous step's rounding failed it.
+//     inputs, so a cache that legitimately carried the previous step's rounding failed it;
+//   - two fault models that were two bugs or half of one: fsdp_full_param_step also skipped
+//     clipping, average_of_rank_means on a Replicate loss input moved only the backward.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
@@ -30,7 +32,8 @@ RunReport run_at(const std::string& text, const char* precision) {
 }
 
 // LayerNorm (or RMSNorm) with x [4, 3, 6] Shard(batch) on dp and Shard(hidden) on tp, a dp x tp
-// = 2 x 2 mesh, then the rows moved to Shard(seq) on tp and an MSE loss; `train` SGD steps.
+// = 2 x 2 mesh, then the rows moved to Shard(seq) on tp and an MSE loss; one SGD step, in
+// `micro_batches` micro-batches when more than one.
 std::string hidden_norm_text(const std::string& norm_keys, int micro_batches) {
   std::string text =
       "name = \"hidden_norm_dp_tp\"\nseed = 11\nprecisions = [\"f64\"]\ntrain_steps = 1\n"
@@ -44,8 +47,8 @@ std::string hidden_norm_text(const std::string& norm_keys, int micro_batches) {
       "[[tensors]]\nname = \"target\"\nrole = \"target\"\naxes = [\"batch\", \"seq\", \"hidden\"]\n"
       "shape = [4, 3, 6]\nplacement = { dp = \"Shard(batch)\", tp = \"Shard(seq)\" }\n"
       "[[tensors]]\nname = \"w\"\nrole = \"parameter\"\naxes = [\"hidden\"]\nshape = [6]\n"
-      "init = { dist = \"uniform\", low = 0.5, high = 1.5 }\nplacement = { tp = \"Shard(hidden)\" "
-      "}\n";
+      "init = { dist = \"uniform\", low = 0.5, high = 1.5 }\n"
+      "placement = { tp = \"Shard(hidden)\" }\n";
   if (norm_keys.find("layer_norm") != std::string::npos) {
     text +=
         "[[tensors]]\nname = \"b\"\nrole = \"parameter\"\naxes = [\"hidden\"]\nshape = [6]\n"

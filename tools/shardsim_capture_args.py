@@ -28,8 +28,10 @@ def integer(value, what, low, high):
 
 
 def has_control_character(text):
-    """loader.cpp has_control_character: C0, DEL or C1 (shardsim prints names as they are)."""
-    return any(ord(c) < 0x20 or 0x7f <= ord(c) <= 0x9f for c in text)
+    """loader.cpp has_control_character (error.hpp escaped): C0, DEL, C1, or a bidirectional
+    override or isolate (U+202A-U+202E, U+2066-U+2069); shardsim prints names as they are."""
+    return any(ord(c) < 0x20 or 0x7f <= ord(c) <= 0x9f or 0x202a <= ord(c) <= 0x202e
+               or 0x2066 <= ord(c) <= 0x2069 for c in text)
 
 
 def precision_key(text):
