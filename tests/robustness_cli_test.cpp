@@ -253,6 +253,12 @@ TEST_CASE("robustness: user text reaches the terminal escaped: C0, C1, bidi over
                           "2Jed") == "se\\u009b2Jed");
   CHECK(shardsim::clipped("x\xe2\x80\xaey") == "x\\u202ey");
   CHECK(shardsim::clipped("x\xe2\x81\xa9y") == "x\\u2069y");
+  // A byte outside a well-formed UTF-8 sequence: a lone 0x9B (CSI in 8-bit mode), a lone
+  // continuation byte, a truncated sequence, an overlong lead.
+  CHECK(shardsim::clipped("a\x9b" "b") == "a\\x9bb");
+  CHECK(shardsim::clipped("a\xbf") == "a\\xbf");
+  CHECK(shardsim::clipped("a\xe2\x80") == "a\\xe2\\x80");
+  CHECK(shardsim::clipped("\xc0\xaf") == "\\xc0\\xaf");
   // Other characters outside ASCII pass: U+00E9, U+2026 (E2 80 A6), U+2014 (E2 80 94).
   CHECK(shardsim::clipped("\xc3\xa9\xe2\x80\xa6\xe2\x80\x94") ==
         "\xc3\xa9\xe2\x80\xa6\xe2\x80\x94");

@@ -36,10 +36,39 @@ class RendezvousError : public std::runtime_error {
 // User text on a terminal. Input can be anything, so what a terminal would act on is escaped:
 // the C0 controls and DEL as \xNN (a newline as \n), the C1 controls U+0080-U+009F (UTF-8
 // C2 80-9F; U+009B is a CSI on some terminals) and the bidirectional overrides and isolates
-// U+202A-U+202E, U+2066-U+2069 (which reorder what follows them on the line) as \uNNNN. With
-// `keep_lines`, newlines and tabs pass (a multi-line description).
+// U+202A-U+202E, U+2066-U+2069 (which reorder what follows them on the line) as \uNNNN, and a
+// byte that does not belong to a well-formed UTF-8 sequence as \xNN (a lone 0x9B is a CSI on a
+// terminal in 8-bit mode). With `keep_lines`, newlines and tabs pass (a multi-line description).
 inline std::string escaped(std::string_view text, bool keep_lines = false) {
   static constexpr char kHex[] = "0123456789abcdef";
+  // The length of the well-formed UTF-8 sequence at `at` (2 to 4 bytes), or 0 when there is none
+  // (Unicode's table 3-7: no overlong forms, no surrogates, nothing above U+10FFFF).
+  auto sequence = [&](std::size_t at) -> std::size_t {
+    const auto byte = [&](std::size_t k) {
+      return at + k < text.size() ? static_cast<unsigned char>(text[at + k]) : 0;
+    };
+    const unsigned char lead = byte(0);
+    std::size_t length = 0;
+    unsigned char low = 0x80, high = 0xBF;  // the second byte's range
+    if (lead >= 0xC2 && lead <= 0xDF) {
+      length = 2;
+    } else if (lead >= 0xE0 && lead <= 0xEF) {
+      length = 3;
+      if (lead == 0xE0) low = 0xA0;
+      if (lead == 0xED) high = 0x9F;
+    } else if (lead >= 0xF0 && lead <= 0xF4) {
+      length = 4;
+      if (lead == 0xF0) low = 0x90;
+      if (lead == 0xF4) high = 0x8F;
+    } else {
+      return 0;
+    }
+    if (byte(1) < low || byte(1) > high) return 0;
+    for (std::size_t k = 2; k < length; ++k) {
+      if (byte(k) < 0x80 || byte(k) > 0xBF) return 0;
+    }
+    return length;
+  };
   std::string out;
   for (std::size_t i = 0; i < text.size(); ++i) {
     const unsigned char c = static_cast<unsigned char>(text[i]);
@@ -64,8 +93,15 @@ inline std::string escaped(std::string_view text, bool keep_lines = false) {
       out += "\\u";
       for (int shift = 12; shift >= 0; shift -= 4) out += kHex[(code >> shift) & 0xf];
       i += 2;
-    } else {
+    } else if (c < 0x80) {
       out += static_cast<char>(c);
+    } else if (const std::size_t length = sequence(i); length > 0) {
+      out.append(text.substr(i, length));
+      i += length - 1;
+    } else {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 0xf];
     }
   }
   return out;
