@@ -255,7 +255,8 @@ TEST_CASE("robustness: user text reaches the terminal escaped: C0, C1, bidi over
   CHECK(shardsim::clipped("x\xe2\x81\xa9y") == "x\\u2069y");
   // A byte outside a well-formed UTF-8 sequence: a lone 0x9B (CSI in 8-bit mode), a lone
   // continuation byte, a truncated sequence, an overlong lead.
-  CHECK(shardsim::clipped("a\x9b" "b") == "a\\x9bb");
+  CHECK(shardsim::clipped("a\x9b"
+                          "b") == "a\\x9bb");
   CHECK(shardsim::clipped("a\xbf") == "a\\xbf");
   CHECK(shardsim::clipped("a\xe2\x80") == "a\\xe2\\x80");
   CHECK(shardsim::clipped("\xc0\xaf") == "\\xc0\\xaf");
