@@ -18,12 +18,12 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-// f32 goldens of the sequence-sharded LayerNorm.
-fs::path make_goldens(const TempDir& dir) {
+// f32 goldens of a bundled scenario (default: the sequence-sharded LayerNorm).
+fs::path make_goldens(const TempDir& dir,
+                      const std::string& scenario = "layernorm_sequence_sharded.toml") {
   const fs::path golden = dir.path() / "golden";
-  const CliResult r =
-      run_cli("run --quiet " + q(source_scenario("layernorm_sequence_sharded.toml")) +
-              " --golden " + q(golden) + " --dtype f32");
+  const CliResult r = run_cli("run --quiet " + q(source_scenario(scenario)) + " --golden " +
+                              q(golden) + " --dtype f32");
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   return golden;
@@ -195,12 +195,7 @@ TEST_CASE("compare: a nested zigzag placement is refused, never an abort", "[com
   // scenario loader refuses it). In a manifest it reached the slice arithmetic and aborted
   // ("a zigzag share does not nest", signal 6).
   TempDir dir;
-  const fs::path golden = dir.path() / "golden";
-  const CliResult made =
-      run_cli("run --quiet " + q(source_scenario("mesh_cp_tp_zigzag_training.toml")) +
-              " --golden " + q(golden) + " --dtype f32");
-  INFO(made.err);
-  REQUIRE(made.exit_code == 0);
+  const fs::path golden = make_goldens(dir, "mesh_cp_tp_zigzag_training.toml");
   const fs::path manifest_path = golden / "manifest.json";
   Json manifest = Json::parse(slurp(manifest_path));
   std::size_t at = manifest["tensors"].size();

@@ -144,14 +144,6 @@ struct StepEnv {
     }
   }
 
-  // Called by a step once its oracle has run: releases the oracle's input `name` when no later
-  // step reads it (after_step), instead of after the step, so that it does not stay beside the
-  // step's output and the ranks' copies of both. The step's sharded plan must then record no
-  // boundary whose oracle is `name` (find_oracle would fail, loudly).
-  void release_spent_input(const std::string& name) {
-    if (spent(name)) dense.erase(name);
-  }
-
   // Whether no later step reads entry `name` (a forward-only run's step may then consume it).
   bool spent(const std::string& name) const { return after_step && !after_step->keeps(name); }
 
@@ -159,12 +151,14 @@ struct StepEnv {
   // `in_place` allows it, in the input's own storage (compute(t, t): the kernel must read each
   // element before it writes it), which then becomes the output, so that the oracle never holds
   // both; otherwise into a new tensor, the input kept. A process without the oracle stores the
-  // empty placeholder (set_dense).
+  // empty placeholder (set_dense) and drops the input's as the oracle does. In place, the step's
+  // sharded plan must record no boundary whose oracle is `input` (find_oracle would fail,
+  // loudly).
   template <typename Compute>
   void set_dense_from(const std::string& input, const std::string& output, bool in_place,
                       Compute&& compute) {
     if (!oracle) {
-      if (in_place) release_spent_input(input);  // the placeholder goes as the oracle's x does
+      if (in_place && spent(input)) dense.erase(input);
       dense[output] = Tensor<T>();
       return;
     }
