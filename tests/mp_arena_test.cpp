@@ -1,7 +1,8 @@
-// Tests for mp_arena.hpp: once installed, GMP allocates mp values from the pools, freed blocks are
-// reused (on the thread that freed them, and across threads through the depot), and the paths that
-// move a value between block sizes (MPFR's precision changes, strings, blocks above the pooled
-// sizes) keep its value; the policy says when a process installs them. That no result moves is the
+// Tests for mp_arena.hpp: once installed, GMP allocates the limbs of mp values wider than 320 bits
+// (mp256's are inline, mp_backend.hpp) from the pools, freed blocks are reused (on the thread that
+// freed them, and across threads through the depot), and the paths that move a value between block
+// sizes (precision changes, strings, blocks above the pooled sizes) keep its value; the policy says
+// when a process installs them. That no result moves is the
 // digests ctest (every bundled scenario's reports and goldens, mp levels included, hash as before
 // the pools).
 #include "shardsim/mp_arena.hpp"
@@ -75,12 +76,12 @@ TEST_CASE("mp arena: a thread reuses the blocks it freed, so repeated rounds tak
           "[mp_arena]") {
   // On a fresh thread (empty lists): round 1 may carve chunks (or take the depot's batches);
   // rounds 2-5 make and drop the same number of values and must be served from the blocks round 1
-  // freed.
+  // freed. At 600 bits (10 limbs: 80-byte blocks; mp256's limbs are inline and take none).
   if (pools_off()) return;
   std::int64_t after_first = 0, after_last = 0;
   bool values_right = true;
   std::thread worker([&] {
-    shardsim::set_mp_precision(256);
+    shardsim::set_mp_precision(600);
     for (int round = 1; round <= 5; ++round) {
       std::vector<Mp> values = make_values(20000);
       for (int i = 0; i < 20000; i += 997) values_right &= values[i] * 3 == Mp(i);
@@ -95,15 +96,15 @@ TEST_CASE("mp arena: a thread reuses the blocks it freed, so repeated rounds tak
 
 TEST_CASE("mp arena: values made by the pool's workers and dropped by the caller are reused",
           "[mp_arena]") {
-  // Eight rounds: workers make 60000 values each (48-byte blocks at 257 bits: 2.9 MB a round),
+  // Eight rounds: workers make 60000 values in all (80-byte blocks at 600 bits: 4.8 MB a round),
   // the caller drops them all. Without the depot every worker would carve new chunks each round
-  // (about 1.9 MB of them for the two workers' share) while the freed blocks piled up on the
-  // caller's lists: 13 MB over rounds 2-8. With it the growth after round 1 stays within a few
+  // (about 3.2 MB of them for the two workers' share) while the freed blocks piled up on the
+  // caller's lists: 22 MB over rounds 2-8. With it the growth after round 1 stays within a few
   // chunks per thread (256 KiB each).
   if (pools_off()) return;
   const ThreadCountGuard guard;
   shardsim::set_thread_count(3);
-  shardsim::set_mp_precision(256);
+  shardsim::set_mp_precision(600);
   std::int64_t after_first = 0;
   bool values_right = true;
   for (int round = 1; round <= 8; ++round) {
@@ -115,6 +116,7 @@ TEST_CASE("mp arena: values made by the pool's workers and dropped by the caller
   }
   CHECK(values_right);
   CHECK(mp_arena_chunk_bytes() - after_first <= 6 * (std::int64_t(256) << 10));
+  shardsim::set_mp_precision(256);
 }
 
 TEST_CASE("mp arena: a thread that ends leaves its free blocks to the threads after it",
@@ -124,7 +126,7 @@ TEST_CASE("mp arena: a thread that ends leaves its free blocks to the threads af
   // on every value comes from blocks an earlier thread made: no new chunk. Without that hand-over
   // each thread would take about 1000 blocks with it, and the rest of its chunk, and the later
   // ones would carve new chunks (5 MB more when this was checked).
-  // At 1500 bits (24 limbs: 200-byte blocks, a class no other test uses, so that no earlier
+  // At 1500 bits (24 limbs: 192-byte blocks, a class no other test uses, so that no earlier
   // test's blocks in the depot can stand in for the ones handed over here).
   if (pools_off()) return;
   std::int64_t after_first = 0;
@@ -141,10 +143,10 @@ TEST_CASE("mp arena: a thread that ends leaves its free blocks to the threads af
 
 TEST_CASE("mp arena: a thread that only frees values hands its blocks over when it ends",
           "[mp_arena]") {
-  // The caller makes 50 x 1000 values at 2000 bits (32 limbs: 264-byte blocks, a class no other
-  // test uses); 50 threads, one after another, each drop 1000 of them and end without ever taking
-  // a block. Their lists go to the depot, so the caller's next 50000 values take no new chunk;
-  // lost with the threads they would need 13 MB of new chunks.
+  // The caller makes 50 x 1000 values at 2000 bits (2001 carried, 32 limbs: 256-byte blocks, a
+  // class no other test uses); 50 threads, one after another, each drop 1000 of them and end
+  // without ever taking a block. Their lists go to the depot, so the caller's next 50000 values
+  // take no new chunk; lost with the threads they would need 13 MB of new chunks.
   if (pools_off()) return;
   shardsim::set_mp_precision(2000);
   std::vector<std::vector<Mp>> parts(50);
@@ -161,11 +163,11 @@ TEST_CASE("mp arena: a thread that only frees values hands its blocks over when 
 
 TEST_CASE("mp arena: a smaller class reuses a larger class's free blocks up to twice its size",
           "[mp_arena]") {
-  // One thread makes and drops 20000 values at 700 bits (11 limbs: 96-byte blocks) and ends
-  // (its blocks go to the depot); the next makes 19000 at 330 bits (6 limbs: 56-byte blocks, a
-  // class whose own depot is empty) from those 96-byte blocks: no new chunk (19000, not 20000:
-  // the check's temporaries need a few blocks more). Without the borrowing it would carve 1 MB.
-  // (Classes no other test uses; 96 <= 2 x 56.)
+  // One thread makes and drops 20000 values at 700 bits (702 carried, 11 limbs: 88-byte blocks)
+  // and ends (its blocks go to the depot); the next makes 19000 at 400 bits (7 limbs: 56-byte
+  // blocks, a class whose own depot is empty) from those 88-byte blocks: no new chunk (19000, not
+  // 20000: the check's temporaries need a few blocks more). Without the borrowing it would carve
+  // 1 MB. (Classes no other test uses; 88 <= 2 x 56.)
   if (pools_off()) return;
   std::thread larger([] {
     shardsim::set_mp_precision(700);
@@ -175,7 +177,7 @@ TEST_CASE("mp arena: a smaller class reuses a larger class's free blocks up to t
   const std::int64_t before = mp_arena_chunk_bytes();
   bool values_right = true;
   std::thread smaller([&] {
-    shardsim::set_mp_precision(330);
+    shardsim::set_mp_precision(400);
     const std::vector<Mp> values = make_values(19000);
     values_right = values[18999] * 3 == Mp(18999);
   });
@@ -208,15 +210,19 @@ TEST_CASE("mp arena: realloc moves a block between classes and to malloc, keepin
 TEST_CASE("mp arena: precision changes, strings and large blocks keep their values", "[mp_arena]") {
   shardsim::set_mp_precision(256);
   const Mp third = Mp(1) / 3;
-  // 257 bits: 5 limbs, a 48-byte block. 1000 bits: 16 limbs, 136 bytes (another class). 4300
-  // bits: 68 limbs, 552 bytes, above kMpArenaMaxBlock (malloc's). mpfr_prec_round reallocates on
-  // the way up (MPFR keeps the block on the way down) and keeps the value exactly (it has 257
-  // bits, which every one of these precisions holds).
-  Mp x = third;
-  for (mpfr_prec_t bits : {1000, 4300, 300, 257}) {
-    mpfr_prec_round(x.backend().data(), bits, MPFR_RNDN);
-    CHECK(mpfr_get_prec(x.backend().data()) == bits);
+  // 257 bits: 5 limbs, inline. 1000 bits: 16 limbs, a 128-byte block; 4300 bits: 68 limbs, 544
+  // bytes, above kMpArenaMaxBlock (malloc's). Widening (raise_to) moves the limbs into the wider
+  // storage and keeps the value exactly; a copy from the 257-bit value takes its precision back
+  // (the block freed, the limbs inline again).
+  for (mpfr_prec_t bits : {1000, 4300}) {
+    Mp x = third;
+    x.backend().raise_to(bits);
+    CHECK(x.backend().precision_bits() == bits);
     CHECK(mpfr_equal_p(x.backend().data(), third.backend().data()) != 0);
+    CHECK(x * 3 != Mp(1));  // 1/3 at 257 bits, times 3 at the wider precision: not 1
+    x = third;
+    CHECK(x.backend().precision_bits() == third.backend().precision_bits());
+    CHECK(x == third);
   }
   // Strings come from the same functions and are freed with their length + 1 (mpfr_free_str; in
   // MPFR 4.2 the size mpfr_get_str allocated): 1/3 to 20 digits is 0.33333333333333333333 x 10^0.
@@ -231,13 +237,12 @@ TEST_CASE("mp arena: precision changes, strings and large blocks keep their valu
   }
 }
 
-TEST_CASE("mp arena: the memory estimate counts an mp value as its mpfr_t and its pooled block",
+TEST_CASE("mp arena: the memory estimate counts an mp value as its 56 bytes and its pooled block",
           "[mp_arena]") {
-  // Per element, by hand: f64 8 bytes; mp256 (257 bits carried, counted as 5 limbs) 32 + 8 +
-  // 5 x 8 = 80, no header from the pools; mp128 counted as 3 limbs: 32 + 8 + 24 = 64; mp4096
-  // counted as 65 limbs, a 528-byte block, above the pools' 512: malloc's, with its 16-byte
-  // header: 32 + 528 + 16 = 576. The element count is the same at every precision, so the
-  // estimates stand in these ratios to f64's.
+  // Per element, by hand: f64 8 bytes; mp256 (257 bits carried, counted as 5 limbs: inline) 56;
+  // mp128 counted as 3 limbs, inline: 56; mp4096 counted as 65 limbs, a 520-byte block, above the
+  // pools' 512: malloc's, with its 16-byte header: 56 + 520 + 16 = 592. The element count is the
+  // same at every precision, so the estimates stand in these ratios to f64's.
   const auto scenario = shardsim::parse_scenario(R"toml(name = "estimate"
 seed = 1
 [mesh]
@@ -260,7 +265,7 @@ axis = "hidden"
   };
   const std::uint64_t f64 = estimate("f64");
   REQUIRE(f64 > 0);
-  CHECK(estimate("mp256") == 10 * f64);
-  CHECK(estimate("mp128") == 8 * f64);
-  CHECK(estimate("mp4096") == 72 * f64);
+  CHECK(estimate("mp256") == 7 * f64);
+  CHECK(estimate("mp128") == 7 * f64);
+  CHECK(estimate("mp4096") == 74 * f64);
 }

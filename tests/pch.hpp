@@ -5,7 +5,7 @@
 
 #include <algorithm>
 #include <array>
-#include <boost/multiprecision/mpfr.hpp>
+#include <boost/multiprecision/number.hpp>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>

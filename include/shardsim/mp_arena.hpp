@@ -1,11 +1,13 @@
-// GMP's memory functions (through which MPFR, and so every Mp value, allocates its limbs) served
-// from per-thread pools of fixed-size blocks instead of malloc (issue 16: compact multiprecision).
+// GMP's memory functions (through which MPFR allocates its scratch, and an Mp value wider than
+// 320 bits its limbs) served from per-thread pools of fixed-size blocks instead of malloc (issue
+// 16: compact multiprecision).
 //
-// An Mp value is Boost's mpfr_t (32 bytes, inside the tensor) plus one block of limbs: 8 + 8 n
-// bytes for n limbs, 48 at mp256's 257 bits. From malloc that block costs 64 bytes (its header
-// and rounding) and a malloc/free pair per value made or dropped; from the pools it costs its own
-// size rounded up to 8 bytes, and making or dropping a value pushes or pops a free list. Values
-// and their bits are untouched: this is allocation only.
+// An Mp value (mp_backend.hpp) is 56 bytes inside the tensor with its limbs inline up to
+// kMpInlineLimbs (mp256's 257 bits: 5 limbs), and allocates nothing; a wider one holds a block of
+// 8 n bytes for its n limbs. From malloc that block costs its header and rounding and a
+// malloc/free pair per value made or dropped; from the pools it costs its own size rounded up to
+// 8 bytes, and making or dropping a value pushes or pops a free list. Values and their bits are
+// untouched: this is allocation only.
 //
 // The pools (sim/core/mp_arena.cpp): blocks of up to kMpArenaMaxBlock bytes, in size classes of 8
 // bytes, carved from 256 KiB chunks that are never returned (a freed block goes on the freeing
@@ -21,9 +23,9 @@
 // precision installs the pools (install_mp_arena_for; `run` does); every other keeps malloc. A
 // `run` that diverges still runs its diagnosis's other trend levels (mp128, mp256) on them.
 //
-// AddressSanitizer builds do not install the pools: there every mp value keeps its own malloc
-// block, so ASan reports a use after free or a double clear of an mp value, and LSan a leaked one,
-// which a pool would hide (a freed block is reused at once and chunks stay reachable).
+// AddressSanitizer builds do not install the pools: there every block (MPFR's scratch, a wide mp
+// value's limbs) is malloc's, so ASan reports a use after free or a double free of one, and LSan a
+// leaked one, which a pool would hide (a freed block is reused at once and chunks stay reachable).
 #pragma once
 
 #include <cstddef>
@@ -35,6 +37,9 @@
 namespace shardsim {
 
 inline constexpr std::size_t kMpArenaMaxBlock = 512;
+// The size of an Mp value, and how many limbs it holds without a block (mp_backend.hpp).
+inline constexpr std::size_t kMpValueBytes = 56;
+inline constexpr int kMpInlineLimbs = 5;
 
 #if defined(__SANITIZE_ADDRESS__)  // GCC
 inline constexpr bool kMpArenaSanitized = true;

@@ -14,22 +14,22 @@ unsigned set_mp_precision(unsigned bits) {
   // Pick the smallest digits10 whose binary precision reaches `bits`.
   unsigned digits10 = 1;
   while (boost::multiprecision::detail::digits10_2_2(digits10) < bits) ++digits10;
-  Mp::thread_default_precision(digits10);
-  Mp::default_precision(digits10);
+  const auto carried =
+      static_cast<mpfr_prec_t>(boost::multiprecision::detail::digits10_2_2(digits10));
+  mp_detail::set_thread_default_bits(carried);
+  mp_detail::set_process_default_bits(carried);
   return mp_significand_bits();
 }
 
-unsigned mp_significand_bits() {
-  return static_cast<unsigned>(
-      boost::multiprecision::detail::digits10_2_2(Mp::thread_default_precision()));
-}
+unsigned mp_significand_bits() { return static_cast<unsigned>(mp_detail::default_bits()); }
 
 float round_to_f32(const Mp& value) { return mpfr_get_flt(value.backend().data(), MPFR_RNDN); }
 
 double round_to_f64(const Mp& value) { return mpfr_get_d(value.backend().data(), MPFR_RNDN); }
 
 std::uint16_t round_to_narrow(const Mp& value, NarrowFormat format) {
-  const mpfr_srcptr x = value.backend().data();
+  const auto view = value.backend().data();  // the mpfr_t lives as long as `view`
+  const mpfr_srcptr x = view;
   double odd = mpfr_get_d(x, MPFR_RNDZ);  // NaN and the infinities convert exactly
   if (mpfr_number_p(x) && mpfr_cmp_d(x, odd) != 0) {
     odd = std::bit_cast<double>(std::bit_cast<std::uint64_t>(odd) | 1u);
@@ -46,7 +46,7 @@ double ulp_distance_mp(const Mp& a, const Mp& b) {
   const long exponent = mpfr_get_exp(b.backend().data());
   const long precision = static_cast<long>(mpfr_get_prec(b.backend().data()));
   Mp scaled = diff;
-  mpfr_mul_2si(scaled.backend().data(), diff.backend().data(), precision - exponent, MPFR_RNDN);
+  mpfr_mul_2si(MpfrOut(scaled.backend()), diff.backend().data(), precision - exponent, MPFR_RNDN);
   return round_to_f64(scaled);
 }
 

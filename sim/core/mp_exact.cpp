@@ -35,7 +35,7 @@ Magnitude mp_abs_difference(const Mp& a, const Mp& b) {
 
 std::string mp_exact_text(const Mp& value) {
   char* text = nullptr;
-  const int length = mpfr_asprintf(&text, "%Ra", value.backend().data());
+  const int length = mpfr_asprintf(&text, "%Ra", value.backend().data().get());
   SHARDSIM_ASSERT(length >= 0 && text != nullptr, "mpfr_asprintf failed");
   std::string out(text, static_cast<std::size_t>(length));
   mpfr_free_str(text);
@@ -44,7 +44,7 @@ std::string mp_exact_text(const Mp& value) {
 
 std::string mp_decimal_text(const Mp& value, int digits) {
   char* text = nullptr;
-  const int length = mpfr_asprintf(&text, "%.*Re", digits - 1, value.backend().data());
+  const int length = mpfr_asprintf(&text, "%.*Re", digits - 1, value.backend().data().get());
   SHARDSIM_ASSERT(length >= 0 && text != nullptr, "mpfr_asprintf failed");
   std::string out(text, static_cast<std::size_t>(length));
   mpfr_free_str(text);

@@ -33,7 +33,7 @@ struct Job {
   // cost (causal attention rows). The partition never changes what an index computes.
   const std::int64_t block;
   const std::function<void(std::int64_t)>* const body;
-  const unsigned mp_digits10;  // the caller's Mp::thread_default_precision()
+  const long mp_bits;          // the caller's mp_thread_bits()
   const NarrowFormat narrow;   // the caller's narrow_float_format()
   std::atomic<std::int64_t> next{0};
   std::mutex error_mutex;
@@ -45,7 +45,7 @@ struct Job {
       : n(count),
         block(std::max<std::int64_t>(1, count / (8 * static_cast<std::int64_t>(threads)))),
         body(&f),
-        mp_digits10(Mp::thread_default_precision()),
+        mp_bits(mp_thread_bits()),
         narrow(narrow_float_format()) {}
 
   bool unclaimed() const { return next.load(std::memory_order_relaxed) < n; }
@@ -54,10 +54,10 @@ struct Job {
   // rethrown (the smallest index's) does not depend on timing. The thread's mp precision, narrow
   // format and nesting flag are the caller's while it works here, and its own again after.
   void work() {
-    const unsigned saved_digits10 = Mp::thread_default_precision();
+    const long saved_bits = mp_thread_bits();
     const NarrowFormat saved_narrow = narrow_float_format();
     const bool saved_inside = t_inside_parallel_for;
-    if (saved_digits10 != mp_digits10) Mp::thread_default_precision(mp_digits10);
+    if (saved_bits != mp_bits) set_mp_thread_bits(mp_bits);
     set_narrow_float_format(narrow);
     t_inside_parallel_for = true;
     for (;;) {
@@ -78,7 +78,7 @@ struct Job {
     }
     t_inside_parallel_for = saved_inside;
     set_narrow_float_format(saved_narrow);
-    if (saved_digits10 != mp_digits10) Mp::thread_default_precision(saved_digits10);
+    if (saved_bits != mp_bits) set_mp_thread_bits(saved_bits);
   }
 };
 

@@ -30,9 +30,9 @@ void put_one(WireWriter& w, mpfr_srcptr x, mpz_t z) {
 
 void get_one(WireReader& r, Mp& value, mpz_t z) {
   const std::uint64_t prec = r.u64();
-  if (prec < MPFR_PREC_MIN || prec > MPFR_PREC_MAX) throw TransportError("wire: an mp precision");
-  mpfr_ptr x = value.backend().data();
-  mpfr_set_prec(x, static_cast<mpfr_prec_t>(prec));
+  if (prec < MPFR_PREC_MIN || prec > kMaxMpBits) throw TransportError("wire: an mp precision");
+  value.backend().set_precision(static_cast<mpfr_prec_t>(prec));
+  MpfrOut x(value.backend());
   const std::uint64_t kind = r.u64();
   const int sign = r.u64() ? -1 : 1;
   switch (kind) {

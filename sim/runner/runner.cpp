@@ -17,16 +17,17 @@ Schedule effective_schedule(const Scenario& scenario, const RunOptions& options)
 }
 
 std::uint64_t estimate_memory_bytes(const Scenario& scenario, const Precision& precision) {
-  // Bytes per element: the scalar itself, or for mp an mpfr_t (32 bytes) and its block: MPFR's
-  // size word and the limbs of bits + 1 (Boost's precision carries bits or bits + 1: mp256 has
-  // 257, mp128 128, one limb less than counted here), from the pools (mp_arena.hpp) without a
-  // header up to their largest block, else from malloc with its 16.
+  // Bytes per element: the scalar itself, or for mp a 56-byte MpBackend (mp_backend.hpp) whose
+  // limbs are inline up to 5 and otherwise a block of its own: the limbs of bits + 1 (Boost's
+  // precision carries bits or bits + 1: mp256 has 257, mp128 128), from the pools (mp_arena.hpp)
+  // without a header up to their largest block, else from malloc with its 16.
   long double per_element = 8;
   if (precision.kind == ScalarKind::f32 || precision.is_narrow()) per_element = 4;  // a float
   if (precision.is_expansion()) per_element = 8 * (precision.bits / 53);  // 2 or 4 doubles
   if (precision.kind == ScalarKind::mp) {
-    const long double block = 8 + 8 * ((precision.bits + 64) / 64);
-    per_element = 32 + block + (block > kMpArenaMaxBlock ? 16 : 0);
+    const long double limbs = (precision.bits + 64) / 64;
+    const long double block = limbs > kMpInlineLimbs ? 8 * limbs : 0;
+    per_element = kMpValueBytes + block + (block > kMpArenaMaxBlock ? 16 : 0);
   }
   long double elements = 0;
   const int ranks = scenario.mesh.ranks();

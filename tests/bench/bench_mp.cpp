@@ -109,7 +109,8 @@ std::size_t count_differing_scores(const std::vector<std::vector<Mp>>& rows,
       continue;
     }
     for (const Mp& score : rows[i]) {
-      mpfr_srcptr kernel_value = score.backend().data();
+      const auto view = score.backend().data();  // the mpfr_t lives as long as `view`
+      mpfr_srcptr kernel_value = view;
       mpfr_srcptr raw_value = rs[at++];
       const bool same_sign = (mpfr_signbit(kernel_value) != 0) == (mpfr_signbit(raw_value) != 0);
       if (mpfr_cmp(kernel_value, raw_value) != 0 || !same_sign) ++differing;
