@@ -131,6 +131,35 @@ TEST_CASE("mp values travel exactly, specials and signs included", "[transport]"
   CHECK_THROWS_AS(WireValues<Mp>::get(cut), TransportError);
 }
 
+TEST_CASE("mp values at the widest accepted precision travel, and a wider one is refused",
+          "[transport]") {
+  // set_mp_precision(kMaxMpBits) carries Boost's first decimal-digit step at or above it (19726
+  // digits: 19726000 / 301 = 65534 rem 274, + 2 = 65536 bits, exactly kMaxMpBits today): a run at
+  // the widest precision sends values that wide, and they must be accepted.
+  const unsigned carried = set_mp_precision(kMaxMpBits);
+  REQUIRE(carried >= kMaxMpBits);
+  const std::vector<Mp> values = {Mp(1) / Mp(3)};
+  std::string bytes;
+  WireWriter w(bytes);
+  WireValues<Mp>::put(w, values);
+  WireReader r(bytes);
+  const std::vector<Mp> back = WireValues<Mp>::get(r);
+  REQUIRE(back.size() == 1);
+  CHECK(ScalarTraits<Mp>::identical(back[0], values[0]));
+  CHECK(back[0].backend().precision_bits() == static_cast<mpfr_prec_t>(carried));
+  // A message of one +0 claiming 1 000 000 bits (count, precision, kind, sign: put_one's layout)
+  // is refused before anything that wide is made.
+  std::string wide_bytes;
+  WireWriter wide(wide_bytes);
+  wide.u64(1);
+  wide.u64(1000000);
+  wide.u64(0);  // kind: zero
+  wide.u64(0);  // sign
+  WireReader too_wide(wide_bytes);
+  CHECK_THROWS_AS(WireValues<Mp>::get(too_wide), TransportError);
+  set_mp_precision(256);
+}
+
 TEST_CASE("collectives over 2 and 3 processes are bitwise the single process's", "[transport]") {
   for (ReduceOrder order : {ReduceOrder::rank, ReduceOrder::ring, ReduceOrder::tree}) {
     check_processes<float>(5, 2, order);

@@ -2,6 +2,7 @@
 
 #include <gmp.h>
 
+#include <boost/multiprecision/detail/digits.hpp>
 #include <string>
 
 namespace shardsim {
@@ -9,6 +10,14 @@ namespace shardsim {
 namespace {
 
 enum : std::uint64_t { kZero = 0, kRegular = 1, kInf = 2, kNan = 3 };
+
+// The widest precision a value can carry: set_mp_precision(kMaxMpBits) rounds up to Boost's
+// decimal-digit steps (mp.hpp); 65536 itself is a step today, but the bound follows the rule.
+constexpr std::uint64_t kMaxCarriedBits = [] {
+  unsigned long digits10 = 1;
+  while (boost::multiprecision::detail::digits10_2_2(digits10) < kMaxMpBits) ++digits10;
+  return boost::multiprecision::detail::digits10_2_2(digits10);
+}();
 
 void put_one(WireWriter& w, mpfr_srcptr x, mpz_t z) {
   w.u64(static_cast<std::uint64_t>(mpfr_get_prec(x)));
@@ -30,7 +39,7 @@ void put_one(WireWriter& w, mpfr_srcptr x, mpz_t z) {
 
 void get_one(WireReader& r, Mp& value, mpz_t z) {
   const std::uint64_t prec = r.u64();
-  if (prec < MPFR_PREC_MIN || prec > kMaxMpBits) throw TransportError("wire: an mp precision");
+  if (prec < MPFR_PREC_MIN || prec > kMaxCarriedBits) throw TransportError("wire: an mp precision");
   value.backend().set_precision(static_cast<mpfr_prec_t>(prec));
   MpfrOut x(value.backend());
   const std::uint64_t kind = r.u64();
