@@ -29,7 +29,7 @@ void layer_norm_forward(const Tensor<T>& x, const Tensor<T>* weight, const Tenso
   // statistics pass from one to the other in the block's own arrays (mean, rstd): read back from
   // saved, whose storage y's stores might alias as far as the compiler knows, the f32 loops run
   // markedly slower.
-  detail::for_each_row_concurrently(view, [&](const auto& block) {
+  detail::for_each_row_concurrently<detail::kConcurrentRowBlock<T>>(view, [&](const auto& block) {
     constexpr int n = detail::rows_in<decltype(block)>;
     detail::RowValues<T, n> mean, rstd;  // (n)
     detail::layer_norm_block_stats(block, x, view.extent, policy, mean, rstd);
@@ -56,7 +56,7 @@ void layer_norm_stats(const Tensor<T>& x, const LayerNormParams& params,
   const auto policy = detail::layer_norm_stats_policy(view.extent, params, faults, shared_mean);
   stats.mean = Tensor<T>(x.shape().without(params.axis));  // (rows)
   stats.rstd = Tensor<T>(x.shape().without(params.axis));  // (rows)
-  detail::for_each_row_concurrently(view, [&](const auto& block) {
+  detail::for_each_row_concurrently<detail::kConcurrentRowBlock<T>>(view, [&](const auto& block) {
     constexpr int n = detail::rows_in<decltype(block)>;
     detail::RowValues<T, n> mean, rstd;  // (n)
     detail::layer_norm_block_stats(block, x, view.extent, policy, mean, rstd);
@@ -75,7 +75,7 @@ void layer_norm_apply(const Tensor<T>& x, const Tensor<T>* weight, const Tensor<
   const AxisView view = AxisView::of(x.shape(), params.axis);
   detail::require_valid_positions(view, valid);
   prepare_output(y, x.shape());  // every element is written below (tensor.hpp)
-  detail::for_each_row_concurrently(view, [&](const auto& block) {
+  detail::for_each_row_concurrently<detail::kConcurrentRowBlock<T>>(view, [&](const auto& block) {
     constexpr int n = detail::rows_in<decltype(block)>;
     detail::RowValues<T, n> mean, rstd;  // (n) local copies: stores into y cannot alias them
     for (int q = 0; q < n; ++q) {
@@ -120,7 +120,7 @@ void layer_norm_backward_sums(const Tensor<T>& dy, const Tensor<T>& x, const Ten
   detail::require_valid_positions(view, valid);
   sum_dnorm = Tensor<T>(x.shape().without(params.axis));       // (rows)
   sum_dnorm_norm = Tensor<T>(x.shape().without(params.axis));  // (rows)
-  detail::for_each_row_concurrently(view, [&](const auto& block) {
+  detail::for_each_row_concurrently<detail::kConcurrentRowBlock<T>>(view, [&](const auto& block) {
     constexpr int n = detail::rows_in<decltype(block)>;
     detail::RowValues<T, n> dnorm_total, dnorm_norm_total;  // (n)
     detail::layer_norm_block_backward_sums(block, dy, x, weight, stats, valid, dnorm_total,
