@@ -88,10 +88,10 @@ void for_each_row(const AxisView& view, F&& f) {
   for (; first < rows; ++first) f(row_block<1>(view, first));
 }
 
-// The same blocks as for_each_row, run concurrently (parallel.hpp). Only for passes whose blocks
-// are independent: a block reads its own rows and writes only its own rows' outputs. Anything
-// accumulated across rows (a parameter gradient) keeps for_each_row's order instead.
-// Blocks of Block rows (kConcurrentRowBlock of the pass's scalar type).
+// Blocks as for_each_row's, but of Block rows (kConcurrentRowBlock of the pass's scalar type), run
+// concurrently (parallel.hpp). Only for passes whose blocks are independent: a block reads its own
+// rows and writes only its own rows' outputs, so the blocking changes no bit. Anything accumulated
+// across rows (a parameter gradient) keeps for_each_row's order instead.
 template <int Block, typename F>
 void for_each_row_concurrently(const AxisView& view, F&& f) {
   const std::int64_t rows = view.outer * view.inner;
