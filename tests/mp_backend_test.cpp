@@ -119,6 +119,9 @@ TEST_CASE("mp backend: binary operations give Boost's mpfr backend's bits", "[mp
         c *= i;
         rc *= i;
         mismatches += !same(c, rc);
+        c /= i;
+        rc /= i;
+        mismatches += !same(c, rc);
         mismatches += (a < i) != (ra < i) || (a == i) != (ra == i);
         mismatches += !same(pow(a, i), pow(ra, i));
       }

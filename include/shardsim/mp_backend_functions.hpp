@@ -130,28 +130,24 @@ inline void eval_modf(MpBackend& r, const MpBackend& a, MpBackend* integral) {
 }
 
 // fma: r = a * b + r, r = a * b + c; fms as Boost: r = -(a * b - r), r = a * b - c.
-inline void eval_multiply_add(MpBackend& r, const MpBackend& a, const MpBackend& b) {
-  mp_detail::apply(r, a, b, r, [](mpfr_ptr x, mpfr_srcptr p, mpfr_srcptr q, mpfr_srcptr s) {
-    mpfr_fma(x, p, q, s, MPFR_RNDN);
-  });
-}
 inline void eval_multiply_add(MpBackend& r, const MpBackend& a, const MpBackend& b,
                               const MpBackend& c) {
   mp_detail::apply(r, a, b, c, [](mpfr_ptr x, mpfr_srcptr p, mpfr_srcptr q, mpfr_srcptr s) {
     mpfr_fma(x, p, q, s, MPFR_RNDN);
   });
 }
-inline void eval_multiply_subtract(MpBackend& r, const MpBackend& a, const MpBackend& b) {
-  mp_detail::apply(r, a, b, r, [](mpfr_ptr x, mpfr_srcptr p, mpfr_srcptr q, mpfr_srcptr s) {
-    mpfr_fms(x, p, q, s, MPFR_RNDN);
-  });
-  r.negate();
+inline void eval_multiply_add(MpBackend& r, const MpBackend& a, const MpBackend& b) {
+  eval_multiply_add(r, a, b, r);
 }
 inline void eval_multiply_subtract(MpBackend& r, const MpBackend& a, const MpBackend& b,
                                    const MpBackend& c) {
   mp_detail::apply(r, a, b, c, [](mpfr_ptr x, mpfr_srcptr p, mpfr_srcptr q, mpfr_srcptr s) {
     mpfr_fms(x, p, q, s, MPFR_RNDN);
   });
+}
+inline void eval_multiply_subtract(MpBackend& r, const MpBackend& a, const MpBackend& b) {
+  eval_multiply_subtract(r, a, b, r);
+  r.negate();
 }
 
 }  // namespace shardsim

@@ -116,18 +116,9 @@ inline void eval_divide(MpBackend& r, const MpBackend& o) {
   mp_detail::apply(r, r, o,
                    [](mpfr_ptr x, mpfr_srcptr a, mpfr_srcptr b) { mpfr_div(x, a, b, MPFR_RNDN); });
 }
-inline void eval_add(MpBackend& r, unsigned long i) {
-  mp_detail::apply_self(r, [&](mpfr_ptr x) { mpfr_add_ui(x, x, i, MPFR_RNDN); });
-}
-inline void eval_subtract(MpBackend& r, unsigned long i) {
-  mp_detail::apply_self(r, [&](mpfr_ptr x) { mpfr_sub_ui(x, x, i, MPFR_RNDN); });
-}
-inline void eval_multiply(MpBackend& r, unsigned long i) {
-  mp_detail::apply_self(r, [&](mpfr_ptr x) { mpfr_mul_ui(x, x, i, MPFR_RNDN); });
-}
-inline void eval_divide(MpBackend& r, unsigned long i) {
-  mp_detail::apply_self(r, [&](mpfr_ptr x) { mpfr_div_ui(x, x, i, MPFR_RNDN); });
-}
+// In place with a long: Boost adds or subtracts by i > 0, where its three-argument forms (below)
+// choose by y < 0; they differ on 0 (sub_ui keeps -0, add_ui gives +0). The other in-place
+// integer forms are the three-argument ones with r as the operand (after those).
 inline void eval_add(MpBackend& r, long i) {  // Boost: i > 0 adds, else subtracts |i|
   mp_detail::apply_self(r, [&](mpfr_ptr x) {
     if (i > 0) {
@@ -144,18 +135,6 @@ inline void eval_subtract(MpBackend& r, long i) {
     } else {
       mpfr_add_ui(x, x, mp_detail::unsigned_abs(i), MPFR_RNDN);
     }
-  });
-}
-inline void eval_multiply(MpBackend& r, long i) {
-  mp_detail::apply_self(r, [&](mpfr_ptr x) {
-    mpfr_mul_ui(x, x, mp_detail::unsigned_abs(i), MPFR_RNDN);
-    if (i < 0) mpfr_neg(x, x, MPFR_RNDN);
-  });
-}
-inline void eval_divide(MpBackend& r, long i) {
-  mp_detail::apply_self(r, [&](mpfr_ptr x) {
-    mpfr_div_ui(x, x, mp_detail::unsigned_abs(i), MPFR_RNDN);
-    if (i < 0) mpfr_neg(x, x, MPFR_RNDN);
   });
 }
 
@@ -262,6 +241,14 @@ inline void eval_divide(MpBackend& r, long y, const MpBackend& a) {
     if (y < 0) mpfr_neg(x, x, MPFR_RNDN);
   });
 }
+
+// In place with an integer, as Boost: the three-argument form with r as the operand.
+inline void eval_add(MpBackend& r, unsigned long i) { eval_add(r, r, i); }
+inline void eval_subtract(MpBackend& r, unsigned long i) { eval_subtract(r, r, i); }
+inline void eval_multiply(MpBackend& r, unsigned long i) { eval_multiply(r, r, i); }
+inline void eval_divide(MpBackend& r, unsigned long i) { eval_divide(r, r, i); }
+inline void eval_multiply(MpBackend& r, long i) { eval_multiply(r, r, i); }
+inline void eval_divide(MpBackend& r, long i) { eval_divide(r, r, i); }
 
 // ---- comparison (unordered operands are the front end's: it tests for NaN first)
 inline bool eval_eq(const MpBackend& a, const MpBackend& b) {
