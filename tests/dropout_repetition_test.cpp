@@ -82,6 +82,38 @@ TEST_CASE("identical and shifted word streams are found and independent ones are
   CHECK(repeats[1].str().find("REPEATED") != std::string::npos);
 }
 
+TEST_CASE("a stream with padding inside is matched at its words' local positions",
+          "[dropout][repetition]") {
+  // A padded split of x[batch=3, seq=3, hidden=2] over 2 ranks holds seq 2 per rank: rank 0
+  // seq [0, 2), rank 1 seq [2, 3) plus one padding position. Under same_seed both draw by local
+  // flat index (b, s, h) -> 4b + 2s + h: rank 0 all 12 indices, rank 1 the six with s = 0,
+  // {0, 1, 4, 5, 8, 9}. Rank 1's stream, padding skipped, is words 0, 1, 4, 5, 8, 9 of rank 0's:
+  // its head is not a run of rank 0's words, so only the positions find it.
+  const std::vector<std::uint32_t> full = stream(5, 0, 12);
+  const std::vector<std::int64_t> at{0, 1, 4, 5, 8, 9};
+  std::vector<std::uint32_t> short_rank;
+  for (std::int64_t i : at) short_rank.push_back(full[static_cast<std::size_t>(i)]);
+  const std::vector<std::vector<std::uint32_t>> words{full, short_rank};
+  CHECK(shardsim::repeated_streams(words).empty());  // as runs: rank 1's third word is full[4]
+  const auto repeats = shardsim::repeated_streams(words, {{}, at});
+  // Each finds the other at offset 0 (the same stream): rank 0's words at local indices 0, 1,
+  // 4, 5, 8, 9 land on rank 1's six words, its others on rank 1's padding.
+  REQUIRE(repeats.size() == 2);
+  CHECK((repeats[0].rank_a == 1 && repeats[0].rank_b == 0 && repeats[0].offset == 0));
+  CHECK((repeats[1].rank_a == 0 && repeats[1].rank_b == 1 && repeats[1].offset == 0));
+  for (const auto& repeat : repeats) CHECK((repeat.compared == 6 && repeat.equal == 6));
+  // log2(n_a C(6, 6) 2^-192) with n_a the searched stream's words: 6, then 12.
+  CHECK(repeats[0].log2_chance == Approx(std::log2(6.0) - 192.0).margin(1e-9));
+  CHECK(repeats[1].log2_chance == Approx(std::log2(12.0) - 192.0).margin(1e-9));
+  // A shifted stream with padding: rank 1 holds rank 0's words at local indices + 2.
+  std::vector<std::uint32_t> shifted;
+  for (std::int64_t i : at) shifted.push_back(full[static_cast<std::size_t>(i + 2)]);
+  const auto moved = shardsim::repeated_streams({full, shifted}, {{}, at});
+  REQUIRE(!moved.empty());
+  CHECK((moved.back().rank_b == 1 && moved.back().offset == 2));
+  CHECK((moved.back().compared == 6 && moved.back().equal == 6));
+}
+
 TEST_CASE("a single equal word is never evidence and independent streams never repeat",
           "[dropout][repetition]") {
   // One-word streams carry 2^-32 per position: with a 64-word stream to search that is 2^-26,
@@ -187,6 +219,36 @@ TEST_CASE("the same_seed fault scenario fails at the repetition check naming ran
     REQUIRE(b.entry.notes.size() == 1);
     CHECK(b.entry.notes[0].find("not reproducible against the dense program") != std::string::npos);
   }
+}
+
+TEST_CASE("same_seed on a padded split whose short rank has padding inside is flagged",
+          "[dropout][scenario]") {
+  // x[batch=3, seq=3, hidden=2] Shard(seq, padded) over 2 ranks: rank 1 holds seq 2 and one
+  // padding row in every batch row, so its drawn words skip local indices 2, 3, 6, 7, 10, 11.
+  // same_seed: its 6 words are rank 0's at the same local indices (flagged, pair (0, 1));
+  // global: every word is the dense program's at its global index (the clean twin passes).
+  std::string text =
+      slurp(std::string(SHARDSIM_SOURCE_DIR) + "/scenarios/faults/dropout_same_seed.toml");
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"ranks = 4", "ranks = 2"},
+           {"shape = [2, 13, 16]", "shape = [3, 3, 2]"},
+           {"shape = [2, 13, 16]", "shape = [3, 3, 2]"},
+           {"placement = \"Shard(seq)\"", "placement = \"Shard(seq, padded)\""},
+           {"placement = \"Shard(seq)\"", "placement = \"Shard(seq, padded)\""}}) {
+    REQUIRE(text.find(from) != std::string::npos);
+    text.replace(text.find(from), from.size(), to);
+  }
+  const auto scenario = shardsim::parse_scenario(text, "same_seed_padded.toml");
+  const shardsim::RunReport run = shardsim::evaluate(scenario, shardsim::parse_precision("f64"));
+  REQUIRE(run.first_divergence);
+  CHECK(run.first_divergence->tensor == "y.mask@repetition");
+  CHECK(run.first_divergence->index ==
+        std::vector<std::pair<std::string, std::int64_t>>{{"rank", 0}, {"peer", 1}});
+  const std::string fault = "faults = [\"dropout_same_seed\"]\n";
+  REQUIRE(text.find(fault) != std::string::npos);
+  text.erase(text.find(fault), fault.size());
+  const auto clean = shardsim::parse_scenario(text, "global_padded.toml");
+  CHECK(shardsim::evaluate(clean, shardsim::parse_precision("f64")).pass);
 }
 
 TEST_CASE("same_seed on the SP MLP block at 8 ranks (13 tokens) is flagged",

@@ -106,12 +106,14 @@ inline bool dropout_keep(std::uint32_t word, std::uint32_t threshold) { return w
 // decide; keep/drop agreement carries little information when p is small (independent masks
 // agree with probability q^2 + (1 - q)^2, 0.98 at p = 0.01) or shards are short.
 //
-// words[r] is rank r's stream: its drawn words in local flat order, padding skipped. Each rank's
-// head (its first kRepetitionHeadWords words, all of them when it holds fewer) is looked up at
-// every position of every other rank's stream (one hash of the heads, so O(total words) time and
-// O(ranks * head) extra memory). Rank b REPEATS rank a at offset s when b's head equals a's
-// words s, s + 1, ...: offset 0 means the same stream, s > 0 the same stream shifted. The pair is
-// then compared over the whole overlap, min(n_b, n_a - s) positions, of which `equal` agree.
+// words[r] is rank r's stream: its drawn words in local flat order, padding skipped, each at its
+// local flat index. Each rank's head (its first kRepetitionHeadWords words, all of them when it
+// holds fewer) is looked up at every position of every other rank's stream (one hash of the heads, so O(total words) time and
+// O(ranks * head) extra memory). Rank b REPEATS rank a at offset s when b's head words, at local
+// indices j, equal a's words at local indices j + s (those that land on a's padding skipped, at
+// least two compared): offset 0 means the same stream, s > 0 the same stream shifted. Without
+// padding that is b's head equal to a's words s, s + 1, .... The pair is then compared over the
+// whole overlap (every word of b that lands on a word of a), of which `equal` agree.
 // Independent streams would produce such a match somewhere in a's stream with probability at
 // most n_a * C(compared, equal) * 2^(-32 equal); the pair is flagged when that bound is below
 // kRepetitionTail (two equal words already give about 2^-64 n_a). For each rank b the first
@@ -132,9 +134,14 @@ struct StreamRepeat {
   std::string str() const;
 };
 
-// The flagged repetitions, one per repeating rank b, in order of b.
-// REQUIRES: words.size() >= 1.
-std::vector<StreamRepeat> repeated_streams(const std::vector<std::vector<std::uint32_t>>& words);
+// The flagged repetitions, one per repeating rank b, in order of b. at[r] (optional) gives the
+// local flat index of each of rank r's words, ascending, where padding positions were skipped
+// (empty: word i sits at index i). Heads, offsets and overlaps are then taken over local
+// indices, so a stream with padding inside (a short rank of a padded split) is still matched
+// word for word against the positions it skipped.
+// REQUIRES: words.size() >= 1; at empty or one list per rank, each empty or one index per word.
+std::vector<StreamRepeat> repeated_streams(const std::vector<std::vector<std::uint32_t>>& words,
+                                           const std::vector<std::vector<std::int64_t>>& at = {});
 
 // P(Binomial(n, prob) >= k), summed in log space from j = k up to n. REQUIRES: 0 <= prob <= 1.
 double binomial_upper_tail(std::int64_t n, std::int64_t k, double prob);

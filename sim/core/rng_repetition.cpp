@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <unordered_map>
 
 #include "shardsim/error.hpp"
@@ -22,27 +23,61 @@ double log2_chance(std::int64_t stream_words, std::int64_t compared, std::int64_
          32.0 * static_cast<double>(equal);
 }
 
-// Whether b's head sits in a's stream at `offset` (every head word that fits there matches, and
-// at least two do, so a single chance equality of one word never counts).
-bool head_matches(const std::vector<std::uint32_t>& a, std::size_t offset,
-                  const std::vector<std::uint32_t>& b, std::size_t head) {
+// One rank's stream: its words and, when padding was skipped, each word's local flat index.
+class Stream {
+ public:
+  Stream(const std::vector<std::uint32_t>& words, const std::vector<std::int64_t>* at)
+      : words_(words), at_(at != nullptr && !at->empty() ? at : nullptr) {}
+  std::size_t size() const { return words_.size(); }
+  std::uint32_t word(std::size_t i) const { return words_[i]; }
+  // The local flat index of word i.
+  std::int64_t local(std::size_t i) const {
+    return at_ ? (*at_)[i] : static_cast<std::int64_t>(i);
+  }
+  // The word at local flat index j, or none (a padding position, or outside the stream).
+  std::optional<std::uint32_t> at_local(std::int64_t j) const {
+    if (at_ == nullptr) {
+      if (j < 0 || j >= static_cast<std::int64_t>(words_.size())) return std::nullopt;
+      return words_[static_cast<std::size_t>(j)];
+    }
+    const auto hit = std::lower_bound(at_->begin(), at_->end(), j);
+    if (hit == at_->end() || *hit != j) return std::nullopt;
+    return words_[static_cast<std::size_t>(hit - at_->begin())];
+  }
+  // One past the last local index that holds a word.
+  std::int64_t end() const { return words_.empty() ? 0 : local(words_.size() - 1) + 1; }
+
+ private:
+  const std::vector<std::uint32_t>& words_;
+  const std::vector<std::int64_t>* at_;
+};
+
+// Whether b's head sits in a's stream at local offset `offset` (b's word at local index j equals
+// a's at j + offset for every head word that lands on a word of a, and at least two do, so a
+// single chance equality of one word never counts). Head words that land on a's padding are
+// skipped; the head stops where a's stream ends.
+bool head_matches(const Stream& a, std::int64_t offset, const Stream& b, std::size_t head) {
   std::size_t matched = 0;
-  for (std::size_t i = 0; i < head && offset + i < a.size(); ++i) {
-    if (a[offset + i] != b[i]) return false;
+  for (std::size_t i = 0; i < head; ++i) {
+    const std::int64_t j = b.local(i) + offset;
+    if (j >= a.end()) break;
+    const std::optional<std::uint32_t> word = a.at_local(j);
+    if (!word) continue;
+    if (*word != b.word(i)) return false;
     ++matched;
   }
   return matched >= 2;
 }
 
-StreamRepeat compare_overlap(const std::vector<std::vector<std::uint32_t>>& words, int a, int b,
-                             std::size_t offset) {
-  const auto& sa = words[static_cast<std::size_t>(a)];
-  const auto& sb = words[static_cast<std::size_t>(b)];
-  StreamRepeat repeat{.rank_a = a, .rank_b = b, .offset = static_cast<std::int64_t>(offset)};
-  const std::size_t overlap = std::min(sb.size(), sa.size() - offset);
-  repeat.compared = static_cast<std::int64_t>(overlap);
-  for (std::size_t i = 0; i < overlap; ++i) {
-    if (sa[offset + i] == sb[i]) ++repeat.equal;
+// b against a over every word of b that lands on a word of a at `offset`.
+StreamRepeat compare_overlap(const Stream& sa, const Stream& sb, int a, int b,
+                             std::int64_t offset) {
+  StreamRepeat repeat{.rank_a = a, .rank_b = b, .offset = offset};
+  for (std::size_t i = 0; i < sb.size(); ++i) {
+    const std::optional<std::uint32_t> word = sa.at_local(sb.local(i) + offset);
+    if (!word) continue;
+    ++repeat.compared;
+    if (*word == sb.word(i)) ++repeat.equal;
   }
   repeat.log2_chance =
       log2_chance(static_cast<std::int64_t>(sa.size()), repeat.compared, repeat.equal);
@@ -64,9 +99,20 @@ std::string StreamRepeat::str() const {
   return text;
 }
 
-std::vector<StreamRepeat> repeated_streams(const std::vector<std::vector<std::uint32_t>>& words) {
+std::vector<StreamRepeat> repeated_streams(const std::vector<std::vector<std::uint32_t>>& words,
+                                           const std::vector<std::vector<std::int64_t>>& at) {
   SHARDSIM_ASSERT(!words.empty(), "repeated_streams needs at least one rank");
+  SHARDSIM_ASSERT(at.empty() || at.size() == words.size(),
+                  "repeated_streams: one position list per rank");
   const int ranks = static_cast<int>(words.size());
+  std::vector<Stream> streams;
+  for (std::size_t r = 0; r < words.size(); ++r) {
+    const std::vector<std::int64_t>* positions = at.empty() ? nullptr : &at[r];
+    SHARDSIM_ASSERT(positions == nullptr || positions->empty() ||
+                        positions->size() == words[r].size(),
+                    "repeated_streams: one position per word");
+    streams.emplace_back(words[r], positions);
+  }
   // First head word -> the ranks whose head starts with it.
   std::unordered_map<std::uint32_t, std::vector<int>> heads;
   for (int b = 0; b < ranks; ++b) {
@@ -78,15 +124,16 @@ std::vector<StreamRepeat> repeated_streams(const std::vector<std::vector<std::ui
   std::vector<bool> found(static_cast<std::size_t>(ranks), false);
   std::vector<StreamRepeat> first(static_cast<std::size_t>(ranks));
   for (int a = 0; a < ranks; ++a) {
-    const auto& sa = words[static_cast<std::size_t>(a)];
-    for (std::size_t offset = 0; offset < sa.size(); ++offset) {
-      const auto hit = heads.find(sa[offset]);
+    const Stream& sa = streams[static_cast<std::size_t>(a)];
+    for (std::size_t s = 0; s < sa.size(); ++s) {
+      const auto hit = heads.find(sa.word(s));
       if (hit == heads.end()) continue;
       for (int b : hit->second) {
         if (b == a || found[static_cast<std::size_t>(b)]) continue;
-        const auto& sb = words[static_cast<std::size_t>(b)];
+        const Stream& sb = streams[static_cast<std::size_t>(b)];
+        const std::int64_t offset = sa.local(s) - sb.local(0);
         if (!head_matches(sa, offset, sb, std::min(sb.size(), kRepetitionHeadWords))) continue;
-        const StreamRepeat repeat = compare_overlap(words, a, b, offset);
+        const StreamRepeat repeat = compare_overlap(sa, sb, a, b, offset);
         if (repeat.log2_chance >= std::log2(kRepetitionTail)) continue;
         found[static_cast<std::size_t>(b)] = true;
         first[static_cast<std::size_t>(b)] = repeat;

@@ -1,3 +1,5 @@
+#include <numeric>
+
 #include "shardsim/ops/dropout-inl.hpp"
 
 namespace shardsim {
@@ -62,9 +64,18 @@ DrawnWords dropout_words(const Shape& local, const DropoutFrame& frame, const Dr
                          DropoutPolicy policy) {
   const std::uint64_t seed = dropout_rank_seed(policy, params.seed, frame.rank);
   DrawnWords words;
+  bool skipped = false;  // a padding position skipped: `at` is kept from then on
   for_each_position(
-      local, frame, policy, [&](std::int64_t, bool pad, std::int64_t index, std::int64_t global) {
-        if (pad) return;
+      local, frame, policy, [&](std::int64_t at, bool pad, std::int64_t index, std::int64_t global) {
+        if (pad) {
+          if (!skipped) {  // the words so far sit at their own indices
+            skipped = true;
+            words.at.resize(words.drawn.size());
+            std::iota(words.at.begin(), words.at.end(), std::int64_t{0});
+          }
+          return;
+        }
+        if (skipped) words.at.push_back(at);
         words.drawn.push_back(dropout_word(seed, params.stream, params.forward_pass,
                                            static_cast<std::uint64_t>(index)));
         words.dense.push_back(dropout_word(params.seed, params.stream, params.forward_pass,

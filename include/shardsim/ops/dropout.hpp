@@ -50,10 +50,12 @@ DropoutMask dropout_mask(const Shape& local, const DropoutFrame& frame,
 
 // The words behind a local mask, for the repetition detector: `drawn` holds the words the rank
 // draws under `policy` and `dense` the words the dense program (policy global) draws for the same
-// elements, both in local flat order with padding positions skipped.
+// elements, both in local flat order with padding positions skipped. `at` holds each word's local
+// flat index once a padding position has been skipped (empty: word i is at index i).
 struct DrawnWords {
   std::vector<std::uint32_t> drawn;
   std::vector<std::uint32_t> dense;
+  std::vector<std::int64_t> at;
 };
 DrawnWords dropout_words(const Shape& local, const DropoutFrame& frame, const DropoutParams& params,
                          DropoutPolicy policy);

@@ -107,12 +107,14 @@ DistTensor<T> repetition_check(const std::vector<DrawnWords>& words, std::uint32
   }
   std::vector<int> holders;  // the ranks compared, ascending
   std::vector<std::vector<std::uint32_t>> streams;
+  std::vector<std::vector<std::int64_t>> positions;
   for (int r = 0; r < ranks; ++r) {
     if (!replica_of.empty() && replica_of[static_cast<std::size_t>(r)] != r) continue;
     holders.push_back(r);
     streams.push_back(words[static_cast<std::size_t>(r)].drawn);
+    positions.push_back(words[static_cast<std::size_t>(r)].at);
   }
-  std::vector<StreamRepeat> repeats = repeated_streams(streams);
+  std::vector<StreamRepeat> repeats = repeated_streams(streams, positions);
   for (StreamRepeat& repeat : repeats) {  // positions among the holders -> ranks
     repeat.rank_a = holders[static_cast<std::size_t>(repeat.rank_a)];
     repeat.rank_b = holders[static_cast<std::size_t>(repeat.rank_b)];
