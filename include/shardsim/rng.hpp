@@ -108,16 +108,16 @@ inline bool dropout_keep(std::uint32_t word, std::uint32_t threshold) { return w
 //
 // words[r] is rank r's stream: its drawn words in local flat order, padding skipped, each at its
 // local flat index. Each rank's head (its first kRepetitionHeadWords words, all of them when it
-// holds fewer) is looked up at every position of every other rank's stream (one hash of the heads, so O(total words) time and
-// O(ranks * head) extra memory). Rank b REPEATS rank a at offset s when b's head words, at local
-// indices j, equal a's words at local indices j + s (those that land on a's padding skipped, at
-// least two compared): offset 0 means the same stream, s > 0 the same stream shifted. Without
-// padding that is b's head equal to a's words s, s + 1, .... The pair is then compared over the
-// whole overlap (every word of b that lands on a word of a), of which `equal` agree.
-// Independent streams would produce such a match somewhere in a's stream with probability at
-// most n_a * C(compared, equal) * 2^(-32 equal); the pair is flagged when that bound is below
-// kRepetitionTail (two equal words already give about 2^-64 n_a). For each rank b the first
-// match is kept (lowest a, then lowest offset).
+// holds fewer) is looked up at every position of every other rank's stream (one hash of the heads,
+// so O(total words) time and O(ranks * head) extra memory). Rank b REPEATS rank a at offset s when
+// b's head words, at local indices j, equal a's words at local indices j + s (those that land on
+// a's padding skipped, at least two compared): offset 0 means the same stream, s > 0 the same
+// stream shifted. Without padding that is b's head equal to a's words s, s + 1, .... The pair is
+// then compared over the whole overlap (every word of b that lands on a word of a), of which
+// `equal` agree. Independent streams would produce such a match somewhere in a's stream with
+// probability at most n_a * C(compared, equal) * 2^(-32 equal); the pair is flagged when that bound
+// is below kRepetitionTail (two equal words already give about 2^-64 n_a). For each rank b the
+// first match is kept (lowest a, then lowest offset).
 inline constexpr double kRepetitionTail = 1e-9;
 inline constexpr std::size_t kRepetitionHeadWords = 8;
 

@@ -31,9 +31,7 @@ class Stream {
   std::size_t size() const { return words_.size(); }
   std::uint32_t word(std::size_t i) const { return words_[i]; }
   // The local flat index of word i.
-  std::int64_t local(std::size_t i) const {
-    return at_ ? (*at_)[i] : static_cast<std::int64_t>(i);
-  }
+  std::int64_t local(std::size_t i) const { return at_ ? (*at_)[i] : static_cast<std::int64_t>(i); }
   // The word at local flat index j, or none (a padding position, or outside the stream).
   std::optional<std::uint32_t> at_local(std::int64_t j) const {
     if (at_ == nullptr) {
@@ -108,9 +106,9 @@ std::vector<StreamRepeat> repeated_streams(const std::vector<std::vector<std::ui
   std::vector<Stream> streams;
   for (std::size_t r = 0; r < words.size(); ++r) {
     const std::vector<std::int64_t>* positions = at.empty() ? nullptr : &at[r];
-    SHARDSIM_ASSERT(positions == nullptr || positions->empty() ||
-                        positions->size() == words[r].size(),
-                    "repeated_streams: one position per word");
+    SHARDSIM_ASSERT(
+        positions == nullptr || positions->empty() || positions->size() == words[r].size(),
+        "repeated_streams: one position per word");
     streams.emplace_back(words[r], positions);
   }
   // First head word -> the ranks whose head starts with it.

@@ -39,8 +39,8 @@ void for_each_position(const Shape& local, const DropoutFrame& frame, DropoutPol
 
 }  // namespace
 
-DropoutMask dropout_mask(const Shape& local, const DropoutFrame& frame,
-                         const DropoutParams& params, DropoutPolicy policy) {
+DropoutMask dropout_mask(const Shape& local, const DropoutFrame& frame, const DropoutParams& params,
+                         DropoutPolicy policy) {
   const std::uint32_t threshold = dropout_threshold(params.p);
   const std::uint64_t seed = dropout_rank_seed(policy, params.seed, frame.rank);
   DropoutMask mask;
@@ -66,7 +66,8 @@ DrawnWords dropout_words(const Shape& local, const DropoutFrame& frame, const Dr
   DrawnWords words;
   bool skipped = false;  // a padding position skipped: `at` is kept from then on
   for_each_position(
-      local, frame, policy, [&](std::int64_t at, bool pad, std::int64_t index, std::int64_t global) {
+      local, frame, policy,
+      [&](std::int64_t at, bool pad, std::int64_t index, std::int64_t global) {
         if (pad) {
           if (!skipped) {  // the words so far sit at their own indices
             skipped = true;

@@ -56,7 +56,8 @@ std::uint64_t estimate_memory_bytes(const Scenario& scenario, const Precision& p
       const Placement& on = input->second.layout.on(d);
       padded = padded || (on.is_shard() && on.split == SplitPolicy::padded);
     }
-    elements += 2 * k * k + (padded ? 4 : 2) * static_cast<long double>(input->second.shape.numel());
+    elements +=
+        2 * k * k + (padded ? 4 : 2) * static_cast<long double>(input->second.shape.numel());
   }
   if (scenario.train_steps > 0) elements *= 2;
   const long double bytes = elements * per_element;

@@ -358,6 +358,8 @@ Scenario parse_scenario(std::string text, const std::string& file) {
       entry.check_plan(step, s);
     }
   }
+  // After the plan checks, which refuse a fault a step's mode cannot express at all.
+  if (const toml::node* v = root.get("faults")) load.fault_plans(load.array(*v, "faults"), s);
   return s;
 }
 

@@ -82,6 +82,11 @@ class Loader : public TomlReader {
   void check_fsdp_fault(const toml::node& node, const std::string& path, Fault fault,
                         const Scenario& s) const;
 
+  // Refuses a listed fault (faults[i], in s.faults' order) that would change nothing this
+  // scenario runs: a plan no step takes, or a case its data cannot reach (fault_plans.cpp).
+  // Needs the steps, the layouts and [stream].
+  void fault_plans(const toml::array& list, const Scenario& s) const;
+
   // [expect]; step and chunk within the scenario's training steps and streamed chunks (so the
   // stream is read first).
   Expectation expect(const toml::table& t, const Scenario& s) const;

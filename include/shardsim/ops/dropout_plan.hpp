@@ -199,8 +199,8 @@ DistTensor<T> dropout_sharded(const World<T>& world, const DistTensor<T>& x,
   // redraws them from the metadata (a local shape and frame), so every process has all of them.
   std::vector<DrawnWords> words;
   for (int r = 0; r < ranks; ++r) {
-    words.push_back(dropout_words(local_shape(x.global, x.layout, *x.mesh, r),
-                                  dropout_frame(x, r), params, policy));
+    words.push_back(dropout_words(local_shape(x.global, x.layout, *x.mesh, r), dropout_frame(x, r),
+                                  params, policy));
   }
   const std::uint32_t threshold = dropout_threshold(params.p);
   if (!x.layout.is_replicate()) {
@@ -219,9 +219,12 @@ DistTensor<T> dropout_sharded(const World<T>& world, const DistTensor<T>& x,
     std::vector<std::string> notes;
     DistTensor<T> check =
         repetition_check<T>(words, threshold, output + ".mask@repetition", notes, replica_of);
-    world.compare_boundary({.op = "dropout_repetition", .tensor = check.name, .exact = true,
-                  .kind = BoundaryKind::check, .notes = notes},
-                 check);
+    world.compare_boundary({.op = "dropout_repetition",
+                            .tensor = check.name,
+                            .exact = true,
+                            .kind = BoundaryKind::check,
+                            .notes = notes},
+                           check);
   }
   world.compare_boundary({.op = op_label(OpKind::dropout),
                           .tensor = mask.name,

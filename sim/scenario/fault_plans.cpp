@@ -1,0 +1,272 @@
+// Whether each listed fault changes a plan this scenario runs (Loader::fault_plans). The op check
+// in Loader::fault only asks that some step has the fault's op; a fault can still name a plan
+// that no step of that op runs (combine_token_means on a hidden-sharded LayerNorm) or a case
+// the scenario's data cannot reach (padding_in_loss without padding, cache_raw_k without a
+// second chunk). Such a fault would change nothing and its scenario would pass silently, so the
+// loader refuses it and says what the fault needs. The rules follow the plans' own choices:
+//   layer_norm   input Shard(axis) on the step's dim -> the hidden-sharded plans (stats mode;
+//                redistribute runs the row plan after its all-to-all); anything else -> the
+//                row plan (include/shardsim/ops/layer_norm_faults.hpp lists who uses what)
+//   mse_loss     input Replicate on every dim -> computed whole on every rank (loss_plan.hpp:
+//                one holder, whose own mean is the call's: average_of_rank_means shows only
+//                with micro-batches, averaging twice never); padding needs valid_lengths below
+//                the seq extent; the [seq, batch] mask equals the right one at batch 1
+//   attention    the extra key of window_off_by_one exists only if window < the sequence; the
+//                cache faults need a second streamed chunk (chunk 1 passes by construction)
+//   linear       row-parallel: weight Shard(in) on the step's dim; column-parallel: Shard(out)
+//   redistribute Shard(a) -> Replicate: concatenating along the first axis is the same memory
+//                as along `a` when every axis before `a` has local extent 1 (other mesh dims
+//                may shard those axes: dp's batch shard)
+//   dropout      p > 0; same_seed also needs a Shard input (a Replicate rank's local index is
+//                the global one)
+// Faults that change the training loop, and numerical faults whose visibility depends on
+// values (ring_merge_no_max), are not judged here.
+#include <algorithm>
+#include <string>
+
+#include "shardsim/scenario/scenario.hpp"
+#include "sim/scenario/loader.hpp"
+
+namespace shardsim {
+
+namespace {
+
+const Scenario::TensorLayout* layout_of(const Scenario& s, const std::string& name) {
+  const auto found = s.tensor_layouts.find(name);
+  return found == s.tensor_layouts.end() ? nullptr : &found->second;
+}
+
+// The placement of tensor `name` on the step's mesh dim (Replicate when unknown).
+Placement on_step_dim(const Scenario& s, const StepSpec& step, const std::string& name) {
+  const Scenario::TensorLayout* t = layout_of(s, name);
+  if (t == nullptr || step.mesh_dim >= t->layout.ndim()) return Placement::replicate();
+  return t->layout.on(step.mesh_dim);
+}
+
+// Whether some mesh dim of more than one rank shards tensor `name`.
+bool sharded_somewhere(const Scenario& s, const std::string& name) {
+  const Scenario::TensorLayout* t = layout_of(s, name);
+  if (t == nullptr) return false;
+  for (int d = 0; d < t->layout.ndim() && d < s.mesh.devices.ndim(); ++d) {
+    if (t->layout.on(d).is_shard() && s.mesh.devices.dim(d).size > 1) return true;
+  }
+  return false;
+}
+
+template <typename Args, typename Pred>
+bool any_step(const Scenario& s, OpKind kind, Pred pred) {
+  return std::any_of(s.steps.begin(), s.steps.end(), [&](const StepSpec& step) {
+    return step.kind == kind && pred(step, step.as<Args>());
+  });
+}
+
+bool hidden_sharded_norm(const Scenario& s, const StepSpec& step, const LayerNormArgs& a) {
+  const Placement x = on_step_dim(s, step, a.input);
+  return x.is_shard() && x.axis == a.axis;
+}
+
+bool has_padding(const Scenario& s, const MseLossArgs& a) {
+  const Scenario::TensorLayout* t = layout_of(s, a.input);
+  if (!a.valid_lengths || t == nullptr || !t->shape.has(a.seq_axis)) return false;
+  const std::int64_t seq = t->shape.extent(a.seq_axis);
+  return std::any_of(a.valid_lengths->begin(), a.valid_lengths->end(),
+                     [&](std::int64_t n) { return n < seq; });
+}
+
+// The LayerNorm faults: why one changes nothing here, or "".
+std::string norm_effect(Fault fault, const Scenario& s) {
+  switch (fault) {
+    case Fault::combine_token_means:
+    case Fault::rmsnorm_substituted:
+    case Fault::dtype_mismatch:
+      if (any_step<LayerNormArgs>(s, OpKind::layer_norm, [&](const StepSpec& st, const auto& a) {
+            return !hidden_sharded_norm(s, st, a) || a.stats == "redistribute";
+          })) {
+        return "";
+      }
+      return "it changes the row-sharded LayerNorm plan, and every layer_norm here normalizes a "
+             "Shard(axis) input with distributed statistics (give one a row-sharded input, or "
+             "stats = \"redistribute\")";
+    case Fault::hidden_shard_local_stats:
+      if (any_step<LayerNormArgs>(s, OpKind::layer_norm, [&](const StepSpec& st, const auto& a) {
+            return hidden_sharded_norm(s, st, a);
+          })) {
+        return "";
+      }
+      return "it changes the hidden-sharded LayerNorm plans, and no layer_norm here has its input "
+             "Shard on the normalized axis";
+    default:
+      return "";
+  }
+}
+
+// The mse_loss faults.
+std::string loss_effect(Fault fault, const Scenario& s) {
+  switch (fault) {
+    case Fault::loss_averaged_twice:
+    case Fault::average_of_rank_means:
+      if (any_step<MseLossArgs>(s, OpKind::mse_loss, [&](const StepSpec&, const auto& a) {
+            return sharded_somewhere(s, a.input);
+          })) {
+        return "";
+      }
+      // One holder of every token: its own mean is the call's mean, which differs from the
+      // step's only with micro-batches; dividing "twice" divides by the one holder.
+      if (fault == Fault::average_of_rank_means && s.micro_batches >= 2) return "";
+      return std::string(
+                 "it changes how ranks holding different tokens combine their loss "
+                 "sums, and every mse_loss here has its tokens whole on every rank "
+                 "(Replicate, or sharded over one rank)") +
+             (fault == Fault::average_of_rank_means ? " and there are no micro-batches" : "");
+    case Fault::padding_in_loss:
+      if (any_step<MseLossArgs>(s, OpKind::mse_loss, [&](const StepSpec&, const auto& a) {
+            return has_padding(s, a);
+          })) {
+        return "";
+      }
+      return "it lets padding tokens into the loss, and no mse_loss here has padding "
+             "(valid_lengths below the seq extent)";
+    case Fault::wrong_axis:
+      if (any_step<MseLossArgs>(s, OpKind::mse_loss, [&](const StepSpec&, const auto& a) {
+            const Scenario::TensorLayout* t = layout_of(s, a.input);
+            return has_padding(s, a) && t != nullptr && t->shape.has(a.batch_axis) &&
+                   t->shape.extent(a.batch_axis) > 1;
+          })) {
+        return "";
+      }
+      return "it lays the padding mask out [seq, batch], which differs from [batch, seq] only "
+             "with padding (valid_lengths below the seq extent) and a batch of two or more";
+    default:
+      return "";
+  }
+}
+
+// The attention faults that need a window or a carried cache.
+std::string attention_effect(Fault fault, const Scenario& s) {
+  switch (fault) {
+    case Fault::window_off_by_one:
+      if (any_step<SlidingWindowAttentionArgs>(
+              s, OpKind::sliding_window_attention, [&](const StepSpec&, const auto& a) {
+                const Scenario::TensorLayout* t = layout_of(s, a.input);
+                return a.window && t != nullptr && t->shape.has("seq") &&
+                       *a.window < t->shape.extent("seq");
+              })) {
+        return "";
+      }
+      return "it admits the key at distance `window`, and no sliding_window_attention here has "
+             "a window shorter than its sequence (plain causal attention has no window)";
+    case Fault::cache_raw_k:
+    case Fault::rope_after_gather_wrong_offset:
+      if (s.stream && s.stream->chunks.size() >= 2) return "";
+      return "it changes the keys carried into a later chunk, and this scenario streams no second "
+             "chunk ([stream] with two or more chunks)";
+    default:
+      return "";
+  }
+}
+
+// The linear faults.
+std::string linear_effect(Fault fault, const Scenario& s) {
+  switch (fault) {
+    case Fault::row_bias_every_rank:
+      if (any_step<LinearArgs>(s, OpKind::linear, [&](const StepSpec& st, const auto& a) {
+            const Scenario::TensorLayout* w = layout_of(s, a.weight);
+            const Placement on = on_step_dim(s, st, a.weight);
+            return a.bias && w != nullptr && w->shape.rank() == 2 && on.is_shard() &&
+                   on.axis == w->shape.axes()[1].name && s.mesh.devices.dim(st.mesh_dim).size > 1;
+          })) {
+        return "";
+      }
+      return "it changes the bias of a row-parallel linear, and no linear here has a bias and a "
+             "weight Shard(in) on a dim of two or more ranks";
+    case Fault::column_backward_unreduced:
+      if (any_step<LinearArgs>(s, OpKind::linear, [&](const StepSpec& st, const auto& a) {
+            const Scenario::TensorLayout* w = layout_of(s, a.weight);
+            const Placement on = on_step_dim(s, st, a.weight);
+            return w != nullptr && w->shape.rank() == 2 && on.is_shard() &&
+                   on.axis == w->shape.axes()[0].name && s.mesh.devices.dim(st.mesh_dim).size > 1;
+          })) {
+        return "";
+      }
+      return "it changes the backward of a column-parallel linear, and no linear here has its "
+             "weight Shard(out) on a dim of two or more ranks";
+    default:
+      return "";
+  }
+}
+
+// The redistribute and dropout faults.
+std::string transition_effect(Fault fault, const Scenario& s) {
+  switch (fault) {
+    case Fault::gather_wrong_axis:
+      if (any_step<RedistributeArgs>(
+              s, OpKind::redistribute, [&](const StepSpec& st, const auto& a) {
+                const Scenario::TensorLayout* t = layout_of(s, a.input);
+                const Placement from = on_step_dim(s, st, a.input);
+                if (t == nullptr || !from.is_shard() || !a.to.is_replicate() ||
+                    !t->shape.has(from.axis)) {
+                  return false;
+                }
+                for (const Axis& axis : t->shape.axes()) {
+                  if (axis.name == from.axis) return false;
+                  // The largest local extent: other dims may shard this axis too (dp on batch).
+                  std::int64_t split = 1;
+                  for (int d = 0; d < t->layout.ndim() && d < s.mesh.devices.ndim(); ++d) {
+                    const Placement& p = t->layout.on(d);
+                    if (d != st.mesh_dim && p.is_shard() && p.axis == axis.name) {
+                      split *= s.mesh.devices.dim(d).size;
+                    }
+                  }
+                  if ((axis.extent + split - 1) / split > 1) return true;
+                }
+                return false;
+              })) {
+        return "";
+      }
+      return "it concatenates an all-gather's pieces along the first axis, which is the same "
+             "memory as along the sharded axis unless an axis before it has a local extent of 2 "
+             "or more, and no redistribute here goes from such a Shard to Replicate";
+    case Fault::dropout_same_seed:
+      if (any_step<DropoutArgs>(s, OpKind::dropout, [&](const StepSpec&, const auto& a) {
+            return a.p > 0 && sharded_somewhere(s, a.input);
+          })) {
+        return "";
+      }
+      return "it draws each rank's mask from its local indices, which are the global ones on a "
+             "Replicate input, and no dropout here has p > 0 and a Shard input";
+    case Fault::dropout_rank_offset:
+      if (s.mesh.devices.size() > 1 &&
+          any_step<DropoutArgs>(s, OpKind::dropout,
+                                [&](const StepSpec&, const auto& a) { return a.p > 0; })) {
+        return "";
+      }
+      return "it offsets each rank's dropout seed, and no dropout here has p > 0 on two or more "
+             "ranks";
+    default:
+      return "";
+  }
+}
+
+// Why `fault` changes nothing this scenario runs, or "" when it changes something.
+std::string no_effect(Fault fault, const Scenario& s) {
+  for (auto* effect :
+       {norm_effect, loss_effect, attention_effect, linear_effect, transition_effect}) {
+    std::string why = effect(fault, s);
+    if (!why.empty()) return why;
+  }
+  return "";
+}
+
+}  // namespace
+
+void Loader::fault_plans(const toml::array& list, const Scenario& s) const {
+  for (std::size_t i = 0; i < list.size() && i < s.faults.size(); ++i) {
+    const std::string why = no_effect(s.faults[i], s);
+    if (why.empty()) continue;
+    fail(*list.get(i), "faults[" + std::to_string(i) + "]",
+         "fault " + quote(std::string(fault_name(s.faults[i]))) +
+             " would change nothing this scenario runs: " + why);
+  }
+}
+
+}  // namespace shardsim

@@ -1,0 +1,144 @@
+// Tests for the loader's refusal of a fault that would change nothing the scenario runs
+// (sim/scenario/fault_plans.cpp): it is refused at its faults[i] entry with the reason, and the
+// refusal is right: injected past the loader, every refused fault leaves the run exactly as the
+// clean one (each boundary's status and ulp distance equal).
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "scenario_test_support.hpp"
+#include "shardsim/compare/compare.hpp"
+#include "shardsim/error.hpp"
+#include "shardsim/scenario/scenario.hpp"
+
+using namespace shardsim;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// `text` without its [expect] (a fault may change the verdict).
+std::string without_expect(std::string text) {
+  const std::size_t expect = text.find("\n[expect]");
+  if (expect != std::string::npos) {
+    const std::size_t next = text.find("\n[", expect + 1);
+    text.erase(expect + 1, next == std::string::npos ? std::string::npos : next - expect);
+  }
+  return text;
+}
+
+// `text` without its [expect] and with `faults = ["NAME"]` as the last top-level key (before
+// the first table).
+std::string with_fault(std::string text, const std::string& name) {
+  text = without_expect(std::move(text));
+  const std::size_t table = text.starts_with("[") ? 0 : text.find("\n[") + 1;
+  text.insert(table, "faults = [\"" + name + "\"]\n");
+  return text;
+}
+
+std::string refusal(const std::string& text, const std::string& file) {
+  try {
+    parse_scenario(text, file);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string scenario_path(const std::string& name) {
+  return std::string(SHARDSIM_SOURCE_DIR) + "/scenarios/" + name + ".toml";
+}
+
+}  // namespace
+
+TEST_CASE("a fault for a plan no step runs is refused with what it needs", "[faults]") {
+  struct Case {
+    const char* scenario;
+    const char* fault;
+    const char* reason;
+  };
+  const Case cases[] = {
+      {"norm_hidden_welford", "combine_token_means", "changes the row-sharded LayerNorm plan"},
+      {"layernorm_sequence_sharded", "hidden_shard_local_stats",
+       "no layer_norm here has its input Shard on the normalized axis"},
+      {"attention_train_sgd_allgather", "loss_averaged_twice",
+       "every mse_loss here has its tokens whole on every rank"},
+      {"mlp_sequence_parallel", "padding_in_loss", "no mse_loss here has padding"},
+      {"attention_causal_cp3_ring", "window_off_by_one",
+       "no sliding_window_attention here has a window shorter than its sequence"},
+      {"attention_sequence_sharded_allgather", "cache_raw_k", "streams no second chunk"},
+      {"fsdp_flat_mlp", "row_bias_every_rank", "no linear here has a bias and a weight Shard(in)"},
+      {"fsdp_flat_mlp", "column_backward_unreduced", "no linear here has its weight Shard(out)"},
+      {"mesh_row_bias_every_rank_clean", "gather_wrong_axis",
+       "unless an axis before it has a local extent of 2 or more"},
+      {"mlp_sequence_parallel_no_dropout", "dropout_rank_offset", "no dropout here has p > 0"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.scenario << " + " << c.fault);
+    const std::string path = scenario_path(c.scenario);
+    const std::string error = refusal(with_fault(slurp(path), c.fault), path);
+    CHECK_THAT(error, Catch::Contains(std::string("faults[0]: fault '") + c.fault +
+                                      "' would change nothing this scenario runs: "));
+    CHECK_THAT(error, Catch::Contains(c.reason));
+  }
+  // Where the plan runs, the same faults load (their bundled scenarios are the evidence that
+  // they then fail: tests/norm_faults_test.cpp and the replay of every scenario).
+  for (const char* fault : {"combine_token_means", "padding_in_loss"}) {
+    CHECK(refusal(with_fault(slurp(scenario_path("norm_train_padded")), fault),
+                  scenario_path("norm_train_padded"))
+              .empty());
+  }
+}
+
+TEST_CASE("every fault the loader refuses as changing nothing changes nothing", "[faults]") {
+  // For each bundled scenario without faults and each fault the loader refuses there as having
+  // no effect: the fault is injected past the loader and the f64 run compared with the clean
+  // one boundary by boundary. A refused fault that did change something would be a plan the
+  // rules misread.
+  const Precision f64 = parse_precision("f64");
+  int refused = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(SHARDSIM_SOURCE_DIR) / "scenarios")) {
+    if (entry.path().extension() != ".toml") continue;
+    const std::string path = entry.path().string();
+    const std::string text = slurp(entry.path());
+    if (text.find("\nfaults = ") != std::string::npos) continue;
+    std::optional<RunReport> clean;
+    for (const FaultInfo& info : fault_catalogue()) {
+      const std::string error = refusal(with_fault(text, info.name), path);
+      if (error.find("would change nothing") == std::string::npos) continue;
+      INFO(path << " + " << info.name);
+      ++refused;
+      Scenario scenario = parse_scenario(without_expect(text), path);
+      if (!clean) clean = evaluate(scenario, f64);
+      scenario.faults = {info.fault};
+      const RunReport faulty = evaluate(scenario, f64);
+      // A faulty plan may record other intermediates (rope_after_gather_wrong_offset rotates
+      // the gathered keys, not each shard's): the verdict must agree, and every boundary the
+      // two runs share must measure the same.
+      CHECK(faulty.pass == clean->pass);
+      auto key = [](const BoundaryResult& b) {
+        return std::to_string(b.entry.step) + "/" + std::to_string(b.entry.chunk) + "/" +
+               std::to_string(b.entry.micro) + " " + b.entry.op + " -> " + b.entry.tensor;
+      };
+      std::map<std::string, const BoundaryResult*> shared;
+      for (const BoundaryResult& b : clean->boundaries) shared[key(b)] = &b;
+      for (const BoundaryResult& b : faulty.boundaries) {
+        const auto twin = shared.find(key(b));
+        if (twin == shared.end()) continue;
+        INFO("boundary " << key(b));
+        CHECK(b.status == twin->second->status);
+        CHECK(b.max_ulp == twin->second->max_ulp);
+      }
+    }
+  }
+  CHECK(refused > 50);  // the rules are exercised, not skipped
+}
