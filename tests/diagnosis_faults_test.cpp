@@ -182,6 +182,17 @@ TEST_CASE("run prints the probable causes and explain --diagnose the signature a
   const auto huge = cli_test::run_cli("explain " + fault + " --diagnose 99999999999999999999");
   CHECK(huge.exit_code == 2);
   CHECK(huge.err == "shardsim: error: --diagnose: no boundary #99999999999999999999\n");
+  // An explicit empty selector is not the bare flag: refused, nothing printed (`--diagnose=` is
+  // refused by the option parser itself).
+  const auto blank = cli_test::run_cli("explain " + fault + " --diagnose ''");
+  CHECK(blank.exit_code == 2);
+  CHECK(blank.err.rfind("shardsim: error: --diagnose: empty boundary selector", 0) == 0);
+  CHECK(blank.out.empty());
+  const auto equals = cli_test::run_cli("explain " + fault + " --diagnose=");
+  CHECK(equals.exit_code == 2);
+  CHECK(equals.err.find("'--diagnose' should follow immediately after the equal sign") !=
+        std::string::npos);
+  CHECK(equals.out.empty());
   const auto level = cli_test::run_cli("explain " + fault + " --diagnose -p mp7");
   CHECK(level.exit_code == 2);
   CHECK(level.err.rfind("shardsim: error: --precision: invalid precision 'mp7'", 0) == 0);

@@ -209,9 +209,18 @@ int run_command(const Args& args) {
 
 namespace {
 
+// `--diagnose` given without SEL. No command-line word can hold a NUL, so an explicit empty SEL
+// (`--diagnose ""`, `--diagnose=`) stays distinguishable and is refused.
+const std::string kNoSelector(1, '\0');
+
 // The boundary `--diagnose SEL` names: "#ID" or "ID", or a tensor (its first failing boundary,
 // else its first boundary).
 int select_boundary(const RunReport& report, const std::string& selector) {
+  if (selector.empty()) {
+    throw InputError(
+        "--diagnose: empty boundary selector; give #ID, ID or a tensor name, or no value for "
+        "the first divergence");
+  }
   const std::string digits = selector.starts_with("#") ? selector.substr(1) : selector;
   if (!digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos) {
     int id = 0;
@@ -251,7 +260,9 @@ std::string signature_analysis(const Scenario& scenario, const po::variables_map
     reports.push_back(evaluate(scenario, precision, options));
   }
   const std::string selector = vm["diagnose"].as<std::string>();
-  if (selector.empty()) return format_signature_analysis(diagnose(scenario, reports, options));
+  if (selector == kNoSelector) {
+    return format_signature_analysis(diagnose(scenario, reports, options));
+  }
   const RunReport* failed = earliest_failure(reports);  // the first divergence's run
   const RunReport& chosen = failed ? *failed : reports.front();
   const Precision precision =
@@ -266,11 +277,11 @@ int explain_command(const Args& args) {
   po::options_description options("explain options");
   add_mesh_options(options);
   // SEL is optional: the help shows it so ("--diagnose [=SEL]", not "--diagnose arg").
-  options.add_options()("diagnose",
-                        po::value<std::string>()->implicit_value("")->value_name("[=SEL]"),
-                        "after the plan, the signature analysis of the first divergence, or of "
-                        "boundary SEL (#ID, ID or a tensor name); the word after --diagnose is "
-                        "read as SEL, so put SCENARIO before it")(
+  options.add_options()(
+      "diagnose", po::value<std::string>()->implicit_value(kNoSelector, "")->value_name("[=SEL]"),
+      "after the plan, the signature analysis of the first divergence, or of "
+      "boundary SEL (#ID, ID or a tensor name); the word after --diagnose is "
+      "read as SEL, so put SCENARIO before it")(
       "precision,p", po::value<std::string>(),
       "with --diagnose: the precision to analyse (default: the one where the first divergence "
       "shows)");
