@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "shardsim/ops/attention/attention.hpp"
 #include "shardsim/ops/dot_sum.hpp"
@@ -81,7 +82,11 @@ void row_scores(const Tensor<T>& q, const HeadStrides& q_layout, const Tensor<T>
   }
   T dot0 = T(0), dot1 = T(0), dot2 = T(0), dot3 = T(0), product = T(0);
   std::size_t n = 0;
-  for (; n + 4 <= keys.size(); n += 4) {
+  // Four keys side by side only for register-held scalars. At mp every operation is an MPFR call
+  // on storage, so interleaving buys no parallelism and spreads each call's reads over four
+  // keys' rows (kConcurrentRowBlock, norm_rows.hpp, is the same choice for LayerNorm).
+  constexpr std::size_t kKeys = std::is_trivially_copyable_v<T> ? 4 : 1;
+  for (; kKeys == 4 && n + 4 <= keys.size(); n += 4) {
     const T* key0 = k.data() + k_layout.at(b, keys[n], h, 0);
     const T* key1 = k.data() + k_layout.at(b, keys[n + 1], h, 0);
     const T* key2 = k.data() + k_layout.at(b, keys[n + 2], h, 0);
