@@ -251,6 +251,24 @@ TEST_CASE("same_seed on a padded split whose short rank has padding inside is fl
   CHECK(shardsim::evaluate(clean, shardsim::parse_precision("f64")).pass);
 }
 
+TEST_CASE("the memory estimate counts the word positions a padded split keeps",
+          "[dropout][repetition]") {
+  // x [1, 16, 4] over 8 ranks, 64 elements: Shard(seq) keeps two words per element (drawn and
+  // dense); Shard(seq, padded) also one 8-byte position per word, counted as two more elements.
+  // At f64 (8 bytes an element) the difference is 2 x 64 x 8 = 1024 bytes.
+  const std::string chunk = dropout_test::same_seed_scenario(8);
+  std::string padded = chunk;
+  const std::string from = "placement = \"Shard(seq)\"";
+  REQUIRE(padded.find(from) != std::string::npos);
+  padded.replace(padded.find(from), from.size(), "placement = \"Shard(seq, padded)\"");
+  const auto f64 = shardsim::parse_precision("f64");
+  const std::uint64_t plain =
+      shardsim::estimate_memory_bytes(shardsim::parse_scenario(chunk, "chunk.toml"), f64);
+  const std::uint64_t with_positions =
+      shardsim::estimate_memory_bytes(shardsim::parse_scenario(padded, "padded.toml"), f64);
+  CHECK(with_positions - plain == 2u * 64u * 8u);
+}
+
 TEST_CASE("same_seed on the SP MLP block at 8 ranks (13 tokens) is flagged",
           "[dropout][scenario]") {
   // 13 tokens over 8 ranks (2,2,2,2,2,2,1,0): ranks 0-5 hold 64 elements and draw the same
