@@ -51,6 +51,13 @@ std::vector<shardsim::DrawnWords> rank_words(DropoutPolicy policy, int ranks, do
   return words;
 }
 
+// `text` with the first `from` replaced by `to` (which must be there).
+void replace_first(std::string& text, const std::string& from, const std::string& to) {
+  const std::size_t at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  text.replace(at, from.size(), to);
+}
+
 std::string slurp(const std::string& path) {
   std::ifstream in(path);
   std::stringstream text;
@@ -235,8 +242,7 @@ TEST_CASE("same_seed on a padded split whose short rank has padding inside is fl
            {"shape = [2, 13, 16]", "shape = [3, 3, 2]"},
            {"placement = \"Shard(seq)\"", "placement = \"Shard(seq, padded)\""},
            {"placement = \"Shard(seq)\"", "placement = \"Shard(seq, padded)\""}}) {
-    REQUIRE(text.find(from) != std::string::npos);
-    text.replace(text.find(from), from.size(), to);
+    replace_first(text, from, to);
   }
   const auto scenario = shardsim::parse_scenario(text, "same_seed_padded.toml");
   const shardsim::RunReport run = shardsim::evaluate(scenario, shardsim::parse_precision("f64"));
@@ -244,9 +250,7 @@ TEST_CASE("same_seed on a padded split whose short rank has padding inside is fl
   CHECK(run.first_divergence->tensor == "y.mask@repetition");
   CHECK(run.first_divergence->index ==
         std::vector<std::pair<std::string, std::int64_t>>{{"rank", 0}, {"peer", 1}});
-  const std::string fault = "faults = [\"dropout_same_seed\"]\n";
-  REQUIRE(text.find(fault) != std::string::npos);
-  text.erase(text.find(fault), fault.size());
+  replace_first(text, "faults = [\"dropout_same_seed\"]\n", "");
   const auto clean = shardsim::parse_scenario(text, "global_padded.toml");
   CHECK(shardsim::evaluate(clean, shardsim::parse_precision("f64")).pass);
 }
@@ -254,13 +258,12 @@ TEST_CASE("same_seed on a padded split whose short rank has padding inside is fl
 TEST_CASE("the memory estimate counts the word positions a padded split keeps",
           "[dropout][repetition]") {
   // x [1, 16, 4] over 8 ranks, 64 elements: Shard(seq) keeps two words per element (drawn and
-  // dense); Shard(seq, padded) also one 8-byte position per word, counted as two more elements.
+  // dense); Shard(seq, padded) also one 8-byte position per word, counted as two more elements
+  // (for any padded split, as an upper bound: here 16 over 8 leaves no rank a padding position).
   // At f64 (8 bytes an element) the difference is 2 x 64 x 8 = 1024 bytes.
   const std::string chunk = dropout_test::same_seed_scenario(8);
   std::string padded = chunk;
-  const std::string from = "placement = \"Shard(seq)\"";
-  REQUIRE(padded.find(from) != std::string::npos);
-  padded.replace(padded.find(from), from.size(), "placement = \"Shard(seq, padded)\"");
+  replace_first(padded, "placement = \"Shard(seq)\"", "placement = \"Shard(seq, padded)\"");
   const auto f64 = shardsim::parse_precision("f64");
   const std::uint64_t plain =
       shardsim::estimate_memory_bytes(shardsim::parse_scenario(chunk, "chunk.toml"), f64);
@@ -276,10 +279,8 @@ TEST_CASE("same_seed on the SP MLP block at 8 ranks (13 tokens) is flagged",
   // 32-bit words are (chance 2^-2042).
   std::string text =
       slurp(std::string(SHARDSIM_SOURCE_DIR) + "/scenarios/mlp_sequence_parallel.toml");
-  const std::string ranks = "[mesh]\nranks = 4\n";
-  REQUIRE(text.find(ranks) != std::string::npos);
-  text.replace(text.find(ranks), ranks.size(),
-               "faults = [\"dropout_same_seed\"]\n[mesh]\nranks = 8\n");
+  replace_first(text, "[mesh]\nranks = 4\n",
+                "faults = [\"dropout_same_seed\"]\n[mesh]\nranks = 8\n");
   const auto scenario = shardsim::parse_scenario(text, "mlp8.toml");
   const shardsim::RunReport run = shardsim::evaluate(scenario, shardsim::parse_precision("f64"));
   REQUIRE(run.first_divergence);

@@ -143,6 +143,7 @@ struct Layout {
   bool is_replicate() const;  // Replicate on every dim
   bool has_partial() const;
   bool shards(std::string_view axis) const;  // some dim shards `axis`
+  bool has_padding() const;                  // some dim shards with the padded split
   // "" when the layout is well formed on `mesh`, else why not: a zigzag dim shares its axis with
   // another dim (zigzag shares cannot nest). REQUIRES: ndim() == mesh.ndim().
   std::string problem(const Mesh& mesh) const;

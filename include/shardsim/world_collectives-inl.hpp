@@ -195,11 +195,7 @@ DistTensor<T> World<T>::redistribute(const DistTensor<T>& in, const Layout& targ
 
 template <typename T>
 void zero_padding(DistTensor<T>& tensor) {
-  bool padded = false;
-  for (const Placement& p : tensor.layout.dims) {
-    padded = padded || (p.is_shard() && p.split == SplitPolicy::padded);
-  }
-  if (!padded) return;
+  if (!tensor.layout.has_padding()) return;
   for (int r = 0; r < tensor.ranks(); ++r) {
     if (!tensor.held(r)) continue;
     Tensor<T>& local = tensor.local(r);

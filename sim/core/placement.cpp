@@ -215,6 +215,13 @@ bool Layout::has_partial() const {
   return false;
 }
 
+bool Layout::has_padding() const {
+  for (const Placement& p : dims) {
+    if (p.is_shard() && p.split == SplitPolicy::padded) return true;
+  }
+  return false;
+}
+
 bool Layout::shards(std::string_view axis) const {
   for (const Placement& p : dims) {
     if (p.is_shard() && p.axis == axis) return true;

@@ -73,6 +73,20 @@ bool has_padding(const Scenario& s, const MseLossArgs& a) {
                      [&](std::int64_t n) { return n < seq; });
 }
 
+// The weight W (out, in) of a linear: its axis 0 is out, 1 is in.
+constexpr std::size_t kOutAxis = 0, kInAxis = 1;
+
+// Whether the linear's weight is Shard on its axis `axis` over the step's dim of two or more
+// ranks: column-parallel (out) or row-parallel (in), as the weight's placement picks the form
+// (ops/linear_plan.hpp linear_parallel_of).
+bool weight_sharded_on(const Scenario& s, const StepSpec& step, const LinearArgs& a,
+                       std::size_t axis) {
+  const Scenario::TensorLayout* w = layout_of(s, a.weight);
+  const Placement on = on_step_dim(s, step, a.weight);
+  return w != nullptr && w->shape.rank() == 2 && on.is_shard() &&
+         on.axis == w->shape.axes()[axis].name && s.mesh.devices.dim(step.mesh_dim).size > 1;
+}
+
 // The LayerNorm faults: why one changes nothing here, or "".
 std::string norm_effect(Fault fault, const Scenario& s) {
   switch (fault) {
@@ -170,10 +184,7 @@ std::string linear_effect(Fault fault, const Scenario& s) {
   switch (fault) {
     case Fault::row_bias_every_rank:
       if (any_step<LinearArgs>(s, OpKind::linear, [&](const StepSpec& st, const auto& a) {
-            const Scenario::TensorLayout* w = layout_of(s, a.weight);
-            const Placement on = on_step_dim(s, st, a.weight);
-            return a.bias && w != nullptr && w->shape.rank() == 2 && on.is_shard() &&
-                   on.axis == w->shape.axes()[1].name && s.mesh.devices.dim(st.mesh_dim).size > 1;
+            return a.bias && weight_sharded_on(s, st, a, kInAxis);
           })) {
         return "";
       }
@@ -181,10 +192,7 @@ std::string linear_effect(Fault fault, const Scenario& s) {
              "weight Shard(in) on a dim of two or more ranks";
     case Fault::column_backward_unreduced:
       if (any_step<LinearArgs>(s, OpKind::linear, [&](const StepSpec& st, const auto& a) {
-            const Scenario::TensorLayout* w = layout_of(s, a.weight);
-            const Placement on = on_step_dim(s, st, a.weight);
-            return w != nullptr && w->shape.rank() == 2 && on.is_shard() &&
-                   on.axis == w->shape.axes()[0].name && s.mesh.devices.dim(st.mesh_dim).size > 1;
+            return weight_sharded_on(s, st, a, kOutAxis);
           })) {
         return "";
       }
