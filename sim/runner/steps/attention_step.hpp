@@ -67,8 +67,12 @@ class SlidingWindowAttentionStep final : public StepOp<T> {
     stream_attention_forward(env.dense_at(args_.input), env.dense_at(args_.wq),
                              env.dense_at(args_.wk), env.dense_at(args_.wv), env.dense_at(args_.wo),
                              config_.params, dense_cache_, acts_);
-    auto store = [&](AttentionPart part, const Tensor<T>& value) {
-      env.dense[config_.part(part)] = value;
+    // A forward-only run (env.after_step set) has no backward to keep the activations for: they
+    // move into the recorded parts instead of being copied (a copy is fresh memory the size of
+    // the activations). The slices of k_all and v_all below are taken before those move.
+    const bool keep = env.after_step == nullptr;
+    auto store = [&](AttentionPart part, Tensor<T>& value) {
+      env.dense[config_.part(part)] = keep ? value : std::move(value);
     };
     store(AttentionPart::q, acts_.q);
     store(AttentionPart::k, acts_.k);
@@ -79,16 +83,18 @@ class SlidingWindowAttentionStep final : public StepOp<T> {
       store(AttentionPart::cache_v, acts_.cache_v);
     }
     store(AttentionPart::k_cat, acts_.k_cat);
+    if (acts_.cache_length > 0) {
+      const std::int64_t length = acts_.k_all.shape().extent("kv") - acts_.cache_length;
+      env.dense[config_.part(AttentionPart::k_new)] =
+          slice_along(acts_.k_all, "kv", acts_.cache_length, length);
+      env.dense[config_.part(AttentionPart::v_new)] =
+          slice_along(acts_.v_all, "kv", acts_.cache_length, length);
+    }
     store(AttentionPart::k_all, acts_.k_all);
     store(AttentionPart::v_all, acts_.v_all);
-    if (acts_.cache_length > 0) {
-      const std::int64_t length = acts_.q.shape().extent("seq");
-      store(AttentionPart::k_new, slice_along(acts_.k_all, "kv", acts_.cache_length, length));
-      store(AttentionPart::v_new, slice_along(acts_.v_all, "kv", acts_.cache_length, length));
-    }
     store(AttentionPart::lse, acts_.core.lse);
     store(AttentionPart::attn, acts_.attn);
-    env.dense[output] = acts_.y;
+    env.dense[output] = keep ? acts_.y : std::move(acts_.y);
   }
 
   void backward(StepEnv<T>& env) override {
