@@ -54,6 +54,61 @@ std::string refusal(const std::string& text, const std::string& file) {
   return "";
 }
 
+// The scenario of the gradient-reduction test below.
+constexpr const char* kWrongDimNowhere = R"toml(name = "wrong_dim_nowhere"
+seed = 3
+train_steps = 1
+learning_rate = 0.1
+
+[mesh]
+dims = { dp = 2, tp = 2 }
+
+[[tensors]]
+name = "x"
+axes = ["batch", "seq", "hidden"]
+shape = [2, 3, 8]
+init = { dist = "normal", mean = 0.0, std = 1.0 }
+placement = { dp = "Shard(batch)", tp = "Shard(hidden)" }
+
+[[tensors]]
+name = "target"
+role = "target"
+axes = ["batch", "seq", "hidden"]
+shape = [2, 3, 8]
+init = { dist = "uniform", low = -1.0, high = 1.0 }
+placement = { dp = "Shard(batch)" }
+
+[[tensors]]
+name = "w"
+role = "parameter"
+axes = ["hidden"]
+shape = [8]
+init = { dist = "uniform", low = 0.5, high = 1.5 }
+placement = { tp = "Shard(hidden)" }
+
+[[steps]]
+op = "layer_norm"
+mesh_dim = "tp"
+input = "x"
+weight = "w"
+output = "y"
+stats = "welford"
+
+[[steps]]
+op = "redistribute"
+mesh_dim = "tp"
+input = "y"
+output = "y_whole"
+to = "Replicate"
+
+[[steps]]
+op = "mse_loss"
+mesh_dim = "tp"
+input = "y_whole"
+target = "target"
+output = "loss"
+)toml";
+
 std::string scenario_path(const std::string& name) {
   return std::string(SHARDSIM_SOURCE_DIR) + "/scenarios/" + name + ".toml";
 }
@@ -81,6 +136,12 @@ TEST_CASE("a fault for a plan no step runs is refused with what it needs", "[fau
       {"mesh_row_bias_every_rank_clean", "gather_wrong_axis",
        "unless an axis before it has a local extent of 2 or more"},
       {"mlp_sequence_parallel_no_dropout", "dropout_rank_offset", "no dropout here has p > 0"},
+      // Queries Replicate: every rank computes the weights' whole gradients (grad(wq) .. are
+      // Replicate in the clean run's report), so there is no all-reduce to skip or average.
+      {"attention_train_sgd_allgather", "unreduced_param_grads",
+       "every rank computes the whole gradient"},
+      // The LayerNorm's weight and bias are Shard(hidden), the only mesh dim's data split.
+      {"norm_hidden_welford", "grad_reduce_mean", "no parameter here is Replicate on a dim"},
   };
   for (const Case& c : cases) {
     INFO(c.scenario << " + " << c.fault);
@@ -96,6 +157,39 @@ TEST_CASE("a fault for a plan no step runs is refused with what it needs", "[fau
     CHECK(refusal(with_fault(slurp(scenario_path("norm_train_padded")), fault),
                   scenario_path("norm_train_padded"))
               .empty());
+  }
+}
+
+TEST_CASE("a gradient-reduction fault needs a replicated parameter on a split dim",
+          "[faults]") {
+  // dp x tp: x is Shard(batch) on dp and Shard(hidden) on tp; the LayerNorm weight w is
+  // Shard(hidden) on tp, so it is Replicate on dp only, where its gradient is Partial (each dp
+  // rank normalizes other batch rows). Skipping or averaging that all-reduce shows;
+  // grad_reduce_wrong_dim has no second dim where w is Replicate to reduce over instead
+  // (runner_faults.hpp wrong_reduce_dim finds none and the reduction stays correct), so the
+  // loader refuses it, and injected past the loader it changes no boundary.
+  const std::string text = kWrongDimNowhere;
+  const Precision f64 = parse_precision("f64");
+  const RunReport clean = evaluate(parse_scenario(text, "wrong_dim_nowhere.toml"), f64);
+  REQUIRE(clean.pass);
+  CHECK_THAT(refusal(with_fault(text, "grad_reduce_wrong_dim"), "wrong_dim_nowhere.toml"),
+             Catch::Contains("no parameter here is Replicate on a dim whose ranks hold "
+                             "different data (some tensor Shard or Partial there) and on a "
+                             "second dim"));
+  for (const char* fault : {"unreduced_param_grads", "grad_reduce_mean"}) {
+    INFO(fault);
+    const std::string faulty = with_fault(text, fault);
+    REQUIRE(refusal(faulty, "wrong_dim_nowhere.toml").empty());
+    CHECK_FALSE(evaluate(parse_scenario(faulty, "wrong_dim_nowhere.toml"), f64).pass);
+  }
+  Scenario injected = parse_scenario(text, "wrong_dim_nowhere.toml");
+  injected.faults = {Fault::grad_reduce_wrong_dim};
+  const RunReport faulty = evaluate(injected, f64);
+  CHECK(faulty.pass);
+  REQUIRE(faulty.boundaries.size() == clean.boundaries.size());
+  for (std::size_t i = 0; i < clean.boundaries.size(); ++i) {
+    CHECK(faulty.boundaries[i].entry.tensor == clean.boundaries[i].entry.tensor);
+    CHECK(faulty.boundaries[i].max_ulp == clean.boundaries[i].max_ulp);
   }
 }
 
