@@ -109,6 +109,49 @@ target = "target"
 output = "loss"
 )toml";
 
+// `scenario` run at f64 with `fault` injected past the loader measures as `clean` (its run
+// without it). A faulty plan may record other intermediates (rope_after_gather_wrong_offset
+// rotates the gathered keys, not each shard's): the verdict must agree, and every boundary the
+// two runs share must measure the same.
+void check_unchanged(Scenario scenario, Fault fault, const RunReport& clean) {
+  scenario.faults = {fault};
+  const RunReport faulty = evaluate(scenario, parse_precision("f64"));
+  CHECK(faulty.pass == clean.pass);
+  auto key = [](const BoundaryResult& b) {
+    return std::to_string(b.entry.step) + "/" + std::to_string(b.entry.chunk) + "/" +
+           std::to_string(b.entry.micro) + " " + b.entry.op + " -> " + b.entry.tensor;
+  };
+  std::map<std::string, const BoundaryResult*> shared;
+  for (const BoundaryResult& b : clean.boundaries) shared[key(b)] = &b;
+  std::size_t matched = 0;
+  for (const BoundaryResult& b : faulty.boundaries) {
+    const auto twin = shared.find(key(b));
+    if (twin == shared.end()) continue;
+    ++matched;
+    INFO("boundary " << key(b));
+    CHECK(b.status == twin->second->status);
+    CHECK(b.max_ulp == twin->second->max_ulp);
+  }
+  // Most boundaries are the clean run's own (the comparison is not vacuous).
+  CHECK(2 * matched >= faulty.boundaries.size());
+}
+
+// A bundled fault scenario's text without its faults line and [expect], every "shape = [2, FROM,"
+// (its batch-first tensors' seq extent) made "shape = [2, TO,".
+std::string clean_with_seq(const std::string& name, const std::string& from,
+                           const std::string& to) {
+  std::string text = without_expect(
+      slurp(std::string(SHARDSIM_SOURCE_DIR) + "/scenarios/faults/" + name + ".toml"));
+  const std::size_t faults = text.find("\nfaults = ");
+  if (faults != std::string::npos) text.erase(faults + 1, text.find('\n', faults + 1) - faults);
+  const std::string old_shape = "shape = [2, " + from + ",", new_shape = "shape = [2, " + to + ",";
+  for (std::size_t at = text.find(old_shape); at != std::string::npos;
+       at = text.find(old_shape, at + new_shape.size())) {
+    text.replace(at, old_shape.size(), new_shape);
+  }
+  return text;
+}
+
 std::string scenario_path(const std::string& name) {
   return std::string(SHARDSIM_SOURCE_DIR) + "/scenarios/" + name + ".toml";
 }
@@ -193,12 +236,50 @@ TEST_CASE("a gradient-reduction fault needs a replicated parameter on a split di
   }
 }
 
+TEST_CASE("a fault the data cannot show is refused: short sequences over many ranks",
+          "[faults]") {
+  // The bundled fault scenarios with their sequences cut short: one rank alone, or contiguous
+  // shares, hold every token. Each fault is refused with the reason, and injected past the
+  // loader changes nothing; at the scenarios' own lengths the faults load (and their bundled
+  // [expect] = fail is the evidence that they show).
+  struct Case {
+    const char* scenario;
+    const char* fault;
+    const char* from;
+    const char* to;
+    const char* reason;
+  };
+  const Case cases[] = {
+      // seq 1 over 2 cp ranks: rank 1 holds no query, rank 0's rows are positions 0.
+      {"attention_mask_local_query_positions", "mask_local_query_positions", "14", "1",
+       "only the first rank holds queries"},
+      // seq 5 zigzag over 2 ranks: chunks of 2, 2, 1, 0, so rank 0 holds [0, 2) and rank 1
+      // [2, 5): both contiguous, the fault's positions are the real ones.
+      {"attention_mask_zigzag_contiguous", "mask_zigzag_contiguous", "12", "5",
+       "every share here is one contiguous run"},
+      // seq 1 over the ranks: one rank holds the whole tensor, its local indices are global.
+      {"dropout_same_seed", "dropout_same_seed", "13", "1", "where one rank holds the whole"},
+      {"mesh_gather_wrong_axis", "gather_wrong_axis", "13", "1", "two or more ranks hold a piece"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.scenario << " at seq " << c.to);
+    const std::string text = clean_with_seq(c.scenario, c.from, c.to);
+    const std::string error = refusal(with_fault(text, c.fault), "short.toml");
+    CHECK_THAT(error, Catch::Contains(std::string("fault '") + c.fault +
+                                      "' would change nothing this scenario runs"));
+    CHECK_THAT(error, Catch::Contains(c.reason));
+    const Scenario scenario = parse_scenario(text, "short.toml");
+    check_unchanged(scenario, *find_fault(c.fault), evaluate(scenario, parse_precision("f64")));
+    CHECK(refusal(with_fault(clean_with_seq(c.scenario, c.from, c.from), c.fault), "own.toml")
+              .empty());
+  }
+}
+
 TEST_CASE("every fault the loader refuses as changing nothing changes nothing", "[faults]") {
   // For each bundled scenario without faults and each fault the loader refuses there as having
   // no effect: the fault is injected past the loader and the f64 run compared with the clean
   // one boundary by boundary. A refused fault that did change something would be a plan the
   // rules misread.
-  const Precision f64 = parse_precision("f64");
   int refused = 0;
   for (const auto& entry : fs::directory_iterator(fs::path(SHARDSIM_SOURCE_DIR) / "scenarios")) {
     if (entry.path().extension() != ".toml") continue;
@@ -211,31 +292,9 @@ TEST_CASE("every fault the loader refuses as changing nothing changes nothing", 
       if (error.find("would change nothing") == std::string::npos) continue;
       INFO(path << " + " << info.name);
       ++refused;
-      Scenario scenario = parse_scenario(without_expect(text), path);
-      if (!clean) clean = evaluate(scenario, f64);
-      scenario.faults = {info.fault};
-      const RunReport faulty = evaluate(scenario, f64);
-      // A faulty plan may record other intermediates (rope_after_gather_wrong_offset rotates
-      // the gathered keys, not each shard's): the verdict must agree, and every boundary the
-      // two runs share must measure the same.
-      CHECK(faulty.pass == clean->pass);
-      auto key = [](const BoundaryResult& b) {
-        return std::to_string(b.entry.step) + "/" + std::to_string(b.entry.chunk) + "/" +
-               std::to_string(b.entry.micro) + " " + b.entry.op + " -> " + b.entry.tensor;
-      };
-      std::map<std::string, const BoundaryResult*> shared;
-      for (const BoundaryResult& b : clean->boundaries) shared[key(b)] = &b;
-      std::size_t matched = 0;
-      for (const BoundaryResult& b : faulty.boundaries) {
-        const auto twin = shared.find(key(b));
-        if (twin == shared.end()) continue;
-        ++matched;
-        INFO("boundary " << key(b));
-        CHECK(b.status == twin->second->status);
-        CHECK(b.max_ulp == twin->second->max_ulp);
-      }
-      // Most boundaries are the clean run's own (the comparison is not vacuous).
-      CHECK(2 * matched >= faulty.boundaries.size());
+      const Scenario scenario = parse_scenario(without_expect(text), path);
+      if (!clean) clean = evaluate(scenario, parse_precision("f64"));
+      check_unchanged(scenario, info.fault, *clean);
     }
   }
   CHECK(refused > 50);  // the rules are exercised, not skipped

@@ -16,18 +16,23 @@
 //   linear       row-parallel: weight Shard(in) on the step's dim; column-parallel: Shard(out)
 //   redistribute Shard(a) -> Replicate: concatenating along the first axis is the same memory
 //                as along `a` when every axis before `a` has local extent 1 (other mesh dims
-//                may shard those axes: dp's batch shard)
-//   dropout      p > 0; same_seed also needs a Shard input (a Replicate rank's local index is
-//                the global one)
-//   gradient    unreduced_param_grads, grad_reduce_mean: a parameter Replicate on a dim whose
-//   reduction   ranks hold different data (some tensor not Replicate there); wrong_dim also a
-//               second dim where it is Replicate (grad_reduce_effect)
+//                may shard those axes: dp's batch shard), or when one rank alone holds a
+//                non-empty piece (it is the whole tensor)
+//   dropout      p > 0; same_seed also needs an input split between two or more ranks that
+//                each hold part of it (otherwise a rank's local index is the global one)
+//   attention    mask_local_query_positions, mask_zigzag_contiguous: some rank's query
+//   masks        positions as the fault computes them differ from the real ones (judged
+//                without [stream], on a step whose dim alone shards seq)
+//   gradient     unreduced_param_grads, grad_reduce_mean: a parameter Replicate on a dim whose
+//   reduction    ranks hold different data (some tensor not Replicate there); wrong_dim also a
+//                second dim where it is Replicate (fault_plans_grad.cpp)
 // Numerical faults whose visibility depends on values (ring_merge_no_max) are not judged here.
 #include <algorithm>
 #include <string>
 
 #include "shardsim/scenario/scenario.hpp"
 #include "sim/scenario/loader.hpp"
+#include "sim/scenario/loader_internal.hpp"
 
 namespace shardsim {
 
@@ -51,6 +56,46 @@ bool sharded_somewhere(const Scenario& s, const std::string& name) {
   if (t == nullptr) return false;
   for (int d = 0; d < t->layout.ndim() && d < s.mesh.devices.ndim(); ++d) {
     if (t->layout.on(d).is_shard() && s.mesh.devices.dim(d).size > 1) return true;
+  }
+  return false;
+}
+
+// The slices of `name`'s axis sharded on mesh dim `d`, as if no other dim sharded that axis;
+// empty when the tensor is not Shard on `d` or `d` has one rank.
+std::vector<Slice> slices_on(const Scenario& s, const std::string& name, int d) {
+  const Scenario::TensorLayout* t = layout_of(s, name);
+  if (t == nullptr || d >= t->layout.ndim() || d >= s.mesh.devices.ndim()) return {};
+  const Placement& p = t->layout.on(d);
+  const int ranks = s.mesh.devices.dim(d).size;
+  if (!p.is_shard() || ranks < 2 || !t->shape.has(p.axis)) return {};
+  return shard_slices(t->shape.extent(p.axis), ranks, p.split);
+}
+
+// Whether some mesh dim splits tensor `name` between two or more ranks that each hold part of
+// it. When none does, every rank holding any of it holds all of it (a Shard of an extent-1 axis
+// over four ranks leaves three empty), so its local indices are the global ones.
+bool split_between_ranks(const Scenario& s, const std::string& name) {
+  const Scenario::TensorLayout* t = layout_of(s, name);
+  if (t == nullptr) return false;
+  for (int d = 0; d < t->layout.ndim() && d < s.mesh.devices.ndim(); ++d) {
+    const std::vector<Slice> slices = slices_on(s, name, d);
+    if (std::count_if(slices.begin(), slices.end(),
+                      [](const Slice& slice) { return slice.valid() > 0; }) >= 2) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Whether another mesh dim than `d` shards the same axis of `name` as `d` does (the pieces
+// then nest, and slices_on is only an outer bound).
+bool axis_sharded_elsewhere(const Scenario& s, const std::string& name, int d) {
+  const Scenario::TensorLayout* t = layout_of(s, name);
+  if (t == nullptr || d >= t->layout.ndim()) return false;
+  for (int e = 0; e < t->layout.ndim(); ++e) {
+    if (e != d && t->layout.on(e).is_shard() && t->layout.on(e).axis == t->layout.on(d).axis) {
+      return true;
+    }
   }
   return false;
 }
@@ -158,6 +203,25 @@ std::string loss_effect(Fault fault, const Scenario& s) {
 }
 
 // The attention faults that need a window or a carried cache.
+// Whether the query positions a mask fault gives some rank (sharded_common.hpp
+// mask_query_positions) differ from its queries' real ones, for some attention step with
+// sharded queries. Judged without [stream] (a later chunk starts past position 0) and where the
+// step's dim alone shards seq; otherwise taken as differing.
+bool mask_positions_differ(Fault fault, const Scenario& s) {
+  return any_step<SlidingWindowAttentionArgs>(
+      s, OpKind::sliding_window_attention, [&](const StepSpec& st, const auto& a) {
+        if (s.stream || axis_sharded_elsewhere(s, a.input, st.mesh_dim)) return true;
+        for (const Slice& share : slices_on(s, a.input, st.mesh_dim)) {
+          const std::vector<std::int64_t> real = slice_positions(share);
+          const std::int64_t from = fault == Fault::mask_local_query_positions ? 0 : share.begin;
+          for (std::size_t i = 0; i < real.size(); ++i) {
+            if (real[i] != from + static_cast<std::int64_t>(i)) return true;
+          }
+        }
+        return false;
+      });
+}
+
 std::string attention_effect(Fault fault, const Scenario& s) {
   switch (fault) {
     case Fault::window_off_by_one:
@@ -171,6 +235,15 @@ std::string attention_effect(Fault fault, const Scenario& s) {
       }
       return "it admits the key at distance `window`, and no sliding_window_attention here has "
              "a window shorter than its sequence (plain causal attention has no window)";
+    case Fault::mask_local_query_positions:
+    case Fault::mask_zigzag_contiguous:
+      if (mask_positions_differ(fault, s)) return "";
+      return fault == Fault::mask_local_query_positions
+                 ? "it masks a rank's queries at their local row indices, which are their "
+                   "positions on every rank here (only the first rank holds queries)"
+                 : "it masks a zigzag share's second run as if it followed the first, and every "
+                   "share here is one contiguous run (the sequence is too short for a second "
+                   "run that does not follow the first)";
     case Fault::cache_raw_k:
     case Fault::rope_after_gather_wrong_offset:
       if (s.stream && s.stream->chunks.size() >= 2) return "";
@@ -217,6 +290,13 @@ std::string transition_effect(Fault fault, const Scenario& s) {
                     !t->shape.has(from.axis)) {
                   return false;
                 }
+                // One non-empty piece is the whole tensor, along any axis.
+                const std::vector<Slice> pieces = slices_on(s, a.input, st.mesh_dim);
+                if (!axis_sharded_elsewhere(s, a.input, st.mesh_dim) &&
+                    std::count_if(pieces.begin(), pieces.end(),
+                                  [](const Slice& piece) { return piece.valid() > 0; }) < 2) {
+                  return false;
+                }
                 for (const Axis& axis : t->shape.axes()) {
                   if (axis.name == from.axis) return false;
                   // The largest local extent: other dims may shard this axis too (dp on batch).
@@ -235,15 +315,17 @@ std::string transition_effect(Fault fault, const Scenario& s) {
       }
       return "it concatenates an all-gather's pieces along the first axis, which is the same "
              "memory as along the sharded axis unless an axis before it has a local extent of 2 "
-             "or more, and no redistribute here goes from such a Shard to Replicate";
+             "or more and two or more ranks hold a piece, and no redistribute here goes from "
+             "such a Shard to Replicate";
     case Fault::dropout_same_seed:
       if (any_step<DropoutArgs>(s, OpKind::dropout, [&](const StepSpec&, const auto& a) {
-            return a.p > 0 && sharded_somewhere(s, a.input);
+            return a.p > 0 && split_between_ranks(s, a.input);
           })) {
         return "";
       }
       return "it draws each rank's mask from its local indices, which are the global ones on a "
-             "Replicate input, and no dropout here has p > 0 and a Shard input";
+             "Replicate input or where one rank holds the whole tensor, and no dropout here has "
+             "p > 0 and an input split between two or more ranks that each hold part of it";
     case Fault::dropout_rank_offset:
       if (s.mesh.devices.size() > 1 &&
           any_step<DropoutArgs>(s, OpKind::dropout,
@@ -255,52 +337,6 @@ std::string transition_effect(Fault fault, const Scenario& s) {
     default:
       return "";
   }
-}
-
-// Whether the ranks of mesh dim `d` (two or more) hold different data there: some tensor of the
-// scenario, declared or a step's output as the loader inferred it, is not Replicate on `d`.
-bool data_split_on(const Scenario& s, int d) {
-  if (s.mesh.devices.dim(d).size < 2) return false;
-  return std::any_of(s.tensor_layouts.begin(), s.tensor_layouts.end(), [&](const auto& entry) {
-    const Layout& layout = entry.second.layout;
-    return d < layout.ndim() && !layout.on(d).is_replicate();
-  });
-}
-
-// The gradient-reduction faults (runner_faults.hpp). Each changes the all-reduce that turns a
-// parameter's Partial gradient on a dim where the parameter is Replicate into the sum. Such a
-// gradient needs ranks of that dim that saw different data: when every tensor is Replicate on
-// every dim where a parameter is Replicate, every rank computes the whole gradient itself
-// (attention with replicated queries splits its keys inside the plan and gathers them back
-// before the weights' gradients), there is no such all-reduce, and the fault changes nothing.
-// grad_reduce_wrong_dim also needs another dim where that parameter is Replicate to reduce over
-// instead.
-std::string grad_reduce_effect(Fault fault, const Scenario& s) {
-  if (fault != Fault::unreduced_param_grads && fault != Fault::grad_reduce_mean &&
-      fault != Fault::grad_reduce_wrong_dim) {
-    return "";
-  }
-  const int dims = s.mesh.devices.ndim();
-  for (int d = 0; d < dims; ++d) {
-    if (!data_split_on(s, d)) continue;
-    for (const TensorSpec& t : s.tensors) {
-      if (t.role != TensorRole::parameter || d >= t.layout.ndim() ||
-          !t.layout.on(d).is_replicate()) {
-        continue;
-      }
-      if (fault != Fault::grad_reduce_wrong_dim) return "";
-      for (int other = 0; other < dims && other < t.layout.ndim(); ++other) {
-        if (other != d && t.layout.on(other).is_replicate()) return "";
-      }
-    }
-  }
-  return fault == Fault::grad_reduce_wrong_dim
-             ? "it reduces a parameter's Partial gradient over another dim where the parameter is "
-               "Replicate, and no parameter here is Replicate on a dim whose ranks hold "
-               "different data (some tensor Shard or Partial there) and on a second dim"
-             : "it changes the all-reduce of a parameter's Partial gradient, and no parameter here "
-               "is Replicate on a dim whose ranks hold different data (some tensor Shard or "
-               "Partial there): every rank computes the whole gradient";
 }
 
 // Why `fault` changes nothing this scenario runs, or "" when it changes something.
