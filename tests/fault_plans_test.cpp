@@ -203,8 +203,7 @@ TEST_CASE("a fault for a plan no step runs is refused with what it needs", "[fau
   }
 }
 
-TEST_CASE("a gradient-reduction fault needs a replicated parameter on a split dim",
-          "[faults]") {
+TEST_CASE("a gradient-reduction fault needs a replicated parameter on a split dim", "[faults]") {
   // dp x tp: x is Shard(batch) on dp and Shard(hidden) on tp; the LayerNorm weight w is
   // Shard(hidden) on tp, so it is Replicate on dp only, where its gradient is Partial (each dp
   // rank normalizes other batch rows). Skipping or averaging that all-reduce shows;
@@ -236,8 +235,7 @@ TEST_CASE("a gradient-reduction fault needs a replicated parameter on a split di
   }
 }
 
-TEST_CASE("a fault the data cannot show is refused: short sequences over many ranks",
-          "[faults]") {
+TEST_CASE("a fault the data cannot show is refused: short sequences over many ranks", "[faults]") {
   // The bundled fault scenarios with their sequences cut short: one rank alone, or contiguous
   // shares, hold every token. Each fault is refused with the reason, and injected past the
   // loader changes nothing; at the scenarios' own lengths the faults load (and their bundled

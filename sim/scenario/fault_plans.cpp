@@ -202,7 +202,6 @@ std::string loss_effect(Fault fault, const Scenario& s) {
   }
 }
 
-// The attention faults that need a window or a carried cache.
 // Whether the query positions a mask fault gives some rank (sharded_common.hpp
 // mask_query_positions) differ from its queries' real ones, for some attention step with
 // sharded queries. Judged without [stream] (a later chunk starts past position 0) and where the
@@ -222,6 +221,7 @@ bool mask_positions_differ(Fault fault, const Scenario& s) {
       });
 }
 
+// The attention faults that need a window, a carried cache, or queries off their row indices.
 std::string attention_effect(Fault fault, const Scenario& s) {
   switch (fault) {
     case Fault::window_off_by_one:
@@ -341,8 +341,8 @@ std::string transition_effect(Fault fault, const Scenario& s) {
 
 // Why `fault` changes nothing this scenario runs, or "" when it changes something.
 std::string no_effect(Fault fault, const Scenario& s) {
-  for (auto* effect : {norm_effect, loss_effect, attention_effect, linear_effect,
-                       transition_effect, grad_reduce_effect}) {
+  for (auto* effect : {norm_effect, loss_effect, attention_effect, linear_effect, transition_effect,
+                       grad_reduce_effect}) {
     std::string why = effect(fault, s);
     if (!why.empty()) return why;
   }

@@ -21,6 +21,8 @@ bool data_split_on(const Scenario& s, int d) {
   });
 }
 
+}  // namespace
+
 // The gradient-reduction faults (runner_faults.hpp). Each changes the all-reduce that turns a
 // parameter's Partial gradient on a dim where the parameter is Replicate into the sum. Such a
 // gradient needs ranks of that dim that saw different data: when every tensor is Replicate on
@@ -29,8 +31,6 @@ bool data_split_on(const Scenario& s, int d) {
 // before the weights' gradients), there is no such all-reduce, and the fault changes nothing.
 // grad_reduce_wrong_dim also needs another dim where that parameter is Replicate to reduce over
 // instead.
-}  // namespace
-
 std::string grad_reduce_effect(Fault fault, const Scenario& s) {
   if (fault != Fault::unreduced_param_grads && fault != Fault::grad_reduce_mean &&
       fault != Fault::grad_reduce_wrong_dim) {
