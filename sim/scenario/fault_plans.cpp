@@ -10,7 +10,8 @@
 //   mse_loss     input Replicate on every dim -> computed whole on every rank (loss_plan.hpp:
 //                one holder, whose own mean is the call's: average_of_rank_means shows only
 //                with micro-batches, averaging twice never); padding needs valid_lengths below
-//                the seq extent; the [seq, batch] mask equals the right one at batch 1
+//                the seq extent; the [seq, batch] mask equals the right one at batch 1;
+//                fsdp_grad_local_mean needs two or more ranks holding tokens
 //   attention    the extra key of window_off_by_one exists only if window < the sequence; the
 //                cache faults need a second streamed chunk (chunk 1 passes by construction)
 //   linear       row-parallel: weight Shard(in) on the step's dim; column-parallel: Shard(out)
@@ -179,6 +180,15 @@ std::string loss_effect(Fault fault, const Scenario& s) {
                  "sums, and every mse_loss here has its tokens whole on every rank "
                  "(Replicate, or sharded over one rank)") +
              (fault == Fault::average_of_rank_means ? " and there are no micro-batches" : "");
+    case Fault::fsdp_grad_local_mean:
+      // A rank's own tokens are the call's when it alone holds them (batch 1 over dp 4).
+      if (any_step<MseLossArgs>(s, OpKind::mse_loss, [&](const StepSpec&, const auto& a) {
+            return split_between_ranks(s, a.input);
+          })) {
+        return "";
+      }
+      return "it starts each rank's backward from the mean over its own tokens, and every "
+             "mse_loss here has one rank holding all of its tokens (or every rank all of them)";
     case Fault::padding_in_loss:
       if (any_step<MseLossArgs>(s, OpKind::mse_loss, [&](const StepSpec&, const auto& a) {
             return has_padding(s, a);
