@@ -136,11 +136,9 @@ void check_unchanged(Scenario scenario, Fault fault, const RunReport& clean) {
   CHECK(2 * matched >= faulty.boundaries.size());
 }
 
-// A bundled fault scenario's text without its faults line and [expect], every shape that opens
-// with `opening` ("[2, 14,": "shape = [2, 14, ...]") opening with `replacement` instead.
-std::string clean_with_shape(const std::string& name, const std::string& opening,
-                             const std::string& replacement) {
-  const std::string from = "shape = " + opening, to = "shape = " + replacement;
+// A bundled fault scenario's text without its faults line and [expect], every `from` made `to`
+// ("shape = [2, 14," -> "shape = [2, 1,": the batch-first tensors' seq extent).
+std::string clean_with(const std::string& name, const std::string& from, const std::string& to) {
   std::string text = without_expect(
       slurp(std::string(SHARDSIM_SOURCE_DIR) + "/scenarios/faults/" + name + ".toml"));
   const std::size_t faults = text.find("\nfaults = ");
@@ -236,10 +234,10 @@ TEST_CASE("a gradient-reduction fault needs a replicated parameter on a split di
 }
 
 TEST_CASE("a fault the data cannot show is refused: short axes over many ranks", "[faults]") {
-  // The bundled fault scenarios with their sequences (or batch) cut short: one rank alone, or
-  // contiguous shares, hold every token. Each fault is refused with the reason, and injected past
-  // the loader changes nothing; at the scenarios' own lengths the faults load (and their bundled
-  // [expect] = fail is the evidence that they show).
+  // The bundled fault scenarios with their sequences (or batch) cut short, or their ranks cut
+  // to one: one rank alone, or contiguous shares, hold every token. Each fault is refused with the
+  // reason, and injected past the loader changes nothing; at the scenarios' own lengths the faults
+  // load (and their bundled [expect] = fail is the evidence that they show).
   struct Case {
     const char* scenario;
     const char* fault;
@@ -249,32 +247,36 @@ TEST_CASE("a fault the data cannot show is refused: short axes over many ranks",
   };
   const Case cases[] = {
       // seq 1 over 2 cp ranks: rank 1 holds no query, rank 0's rows are positions 0.
-      {"attention_mask_local_query_positions", "mask_local_query_positions", "[2, 14,", "[2, 1,",
-       "only the first rank holds queries"},
+      {"attention_mask_local_query_positions", "mask_local_query_positions", "shape = [2, 14,",
+       "shape = [2, 1,", "only the first rank holds queries"},
       // seq 5 zigzag over 2 ranks: chunks of 2, 2, 1, 0, so rank 0 holds [0, 2) and rank 1
       // [2, 5): both contiguous, the fault's positions are the real ones.
-      {"attention_mask_zigzag_contiguous", "mask_zigzag_contiguous", "[2, 12,", "[2, 5,",
-       "every share here is one contiguous run"},
+      {"attention_mask_zigzag_contiguous", "mask_zigzag_contiguous", "shape = [2, 12,",
+       "shape = [2, 5,", "every share here is one contiguous run"},
       // seq 1 over the ranks: one rank holds the whole tensor, its local indices are global.
-      {"dropout_same_seed", "dropout_same_seed", "[2, 13,", "[2, 1,",
+      {"dropout_same_seed", "dropout_same_seed", "shape = [2, 13,", "shape = [2, 1,",
        "where one rank holds the whole"},
-      {"mesh_gather_wrong_axis", "gather_wrong_axis", "[2, 13,", "[2, 1,",
+      {"mesh_gather_wrong_axis", "gather_wrong_axis", "shape = [2, 13,", "shape = [2, 1,",
        "two or more ranks hold a piece"},
+      // The ring over one rank: its keys are one block, there is nothing to merge.
+      {"attention_ring_merge_average", "ring_merge_average", "ranks = 3", "ranks = 1",
+       "every ring step here has its keys on one rank"},
+      {"attention_ring_backward_local_lse", "ring_backward_local_lse", "ranks = 3", "ranks = 1",
+       "every ring step here has its keys on one rank"},
       // batch 1 Shard(batch) over dp 4: one rank's tokens are all of them, its mean the call's.
-      {"fsdp_grad_local_mean", "fsdp_grad_local_mean", "[4, 7,", "[1, 7,",
+      {"fsdp_grad_local_mean", "fsdp_grad_local_mean", "shape = [4, 7,", "shape = [1, 7,",
        "one rank holding all of its tokens"},
   };
   for (const Case& c : cases) {
-    INFO(c.scenario << " with shape " << c.to);
-    const std::string text = clean_with_shape(c.scenario, c.from, c.to);
+    INFO(c.scenario << " with " << c.to);
+    const std::string text = clean_with(c.scenario, c.from, c.to);
     const std::string error = refusal(with_fault(text, c.fault), "short.toml");
     CHECK_THAT(error, Catch::Contains(std::string("fault '") + c.fault +
                                       "' would change nothing this scenario runs"));
     CHECK_THAT(error, Catch::Contains(c.reason));
     const Scenario scenario = parse_scenario(text, "short.toml");
     check_unchanged(scenario, *find_fault(c.fault), evaluate(scenario, parse_precision("f64")));
-    CHECK(refusal(with_fault(clean_with_shape(c.scenario, c.from, c.from), c.fault), "own.toml")
-              .empty());
+    CHECK(refusal(with_fault(clean_with(c.scenario, c.from, c.from), c.fault), "own.toml").empty());
   }
 }
 

@@ -21,92 +21,27 @@
 //                non-empty piece (it is the whole tensor)
 //   dropout      p > 0; same_seed also needs an input split between two or more ranks that
 //                each hold part of it (otherwise a rank's local index is the global one)
+//   ring         ring_merge_*, ring_backward_local_lse: keys split between two or more ranks
 //   attention    mask_local_query_positions, mask_zigzag_contiguous: some rank's query
 //   masks        positions as the fault computes them differ from the real ones (judged
 //                without [stream], on a step whose dim alone shards seq)
 //   gradient     unreduced_param_grads, grad_reduce_mean: a parameter Replicate on a dim whose
 //   reduction    ranks hold different data (some tensor not Replicate there); wrong_dim also a
 //                second dim where it is Replicate (fault_plans_grad.cpp)
-// Numerical faults whose visibility depends on values (ring_merge_no_max) are not judged here.
+// Beyond that, numerical faults whose visibility depends on values (ring_merge_no_max needs
+// logits large enough to overflow) are not judged here.
 #include <algorithm>
 #include <string>
 
 #include "shardsim/scenario/scenario.hpp"
+#include "sim/scenario/fault_plans_internal.hpp"
 #include "sim/scenario/loader.hpp"
-#include "sim/scenario/loader_internal.hpp"
 
 namespace shardsim {
 
 namespace {
 
-const Scenario::TensorLayout* layout_of(const Scenario& s, const std::string& name) {
-  const auto found = s.tensor_layouts.find(name);
-  return found == s.tensor_layouts.end() ? nullptr : &found->second;
-}
-
-// The placement of tensor `name` on the step's mesh dim (Replicate when unknown).
-Placement on_step_dim(const Scenario& s, const StepSpec& step, const std::string& name) {
-  const Scenario::TensorLayout* t = layout_of(s, name);
-  if (t == nullptr || step.mesh_dim >= t->layout.ndim()) return Placement::replicate();
-  return t->layout.on(step.mesh_dim);
-}
-
-// Whether some mesh dim of more than one rank shards tensor `name`.
-bool sharded_somewhere(const Scenario& s, const std::string& name) {
-  const Scenario::TensorLayout* t = layout_of(s, name);
-  if (t == nullptr) return false;
-  for (int d = 0; d < t->layout.ndim() && d < s.mesh.devices.ndim(); ++d) {
-    if (t->layout.on(d).is_shard() && s.mesh.devices.dim(d).size > 1) return true;
-  }
-  return false;
-}
-
-// The slices of `name`'s axis sharded on mesh dim `d`, as if no other dim sharded that axis;
-// empty when the tensor is not Shard on `d` or `d` has one rank.
-std::vector<Slice> slices_on(const Scenario& s, const std::string& name, int d) {
-  const Scenario::TensorLayout* t = layout_of(s, name);
-  if (t == nullptr || d >= t->layout.ndim() || d >= s.mesh.devices.ndim()) return {};
-  const Placement& p = t->layout.on(d);
-  const int ranks = s.mesh.devices.dim(d).size;
-  if (!p.is_shard() || ranks < 2 || !t->shape.has(p.axis)) return {};
-  return shard_slices(t->shape.extent(p.axis), ranks, p.split);
-}
-
-// Whether some mesh dim splits tensor `name` between two or more ranks that each hold part of
-// it. When none does, every rank holding any of it holds all of it (a Shard of an extent-1 axis
-// over four ranks leaves three empty), so its local indices are the global ones.
-bool split_between_ranks(const Scenario& s, const std::string& name) {
-  const Scenario::TensorLayout* t = layout_of(s, name);
-  if (t == nullptr) return false;
-  for (int d = 0; d < t->layout.ndim() && d < s.mesh.devices.ndim(); ++d) {
-    const std::vector<Slice> slices = slices_on(s, name, d);
-    if (std::count_if(slices.begin(), slices.end(),
-                      [](const Slice& slice) { return slice.valid() > 0; }) >= 2) {
-      return true;
-    }
-  }
-  return false;
-}
-
-// Whether another mesh dim than `d` shards the same axis of `name` as `d` does (the pieces
-// then nest, and slices_on is only an outer bound).
-bool axis_sharded_elsewhere(const Scenario& s, const std::string& name, int d) {
-  const Scenario::TensorLayout* t = layout_of(s, name);
-  if (t == nullptr || d >= t->layout.ndim()) return false;
-  for (int e = 0; e < t->layout.ndim(); ++e) {
-    if (e != d && t->layout.on(e).is_shard() && t->layout.on(e).axis == t->layout.on(d).axis) {
-      return true;
-    }
-  }
-  return false;
-}
-
-template <typename Args, typename Pred>
-bool any_step(const Scenario& s, OpKind kind, Pred pred) {
-  return std::any_of(s.steps.begin(), s.steps.end(), [&](const StepSpec& step) {
-    return step.kind == kind && pred(step, step.as<Args>());
-  });
-}
+using namespace fault_plans;  // the helpers and the other files' rules (fault_plans_internal.hpp)
 
 bool hidden_sharded_norm(const Scenario& s, const StepSpec& step, const LayerNormArgs& a) {
   const Placement x = on_step_dim(s, step, a.input);
@@ -150,6 +85,8 @@ std::string norm_effect(Fault fault, const Scenario& s) {
              "Shard(axis) input with distributed statistics (give one a row-sharded input, or "
              "stats = \"redistribute\")";
     case Fault::hidden_shard_local_stats:
+      // Not refused where one rank holds the whole axis: the fault still swaps the distributed
+      // statistics' arithmetic for the local one (different roundings), though it cannot fail.
       if (any_step<LayerNormArgs>(s, OpKind::layer_norm, [&](const StepSpec& st, const auto& a) {
             return hidden_sharded_norm(s, st, a);
           })) {
@@ -212,58 +149,6 @@ std::string loss_effect(Fault fault, const Scenario& s) {
   }
 }
 
-// Whether the query positions a mask fault gives some rank (sharded_common.hpp
-// mask_query_positions) differ from its queries' real ones, for some attention step with
-// sharded queries. Judged without [stream] (a later chunk starts past position 0) and where the
-// step's dim alone shards seq; otherwise taken as differing.
-bool mask_positions_differ(Fault fault, const Scenario& s) {
-  return any_step<SlidingWindowAttentionArgs>(
-      s, OpKind::sliding_window_attention, [&](const StepSpec& st, const auto& a) {
-        if (s.stream || axis_sharded_elsewhere(s, a.input, st.mesh_dim)) return true;
-        for (const Slice& share : slices_on(s, a.input, st.mesh_dim)) {
-          const std::vector<std::int64_t> real = slice_positions(share);
-          const std::int64_t from = fault == Fault::mask_local_query_positions ? 0 : share.begin;
-          for (std::size_t i = 0; i < real.size(); ++i) {
-            if (real[i] != from + static_cast<std::int64_t>(i)) return true;
-          }
-        }
-        return false;
-      });
-}
-
-// The attention faults that need a window, a carried cache, or queries off their row indices.
-std::string attention_effect(Fault fault, const Scenario& s) {
-  switch (fault) {
-    case Fault::window_off_by_one:
-      if (any_step<SlidingWindowAttentionArgs>(
-              s, OpKind::sliding_window_attention, [&](const StepSpec&, const auto& a) {
-                const Scenario::TensorLayout* t = layout_of(s, a.input);
-                return a.window && t != nullptr && t->shape.has("seq") &&
-                       *a.window < t->shape.extent("seq");
-              })) {
-        return "";
-      }
-      return "it admits the key at distance `window`, and no sliding_window_attention here has "
-             "a window shorter than its sequence (plain causal attention has no window)";
-    case Fault::mask_local_query_positions:
-    case Fault::mask_zigzag_contiguous:
-      if (mask_positions_differ(fault, s)) return "";
-      return fault == Fault::mask_local_query_positions
-                 ? "it masks a rank's queries at their local row indices, which are their "
-                   "positions on every rank here (only the first rank holds queries)"
-                 : "it masks a zigzag share's second run as if it followed the first, and every "
-                   "share here is one contiguous run (the sequence is too short for a second "
-                   "run that does not follow the first)";
-    case Fault::cache_raw_k:
-    case Fault::rope_after_gather_wrong_offset:
-      if (s.stream && s.stream->chunks.size() >= 2) return "";
-      return "it changes the keys carried into a later chunk, and this scenario streams no second "
-             "chunk ([stream] with two or more chunks)";
-    default:
-      return "";
-  }
-}
-
 // The linear faults.
 std::string linear_effect(Fault fault, const Scenario& s) {
   switch (fault) {
@@ -301,12 +186,7 @@ std::string transition_effect(Fault fault, const Scenario& s) {
                   return false;
                 }
                 // One non-empty piece is the whole tensor, along any axis.
-                const std::vector<Slice> pieces = slices_on(s, a.input, st.mesh_dim);
-                if (!axis_sharded_elsewhere(s, a.input, st.mesh_dim) &&
-                    std::count_if(pieces.begin(), pieces.end(),
-                                  [](const Slice& piece) { return piece.valid() > 0; }) < 2) {
-                  return false;
-                }
+                if (!pieces_on_step_dim(s, st, a.input)) return false;
                 for (const Axis& axis : t->shape.axes()) {
                   if (axis.name == from.axis) return false;
                   // The largest local extent: other dims may shard this axis too (dp on batch).

@@ -5,9 +5,9 @@
 #include <string>
 
 #include "shardsim/scenario/scenario.hpp"
-#include "sim/scenario/loader_internal.hpp"
+#include "sim/scenario/fault_plans_internal.hpp"
 
-namespace shardsim {
+namespace shardsim::fault_plans {
 
 namespace {
 
@@ -59,4 +59,4 @@ std::string grad_reduce_effect(Fault fault, const Scenario& s) {
                "Partial there): every rank computes the whole gradient";
 }
 
-}  // namespace shardsim
+}  // namespace shardsim::fault_plans

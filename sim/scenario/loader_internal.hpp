@@ -24,11 +24,6 @@ struct TensorState {
   }
 };
 
-// Why a gradient-reduction fault (unreduced_param_grads, grad_reduce_mean, grad_reduce_wrong_dim)
-// would change nothing this scenario runs, or "" when it changes something or is another fault
-// (fault_plans_grad.cpp; one rule of Loader::fault_plans).
-std::string grad_reduce_effect(Fault fault, const Scenario& s);
-
 // Tracks defined tensors while the steps are validated in order, and formats located errors.
 class StepContext {
  public:
