@@ -43,10 +43,7 @@ bool ring_blocks_merge(const Scenario& s) {
         if (s.stream || t == nullptr || !t->shape.has("seq")) return true;
         const Placement on = on_step_dim(s, st, a.input);
         if (on.is_shard()) return on.axis != "seq" || pieces_on_step_dim(s, st, a.input);
-        const std::vector<Slice> blocks =
-            shard_slices(t->shape.extent("seq"), ranks, SplitPolicy::chunk);
-        return std::count_if(blocks.begin(), blocks.end(),
-                             [](const Slice& block) { return block.valid() > 0; }) >= 2;
+        return two_or_more_hold(shard_slices(t->shape.extent("seq"), ranks, SplitPolicy::chunk));
       });
 }
 

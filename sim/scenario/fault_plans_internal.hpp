@@ -45,6 +45,13 @@ inline std::vector<Slice> slices_on(const Scenario& s, const std::string& name, 
   return shard_slices(t->shape.extent(p.axis), ranks, p.split);
 }
 
+// Whether two or more of `slices` hold positions (the others are empty: 3 over 4 ranks gives
+// 1, 1, 1, 0; 1 over 4 gives one holder).
+inline bool two_or_more_hold(const std::vector<Slice>& slices) {
+  return std::count_if(slices.begin(), slices.end(),
+                       [](const Slice& slice) { return slice.valid() > 0; }) >= 2;
+}
+
 // Whether some mesh dim splits tensor `name` between two or more ranks that each hold part of
 // it. When none does, every rank holding any of it holds all of it (a Shard of an extent-1 axis
 // over four ranks leaves three empty), so its local indices are the global ones.
@@ -52,11 +59,7 @@ inline bool split_between_ranks(const Scenario& s, const std::string& name) {
   const Scenario::TensorLayout* t = layout_of(s, name);
   if (t == nullptr) return false;
   for (int d = 0; d < t->layout.ndim() && d < s.mesh.devices.ndim(); ++d) {
-    const std::vector<Slice> slices = slices_on(s, name, d);
-    if (std::count_if(slices.begin(), slices.end(),
-                      [](const Slice& slice) { return slice.valid() > 0; }) >= 2) {
-      return true;
-    }
+    if (two_or_more_hold(slices_on(s, name, d))) return true;
   }
   return false;
 }
@@ -78,9 +81,7 @@ inline bool axis_sharded_elsewhere(const Scenario& s, const std::string& name, i
 // (always true when another dim shards that axis too: judged only where the split is simple).
 inline bool pieces_on_step_dim(const Scenario& s, const StepSpec& step, const std::string& name) {
   if (axis_sharded_elsewhere(s, name, step.mesh_dim)) return true;
-  const std::vector<Slice> pieces = slices_on(s, name, step.mesh_dim);
-  return std::count_if(pieces.begin(), pieces.end(),
-                       [](const Slice& piece) { return piece.valid() > 0; }) >= 2;
+  return two_or_more_hold(slices_on(s, name, step.mesh_dim));
 }
 
 template <typename Args, typename Pred>
