@@ -57,6 +57,11 @@ struct BoundaryLabel {
   // dropout repetition detector's per-pair agreement.
   std::vector<std::string> notes;
   bool has_oracle = true;  // false: no dense counterpart exists by design (see above)
+  // A bf16/f16 run: the kernel that wrote the ranks' values and the oracle's rounded every
+  // element to the storage format as it stored it (LayerNormParams::store), so recording the
+  // boundary rounds nothing again. Only a label whose two tensors both come straight from such a
+  // kernel (or are copies of its values) may say so; a sum of such values may not.
+  bool stored = false;
 
   const std::string& dense_name() const { return dense.empty() ? tensor : dense; }
 };

@@ -104,14 +104,15 @@ class ScenarioRun {
  private:
   // Records one boundary and hands it to the sink with its oracle tensor, enforcing the
   // boundary contract (trace.hpp). `oracle` overrides the dense counterpart (replica checks).
-  // A narrow run first rounds a stored value to its format, the ranks' and the oracle's alike.
+  // A narrow run first rounds a stored value to its format, the ranks' and the oracle's alike,
+  // unless the kernel that wrote them already did (label.stored).
   bool emit(const BoundaryLabel& label, DistTensor<T>& tensor, const Tensor<T>* oracle) {
     if (whole_pass_) {
       snapshot_whole_oracle(label);
       return true;
     }
     const bool narrow = stores_narrow(label);
-    if (narrow) {
+    if (narrow && !label.stored) {
       for (Tensor<T>& local : tensor.locals) env_.round_to_storage(local);
       auto dense = env_.dense.find(label.dense_name());
       if (!oracle && label.has_oracle && dense != env_.dense.end()) {

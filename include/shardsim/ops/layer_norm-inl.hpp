@@ -34,7 +34,7 @@ void layer_norm_forward(const Tensor<T>& x, const Tensor<T>* weight, const Tenso
     detail::RowValues<T, n> mean, rstd;  // (n)
     detail::layer_norm_block_stats(block, x, view.extent, policy, mean, rstd);
     detail::layer_norm_block_apply(block, x, weight, bias, mean, rstd, faults, view.extent,
-                                   view.extent, y);
+                                   view.extent, y, params.store);
     for (int q = 0; q < n; ++q) {
       saved.mean[block.row(q)] = mean[q];
       saved.rstd[block.row(q)] = rstd[q];
@@ -83,7 +83,7 @@ void layer_norm_apply(const Tensor<T>& x, const Tensor<T>* weight, const Tensor<
       rstd[q] = stats.rstd[block.row(q)];
     }
     detail::layer_norm_block_apply(block, x, weight, bias, mean, rstd, faults, valid, view.extent,
-                                   y);
+                                   y, params.store);
   });
 }
 
@@ -108,7 +108,7 @@ void layer_norm_backward(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T
     }
     detail::layer_norm_block_backward_apply(block, dy, x, weight, saved, dnorm_mean,
                                             dnorm_norm_mean, view.extent, view.extent, dx, dweight,
-                                            dbias);
+                                            dbias, params.store);
   });
 }
 
@@ -151,8 +151,8 @@ void layer_norm_backward_apply(const Tensor<T>& dy, const Tensor<T>& x, const Te
       dnorm_norm_mean[q] = sum_dnorm_norm[block.row(q)] / row_length;
     }
     detail::layer_norm_block_backward_apply(block, dy, x, weight, stats, dnorm_mean,
-                                            dnorm_norm_mean, valid, view.extent, dx, dweight,
-                                            dbias);
+                                            dnorm_norm_mean, valid, view.extent, dx, dweight, dbias,
+                                            params.store);
   });
 }
 

@@ -36,9 +36,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
+#include "shardsim/narrow.hpp"
 #include "shardsim/ops/layer_norm_faults.hpp"
 #include "shardsim/tensor.hpp"
 
@@ -68,6 +70,13 @@ inline constexpr std::string_view gathered = "gathered";
 struct LayerNormParams {
   std::string axis = "hidden";
   double eps = 1e-5;  // f32 runs use float(eps); f64 and mp use this double exactly
+  // A bf16/f16 run's storage format (storage.hpp), at T = float only (ignored at every other
+  // type): the kernels round each element of their stored output, y (forward, apply) and dx
+  // (backward, backward apply), to it while the block of rows that wrote it is still in cache,
+  // the value the run's boundary would store (storage.hpp's round_to_narrow, the same function),
+  // so that the boundary need not sweep the tensor again (BoundaryLabel::stored). Parameter
+  // gradients accumulate over calls and are left to the boundary.
+  std::optional<NarrowFormat> store;
 };
 
 // What forward keeps for backward. Both have shape x.shape().without(axis): (rows).

@@ -12,12 +12,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <type_traits>
 
 #include "shardsim/ops/layer_norm.hpp"
 #include "shardsim/ops/layer_norm_lanes-inl.hpp"
 #include "shardsim/ops/norm_rows.hpp"
 #include "shardsim/scalar.hpp"
+#include "shardsim/storage.hpp"
 
 namespace shardsim {
 
@@ -98,13 +100,52 @@ void layer_norm_block_stats(RowBlock<N> block, const Tensor<T>& x, std::int64_t 
   }
 }
 
+// A bf16/f16 run's stores (LayerNormParams::store): positions [from, extent) of the block's row q
+// in `out`, rounded to the storage format right after the row was written, while it is still in
+// cache (the lane passes round the positions before `from` as they store them: store_rounded).
+// The rounding is storage.hpp's round_to_narrow, the function the boundary applies, and it is
+// idempotent (a pad position's 0 stays 0). Only at T = float.
+template <typename T, int N>
+void round_row_stores(const RowBlock<N>& block, int q, const std::optional<NarrowFormat>& store,
+                      std::int64_t from, std::int64_t extent, Tensor<T>& out) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (!store || from >= extent) return;
+    if (block.stride == 1) {
+      round_to_narrow(*store, out.data() + block.at(q, from), extent - from);
+      return;
+    }
+    for (std::int64_t i = from; i < extent; ++i) {
+      float& value = out[block.at(q, i)];
+      value = round_to_narrow(*store, value);
+    }
+  } else {
+    (void)block, (void)q, (void)store, (void)from, (void)extent, (void)out;
+  }
+}
+
+// Runs a lane pass `apply(std::bool_constant<Bf16>)` with Bf16 set where its stores are to be
+// rounded to bf16 (f32 arithmetic, bf16 storage); returns its count of positions written, and in
+// `rounded` those it rounded (0 without Bf16).
+template <typename T, typename Apply>
+std::int64_t lanes_with_stores(const std::optional<NarrowFormat>& store, std::int64_t& rounded,
+                               Apply&& apply) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (store == NarrowFormat::bf16) return rounded = apply(std::true_type{});
+  } else {
+    (void)store;
+  }
+  (void)rounded;
+  return apply(std::false_type{});
+}
+
 // y on positions [0, valid) of the block's rows, 0 on [valid, extent), given the rows' mean and
 // rstd: (N).
 template <typename T, int N>
 void layer_norm_block_apply(RowBlock<N> block, const Tensor<T>& x, const Tensor<T>* weight,
                             const Tensor<T>* bias, const RowValues<T, N>& mean,
                             const RowValues<T, N>& rstd, const LayerNormFaults& faults,
-                            std::int64_t valid, std::int64_t extent, Tensor<T>& y) {
+                            std::int64_t valid, std::int64_t extent, Tensor<T>& y,
+                            const std::optional<NarrowFormat>& store) {
   T out = T(0);  // scratch, written through *_into
   for (int q = 0; q < N; ++q) {
     // The row's values held in locals for the element loop: read through the arrays and the
@@ -114,11 +155,15 @@ void layer_norm_block_apply(RowBlock<N> block, const Tensor<T>& x, const Tensor<
     const std::int64_t base = block.base[q];
     const std::int64_t stride = block.stride;
     std::int64_t i = 0;
+    std::int64_t rounded = 0;  // positions the lane pass stored rounded
     if constexpr (kLaneSums<T>) {
       if (stride == 1 && !faults.dtype_mismatch) {
-        i = lane_apply_row(x.data() + base, weight ? weight->data() : nullptr,
-                           bias ? bias->data() : nullptr, row_mean, row_rstd, valid,
-                           y.data() + base);
+        const auto apply = [&](auto bf16) {
+          return lane_apply_row<decltype(bf16)::value>(
+              x.data() + base, weight ? weight->data() : nullptr, bias ? bias->data() : nullptr,
+              row_mean, row_rstd, valid, y.data() + base);
+        };
+        i = lanes_with_stores<T>(store, rounded, apply);
       }
     }
     for (; i < valid; ++i) {
@@ -131,6 +176,7 @@ void layer_norm_block_apply(RowBlock<N> block, const Tensor<T>& x, const Tensor<
       y[at] = out;
     }
     for (std::int64_t i = valid; i < extent; ++i) y[block.at(q, i)] = T(0);
+    round_row_stores(block, q, store, rounded, extent, y);
   }
 }
 
@@ -182,7 +228,7 @@ void layer_norm_block_backward_apply(RowBlock<N> block, const Tensor<T>& dy, con
                                      const RowValues<T, N>& dnorm_mean,
                                      const RowValues<T, N>& dnorm_norm_mean, std::int64_t valid,
                                      std::int64_t extent, Tensor<T>& dx, Tensor<T>* dweight,
-                                     Tensor<T>* dbias) {
+                                     Tensor<T>* dbias, const std::optional<NarrowFormat>& store) {
   T norm = T(0), dnorm = T(0), product = T(0);  // in place (scalar.hpp): no Mp temporaries
   for (int q = 0; q < N; ++q) {
     // Local copies: stores into dx, dweight and dbias cannot alias them.
@@ -191,13 +237,17 @@ void layer_norm_block_backward_apply(RowBlock<N> block, const Tensor<T>& dy, con
     const T row_dnorm_mean = dnorm_mean[q];
     const T row_dnorm_norm_mean = dnorm_norm_mean[q];
     std::int64_t i = 0;
+    std::int64_t rounded = 0;  // positions the lane pass stored rounded
     if constexpr (kLaneSums<T>) {
       if (block.stride == 1) {
         const std::int64_t base = block.base[q];
-        i = lane_backward_apply_row(
-            dy.data() + base, x.data() + base, weight ? weight->data() : nullptr, mean, rstd,
-            row_dnorm_mean, row_dnorm_norm_mean, valid, dx.data() + base,
-            dweight ? dweight->data() : nullptr, dbias ? dbias->data() : nullptr);
+        const auto apply = [&](auto bf16) {
+          return lane_backward_apply_row<decltype(bf16)::value>(
+              dy.data() + base, x.data() + base, weight ? weight->data() : nullptr, mean, rstd,
+              row_dnorm_mean, row_dnorm_norm_mean, valid, dx.data() + base,
+              dweight ? dweight->data() : nullptr, dbias ? dbias->data() : nullptr);
+        };
+        i = lanes_with_stores<T>(store, rounded, apply);
       }
     }
     for (; i < valid; ++i) {
@@ -223,6 +273,7 @@ void layer_norm_block_backward_apply(RowBlock<N> block, const Tensor<T>& dy, con
       mul_into(dx[at], dnorm, rstd);
     }
     for (std::int64_t i = valid; i < extent; ++i) dx[block.at(q, i)] = T(0);
+    round_row_stores(block, q, store, rounded, extent, dx);
   }
 }
 

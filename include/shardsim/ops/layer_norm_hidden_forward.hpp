@@ -155,7 +155,10 @@ DistTensor<T> hidden_forward_redistribute(const World<T>& world, const DistTenso
                              moved_name(output, token_axis), saved.stats, faults, output);
   // x.global, x's placement.
   DistTensor<T> y = world.all_to_all(y_tokens, world.placement(x),
-                                     {.tensor = output, .exact = true, .inputs = {y_tokens.name}});
+                                     {.tensor = output,
+                                      .exact = true,
+                                      .inputs = {y_tokens.name},
+                                      .stored = params.store.has_value()});
   y.name = output;
   return y;
 }
@@ -222,7 +225,8 @@ DistTensor<T> layer_norm_hidden_sharded(const World<T>& world, const DistTensor<
       stats.rstd);
   world.compare_boundary({.op = op_label(OpKind::layer_norm),
                           .tensor = output,
-                          .inputs = detail::layer_norm_input_names(x, weight, bias)},
+                          .inputs = detail::layer_norm_input_names(x, weight, bias),
+                          .stored = params.store.has_value()},
                          y);
   return y;
 }

@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "shardsim/ops/lane_sums.hpp"
@@ -109,11 +110,37 @@ void lane_backward_sums(RowBlock<N> block, const T* dy, const T* x, const T* wei
   dnorm_norm_total = total[1];
 }
 
+// A bf16 run's store of a lane vector of floats (LayerNormParams::store): each element rounded
+// to bf16 as storage.hpp's round_to_bf16 does it, with the same integer operations lane by lane
+// (add 0x7fff plus the lowest kept bit, clear the low 16 bits; a NaN becomes the quiet NaN with
+// its sign), so the bits are those of the boundary's rounding. Rounded: the kernels' `Bf16`.
+template <bool Bf16, typename T>
+void store_rounded(T* p, const LaneVec<T>& v) {
+  if constexpr (Bf16) {
+    static_assert(std::is_same_v<T, float>);
+    typedef std::uint32_t Bits __attribute__((vector_size(sizeof(LaneVec<T>))));
+    typedef std::int32_t Signed __attribute__((vector_size(sizeof(LaneVec<T>))));
+    Bits bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    const Bits rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
+    const Bits quiet_nan = (bits & 0x80000000u) | 0x7fc00000u;
+    // All ones where the magnitude is above the infinity's (a NaN); a signed compare, since the
+    // magnitude is below 2^31.
+    const Bits nan = reinterpret_cast<Bits>(reinterpret_cast<Signed>(bits & 0x7fffffffu) >
+                                            static_cast<std::int32_t>(0x7f800000));
+    const Bits out = (nan & quiet_nan) | (~nan & rounded);
+    std::memcpy(p, &out, sizeof out);
+  } else {
+    store_lanes(p, v);
+  }
+}
+
 // y = (((x - mean) * rstd) * weight) + bias on positions [0, valid) of one contiguous row (the
-// generic pass's operations in its order), a vector at a time; returns the first position not
-// written (the scalar tail is the caller's). Every argument is a value: the loop's stores
-// (memcpy, which may alias anything) then cannot force reloads of a captured variable.
-template <typename T>
+// generic pass's operations in its order), a vector at a time, each vector rounded to bf16 as it
+// is stored when Bf16; returns the first position not written (the scalar tail is the caller's).
+// Every argument is a value: the loop's stores (memcpy, which may alias anything) then cannot
+// force reloads of a captured variable.
+template <bool Bf16, typename T>
 std::int64_t lane_apply_row_body(const T* x, const T* weight, const T* bias, T mean, T rstd,
                                  std::int64_t valid, T* y) {
   std::int64_t i = 0;
@@ -129,22 +156,23 @@ std::int64_t lane_apply_row_body(const T* x, const T* weight, const T* bias, T m
       load_lanes<true>(operand, bias + i, 1);
       out = out + operand;
     }
-    store_lanes(y + i, out);
+    store_rounded<Bf16>(y + i, out);
   }
   return i;
 }
 
-template <typename T>
+template <bool Bf16, typename T>
 std::int64_t lane_apply_row(const T* x, const T* weight, const T* bias, T mean, T rstd,
                             std::int64_t valid, T* y) {
   std::int64_t done = 0;
-  run_lanes([&] { done = lane_apply_row_body(x, weight, bias, mean, rstd, valid, y); });
+  run_lanes([&] { done = lane_apply_row_body<Bf16>(x, weight, bias, mean, rstd, valid, y); });
   return done;
 }
 
 // The backward's elementwise pass on positions [0, valid) of one contiguous row, a vector at a
-// time (the generic pass's operations in its order); returns the first position not written.
-template <typename T>
+// time (the generic pass's operations in its order), dx rounded to bf16 as it is stored when
+// Bf16; returns the first position not written.
+template <bool Bf16, typename T>
 std::int64_t lane_backward_apply_row_body(const T* dy, const T* x, const T* weight, T mean, T rstd,
                                           T dnorm_mean, T dnorm_norm_mean, std::int64_t valid,
                                           T* dx, T* dweight, T* dbias) {
@@ -169,19 +197,19 @@ std::int64_t lane_backward_apply_row_body(const T* dy, const T* x, const T* weig
     }
     dnorm = dnorm - dnorm_mean;
     dnorm = dnorm - norm * dnorm_norm_mean;
-    store_lanes(dx + i, dnorm * rstd);
+    store_rounded<Bf16>(dx + i, dnorm * rstd);
   }
   return i;
 }
 
-template <typename T>
+template <bool Bf16, typename T>
 std::int64_t lane_backward_apply_row(const T* dy, const T* x, const T* weight, T mean, T rstd,
                                      T dnorm_mean, T dnorm_norm_mean, std::int64_t valid, T* dx,
                                      T* dweight, T* dbias) {
   std::int64_t done = 0;
   run_lanes([&] {
-    done = lane_backward_apply_row_body(dy, x, weight, mean, rstd, dnorm_mean, dnorm_norm_mean,
-                                        valid, dx, dweight, dbias);
+    done = lane_backward_apply_row_body<Bf16>(dy, x, weight, mean, rstd, dnorm_mean,
+                                              dnorm_norm_mean, valid, dx, dweight, dbias);
   });
   return done;
 }

@@ -158,7 +158,8 @@ DistTensor<T> layer_norm_row_sharded(const World<T>& world, const DistTensor<T>&
                           .tensor = output,
                           .dense = dense,
                           .exact = true,
-                          .inputs = detail::layer_norm_input_names(x, weight, bias)},
+                          .inputs = detail::layer_norm_input_names(x, weight, bias),
+                          .stored = params.store.has_value()},
                          y);
   return y;
 }

@@ -4,6 +4,7 @@
 // LayerNorm faults (layer_norm_faults.hpp) reach the sharded plans only.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,9 @@ class LayerNormStep final : public StepOp<T> {
   void forward(StepEnv<T>& env) override {
     const std::string& input = args_.input;
     const std::string& output = args_.output;
+    // A bf16/f16 run: the kernels store y and dx rounded, the oracle's and every rank's, and the
+    // boundaries that record them say so (BoundaryLabel::stored).
+    params_.store = env.storage;
     {
       const DistTensor<T>& sx = env.sharded_at(input);
       hidden_ = env.world.placement(sx).is_shard() && env.world.placement(sx).axis == params_.axis;
@@ -76,15 +80,13 @@ class LayerNormStep final : public StepOp<T> {
     if (!env.has_grad(output)) return;
     const std::string weight = args_.weight.value_or("");
     const std::string bias = args_.bias.value_or("");
-    const bool has_bias = args_.bias.has_value();
+    params_.store = backward_store(env);
 
     // Dense oracle (empty placeholders on a process without it).
     const Tensor<T>& dy = env.dense_at(grad_name(output));
     const Tensor<T>& x = env.dense_at(input);
     const Tensor<T>* w = env.dense_opt(args_.weight);
-    Tensor<T> dx;
-    Tensor<T> dw;
-    Tensor<T> db;
+    Tensor<T> dx, dw, db;
     if (env.oracle) dense_backward(env, dx, dw, db);
 
     const DistTensor<T>* sdy = &env.sharded_at(grad_name(output));
@@ -139,16 +141,27 @@ class LayerNormStep final : public StepOp<T> {
       env.add_grad(weight, std::move(dw), std::move(grads.dweight),
                    {.op = backward_label(OpKind::layer_norm), .inputs = inputs});
     }
-    if (has_bias) {
+    if (args_.bias) {
       dbias_exact = dbias_exact && !grads.dbias.layout.has_partial();  // Partial: reordered sums
       env.add_grad(bias, std::move(db), std::move(grads.dbias),
                    {.op = backward_label(OpKind::layer_norm),
                     .exact = dbias_exact,
                     .inputs = {grad_name(output)}});
     }
-    env.add_grad(
-        input, std::move(dx), std::move(grads.dx),
-        {.op = backward_label(OpKind::layer_norm), .exact = dx_exact, .inputs = dx_inputs});
+    env.add_grad(input, std::move(dx), std::move(grads.dx),
+                 {.op = backward_label(OpKind::layer_norm),
+                  .exact = dx_exact,
+                  .inputs = dx_inputs,
+                  .stored = params_.store.has_value()});
+  }
+
+  // The format the backward's kernels round dx to as they store it (LayerNormParams::store).
+  // The hidden-sharded redistribute mode records the ranks' dx first on its way back, as
+  // "grad(IN)@OUT" against the oracle's dx, an internal part a narrow run keeps in f32
+  // (stored_tensor_names): its kernels store dx unrounded, and grad(IN) rounds it when recorded.
+  std::optional<NarrowFormat> backward_store(const StepEnv<T>& env) const {
+    if (hidden_ && stats_ == HiddenStats::redistribute) return std::nullopt;
+    return env.storage;
   }
 
   // The oracle's gradients of x, the weight and the bias (the last two empty when absent); dw

@@ -213,9 +213,13 @@ struct StepEnv {
       return;
     }
     // A later contribution is an op's output, stored before it is added (the first one is
-    // rounded when its boundary is recorded).
-    round_to_storage(dense_grad);
-    for (Tensor<T>& local : sharded_grad.locals) round_to_storage(local);
+    // rounded when its boundary is recorded), unless its kernel stored it rounded. The sum
+    // recorded below is new arithmetic: its boundary rounds it.
+    if (!label.stored) {
+      round_to_storage(dense_grad);
+      for (Tensor<T>& local : sharded_grad.locals) round_to_storage(local);
+    }
+    label.stored = false;
     DistTensor<T>& sharded_sum = sharded.at(key);
     if (!(sharded_grad.layout == sharded_sum.layout)) {
       // The new addend moved to the running sum's layout, compared with the oracle's addend
