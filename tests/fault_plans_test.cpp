@@ -304,3 +304,46 @@ TEST_CASE("every fault the loader refuses as changing nothing changes nothing", 
   }
   CHECK(refused > 50);  // the rules are exercised, not skipped
 }
+
+TEST_CASE("ones_init_assumed is refused where every weight already holds 1 and every bias 0",
+          "[faults]") {
+  // The fault re-initializes the ranks' weights to 1 and biases to 0. The bundled scenario's
+  // LayerNorm with a constant weight 1.0 and bias 0.0 holds those values already (bit for bit):
+  // refused, and injected past the loader it changes nothing. A bias of -0.0 is not +0 bit for
+  // bit (y = 0 * w + b keeps the sign of b), and a weight of 1 beside a drawn bias leaves the
+  // bias to change: both load. So does a LayerNorm with neither, where there is nothing to
+  // re-initialize: refused.
+  const std::string name = "norm_ones_init_assumed";
+  const std::string weight = "init = { dist = \"uniform\", low = 0.5, high = 1.5 }";
+  const std::string bias = "init = { dist = \"uniform\", low = -0.25, high = 0.25 }";
+  const auto with = [&](const std::string& w, const std::string& b) {
+    std::string text = clean_with(name, weight, w);
+    const std::size_t at = text.find(bias);
+    REQUIRE(at != std::string::npos);
+    return text.replace(at, bias.size(), b);
+  };
+  const std::string ones = "init = { dist = \"constant\", value = 1.0 }";
+  const std::string zeros = "init = { dist = \"constant\", value = 0.0 }";
+  const std::string text = with(ones, zeros);
+  const std::string error = refusal(with_fault(text, "ones_init_assumed"), "ones.toml");
+  CHECK_THAT(error, Catch::Contains("fault 'ones_init_assumed' would change nothing"));
+  CHECK_THAT(error, Catch::Contains("each already holds exactly those values"));
+  const Scenario scenario = parse_scenario(text, "ones.toml");
+  check_unchanged(scenario, Fault::ones_init_assumed, evaluate(scenario, parse_precision("f64")));
+  const std::string minus_zero = "init = { dist = \"constant\", value = -0.0 }";
+  CHECK(refusal(with_fault(with(ones, minus_zero), "ones_init_assumed"), "neg.toml").empty());
+  CHECK(refusal(with_fault(with(ones, bias), "ones_init_assumed"), "drawn.toml").empty());
+  // No weight and no bias: the step's keys and the two parameters removed.
+  std::string bare = with(ones, zeros);
+  const std::string keys[] = {"weight = \"ln.weight\"\n", "bias = \"ln.bias\"\n"};
+  for (const std::string& line : keys) {
+    const std::size_t at = bare.find(line);
+    REQUIRE(at != std::string::npos);
+    bare.erase(at, line.size());
+  }
+  const std::size_t params = bare.find("[[tensors]]\nname = \"ln.weight\"");
+  REQUIRE(params != std::string::npos);
+  bare.erase(params, bare.find("[[steps]]") - params);
+  CHECK_THAT(refusal(with_fault(bare, "ones_init_assumed"), "bare.toml"),
+             Catch::Contains("here there is none"));
+}

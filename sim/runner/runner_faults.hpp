@@ -18,18 +18,6 @@
 
 namespace shardsim {
 
-// The default init a plan that trusts it would assume for parameter `name`: 1 when some step
-// names it as its `weight`, 0 as its `bias`, none otherwise. The first step that names it
-// decides.
-inline std::optional<double> assumed_default_init(const Scenario& scenario,
-                                                  const std::string& name) {
-  for (const StepSpec& step : scenario.steps) {
-    if (step.has("weight") && step.str("weight") == name) return 1.0;
-    if (step.has("bias") && step.str("bias") == name) return 0.0;
-  }
-  return std::nullopt;
-}
-
 // ones_init_assumed: overwrites the ranks' copies of parameter `spec` (already laid out) and
 // records the overwritten values as an input boundary. No-op when the fault is off or the
 // parameter is neither a weight nor a bias.

@@ -28,9 +28,14 @@
 //   gradient     unreduced_param_grads, grad_reduce_mean: a parameter Replicate on a dim whose
 //   reduction    ranks hold different data (some tensor not Replicate there); wrong_dim also a
 //                second dim where it is Replicate (fault_plans_grad.cpp)
+//   init         ones_init_assumed: some parameter a step names as its weight (bias) that does not
+//                already hold 1 (0) everywhere: a constant init or a file's values, bit for bit
 // Beyond that, numerical faults whose visibility depends on values (ring_merge_no_max needs
 // logits large enough to overflow) are not judged here.
 #include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "shardsim/scenario/scenario.hpp"
@@ -229,10 +234,36 @@ std::string transition_effect(Fault fault, const Scenario& s) {
   }
 }
 
+// Whether every value `spec` loads is `value`, bit for bit (a -0 is not a +0): a constant init
+// (drawn as a float, rng.cpp), or a file whose every value is it.
+bool holds_only(const TensorSpec& spec, double value) {
+  const auto same = [&](double v) {
+    return std::bit_cast<std::uint64_t>(v) == std::bit_cast<std::uint64_t>(value);
+  };
+  if (spec.init.dist == InitDist::constant) {
+    return same(static_cast<double>(static_cast<float>(spec.init.value)));
+  }
+  if (spec.init.dist == InitDist::file && spec.init.values) {
+    return std::all_of(spec.init.values->begin(), spec.init.values->end(), same);
+  }
+  return false;
+}
+
+std::string init_effect(Fault fault, const Scenario& s) {
+  if (fault != Fault::ones_init_assumed) return "";
+  for (const TensorSpec& spec : s.tensors) {
+    if (spec.role != TensorRole::parameter) continue;
+    const std::optional<double> assumed = assumed_default_init(s, spec.name);
+    if (assumed && !holds_only(spec, *assumed)) return "";
+  }
+  return "it re-initializes every parameter a step names as its weight to ones and as its bias "
+         "to zeros, and here there is none, or each already holds exactly those values";
+}
+
 // Why `fault` changes nothing this scenario runs, or "" when it changes something.
 std::string no_effect(Fault fault, const Scenario& s) {
   for (auto* effect : {norm_effect, loss_effect, attention_effect, linear_effect, transition_effect,
-                       grad_reduce_effect}) {
+                       grad_reduce_effect, init_effect}) {
     std::string why = effect(fault, s);
     if (!why.empty()) return why;
   }

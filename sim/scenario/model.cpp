@@ -36,6 +36,14 @@ bool Scenario::has_fault(Fault fault) const {
   return std::find(faults.begin(), faults.end(), fault) != faults.end();
 }
 
+std::optional<double> assumed_default_init(const Scenario& scenario, const std::string& name) {
+  for (const StepSpec& step : scenario.steps) {
+    if (step.has("weight") && step.str("weight") == name) return 1.0;
+    if (step.has("bias") && step.str("bias") == name) return 0.0;
+  }
+  return std::nullopt;
+}
+
 std::vector<std::string> Scenario::fault_names() const {
   std::vector<std::string> names;
   for (Fault fault : faults) names.emplace_back(fault_name(fault));

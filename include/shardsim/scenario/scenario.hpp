@@ -208,6 +208,11 @@ struct Scenario {
   Magnitude rtol(const Precision& precision) const;
 };
 
+// The default init a program that trusts it assumes for parameter `name` (the ones_init_assumed
+// fault): 1 when some step names it as its `weight`, 0 as its `bias`, none otherwise. The first
+// step that names it decides.
+std::optional<double> assumed_default_init(const Scenario& scenario, const std::string& name);
+
 // default_rtol (scalar.hpp), 2^(16 - bits), without the double's underflow: at mp levels the exact
 // power of two at any bits (2^-2032 at mp2048, which as a double is 0 past mp1090), elsewhere
 // default_rtol's value.
