@@ -35,11 +35,12 @@ void round_to_narrow(NarrowFormat format, float* values, std::int64_t n) {
   // loop is integer arithmetic and a select, which GCC vectorizes; it runs with the lane kernels'
   // instruction set (run_lanes, lane_isa.hpp: AVX2 where the CPU has it, which doubles the width).
   // A sweep over a whole tensor is bound by memory traffic either way, but the LayerNorm kernels
-  // round each block of rows while it is in cache (LayerNormParams::store), where the arithmetic
-  // is the cost. Integer operations give the same bits in every copy; the f16 loop's one float
-  // operation pair (subnormals) is IEEE single arithmetic, also the same in both. (A
-  // target_clones copy's load-time resolver crashed the ThreadSanitizer build before its runtime
-  // started; run_lanes dispatches at the call instead.)
+  // call it on a row they have just written, still in cache (LayerNormParams::store: f16, strided
+  // rows, the tails of the lane passes), where the arithmetic is the cost. Integer operations give
+  // the same bits in every copy; the f16 loop's one float operation pair (subnormals) is IEEE
+  // single arithmetic, also the same in both. (A target_clones copy's load-time resolver crashed
+  // the ThreadSanitizer build before its runtime started; run_lanes dispatches at the call
+  // instead.)
   if (format == NarrowFormat::bf16) {
     detail::run_lanes([&] {
       for (std::int64_t i = 0; i < n; ++i) values[i] = round_to_bf16(values[i]);

@@ -72,10 +72,11 @@ struct LayerNormParams {
   double eps = 1e-5;  // f32 runs use float(eps); f64 and mp use this double exactly
   // A bf16/f16 run's storage format (storage.hpp), at T = float only (ignored at every other
   // type): the kernels round each element of their stored output, y (forward, apply) and dx
-  // (backward, backward apply), to it while the block of rows that wrote it is still in cache,
-  // the value the run's boundary would store (storage.hpp's round_to_narrow, the same function),
-  // so that the boundary need not sweep the tensor again (BoundaryLabel::stored). Parameter
-  // gradients accumulate over calls and are left to the boundary.
+  // (backward, backward apply), to it as they write each row (bf16 in the lane kernels' vector
+  // stores, otherwise by a pass over the row while it is in cache), the value the run's boundary
+  // would store (storage.hpp's rounding), so that the boundary need not sweep the tensor again
+  // (BoundaryLabel::stored). Parameter gradients accumulate over calls and are left to the
+  // boundary.
   std::optional<NarrowFormat> store;
 };
 
