@@ -7,10 +7,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "lane_isa_test_support.hpp"
 #include "shardsim/lane_isa.hpp"
 #include "shardsim/ops/layer_norm.hpp"
 #include "tensor_test_support.hpp"
 
+using lane_test::EachIsa;
 using shardsim::LaneIsa;
 using shardsim::LayerNormParams;
 using shardsim::LayerNormSaved;
@@ -23,17 +25,6 @@ using tensor_test::seeded;
 using tensor_test::uniform;
 
 namespace {
-
-// The instruction sets this CPU runs; restores the detected one when destroyed.
-struct EachIsa {
-  LaneIsa detected = shardsim::lane_isa();
-  std::vector<LaneIsa> all() const {
-    std::vector<LaneIsa> isas{LaneIsa::sse2};
-    if (shardsim::cpu_has_avx2()) isas.push_back(LaneIsa::avx2);
-    return isas;
-  }
-  ~EachIsa() { shardsim::set_lane_isa(detected); }
-};
 
 // Forward and backward of a [5, h, inner] tensor normalized over its middle axis against the
 // textbook formulas with the lane order, bitwise. inner = 1: contiguous rows (vector loads);

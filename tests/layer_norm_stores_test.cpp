@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "lane_isa_test_support.hpp"
 #include "shardsim/compare/compare.hpp"
 #include "shardsim/lane_isa.hpp"
 #include "shardsim/ops/layer_norm.hpp"
@@ -19,6 +20,7 @@
 #include "shardsim/storage.hpp"
 #include "tensor_test_support.hpp"
 
+using lane_test::EachIsa;
 using shardsim::LaneIsa;
 using shardsim::LayerNormParams;
 using shardsim::LayerNormSaved;
@@ -52,17 +54,6 @@ std::int64_t differing(const Tensor<float>& a, const Tensor<float>& b) {
   for (std::int64_t i = 0; i < a.numel(); ++i) bad += bits_of(a[i]) != bits_of(b[i]);
   return bad;
 }
-
-// The instruction sets this CPU runs; restores the detected one when destroyed.
-struct EachIsa {
-  LaneIsa detected = shardsim::lane_isa();
-  std::vector<LaneIsa> all() const {
-    std::vector<LaneIsa> isas{LaneIsa::sse2};
-    if (shardsim::cpu_has_avx2()) isas.push_back(LaneIsa::avx2);
-    return isas;
-  }
-  ~EachIsa() { shardsim::set_lane_isa(detected); }
-};
 
 // x[5, 21, inner] normalized over its middle axis: 21 positions are two lane vectors of 8 and a
 // scalar tail of 5; inner = 1 gives contiguous rows (the lane passes, where bf16 is rounded in
