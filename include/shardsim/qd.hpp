@@ -17,7 +17,8 @@
 //                -inf without QD's error messages.
 //   erf          QD has none: qd.cpp implements it (series and continued fraction) in dd/qd
 //                arithmetic, with its accuracy derived there.
-// exp, log, sqrt, sin, cos, acos, tanh and pow (= exp(b log a)) are QD's.
+// exp, log, sqrt, sin, cos, acos, tanh and pow (= exp(b log a)) are QD's. exp_each (below) runs
+// QD's exp on four values at a time with QD's bits (qd_exp.cpp).
 //
 // Determinism: QD is plain double arithmetic, so results depend neither on the machine nor on the
 // thread count. One exception to "plain", in the inline arithmetic compiled here: the exact
@@ -218,6 +219,18 @@ class Expansion {
 
 using Dd = Expansion<dd_real>;
 using Qd = Expansion<qd_real>;
+
+// v[i] = exp(v[i]) for i < n with the bits of exp above (QD's exp), four values at a time in
+// vector lanes that run QD's exp operation for operation (qd_exp.cpp); the kernels' softmax rows
+// call it. Overloads the generic loop in scalar.hpp.
+void exp_each(Qd* v, std::int64_t n);
+// Whether exp_each runs its lanes with the instruction set in use (lane_isa.hpp): false only if
+// they disagreed with the linked libqd's exp on the self-check at first use, in which case
+// exp_each loops over the scalar exp.
+bool exp_each_uses_lanes();
+namespace detail {
+extern const qd_real kExpInverseFactorial[9];  // QD's exp's Taylor coefficients (qd_exp.cpp)
+}  // namespace detail
 
 // Correct rounding, done once from the whole sum (round to nearest even): RN(x0 + x1 + x2 + x3).
 // f32 and the narrow formats go through a double rounded to odd, which has 53 >= p + 2 bits, so

@@ -6,6 +6,7 @@
 // includes nothing of ours and nothing of MPFR, so every layer may use it.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -119,6 +120,15 @@ inline void sub_into(T& out, const T& a, const T& b) {
 template <typename T>
 inline void mul_into(T& out, const T& a, const T& b) {
   out = a * b;
+}
+
+// v[i] = exp(v[i]) for i < n, each value exactly as the scalar exp gives it. qd.hpp overloads it
+// for qd, whose exp runs several values at once (qd_exp.cpp). n is not deduced, so a call with
+// any integer type picks that overload for qd.
+template <typename T>
+void exp_each(T* v, std::int64_t n) {
+  using std::exp;
+  for (std::int64_t i = 0; i < n; ++i) v[i] = exp(v[i]);
 }
 
 }  // namespace shardsim

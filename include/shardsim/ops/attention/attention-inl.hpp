@@ -161,7 +161,6 @@ void attention_forward(const Tensor<T>& q, const std::vector<std::int64_t>& q_po
                        const Tensor<T>& k, const Tensor<T>& v,
                        const std::vector<std::int64_t>& k_pos, const AttentionParams& params,
                        Tensor<T>& out, AttentionSaved<T>& saved) {
-  using std::exp;
   using std::log;
   using std::sqrt;
   detail::check_attention_shapes(q, q_pos, k, v, k_pos);
@@ -207,12 +206,10 @@ void attention_forward(const Tensor<T>& q, const std::vector<std::int64_t>& q_po
         for (const T& score : weights) {
           if (score > row_max) row_max = score;
         }
+        for (T& weight : weights) sub_into(weight, weight, row_max);
+        exp_each(weights.data(), static_cast<std::int64_t>(weights.size()));
         T row_sum = T(0);  // l
-        for (T& weight : weights) {
-          sub_into(weight, weight, row_max);
-          weight = exp(weight);
-          add_into(row_sum, row_sum, weight);
-        }
+        for (const T& weight : weights) add_into(row_sum, row_sum, weight);
         // out_d = (sum_n e_n v_nd) / l.
         detail::row_weighted_sum(v, k_layout, b, h, keys, weights, value_cols, weighted_sum);
         for (std::int64_t d = 0; d < q_layout.dim; ++d) {
@@ -232,7 +229,6 @@ void attention_backward(const Tensor<T>& dout, const Tensor<T>& q,
                         const Tensor<T>& v, const std::vector<std::int64_t>& k_pos,
                         const AttentionSaved<T>& saved, const AttentionParams& params,
                         Tensor<T>& dq, Tensor<T>& dk, Tensor<T>& dv) {
-  using std::exp;
   using std::sqrt;
   detail::check_attention_shapes(q, q_pos, k, v, k_pos);
   const detail::HeadStrides q_layout(q.shape(), "seq");
@@ -255,7 +251,9 @@ void attention_backward(const Tensor<T>& dout, const Tensor<T>& q,
       const T row_max = saved.max[row];  // m
       detail::row_scores(q, q_layout, k, k_layout, b, h, i, q_pos[static_cast<std::size_t>(i)],
                          k_pos, params, scale, kv.key_rows, keys, probs);
-      for (T& prob : probs) prob = exp(prob - row_max) / row_sum;
+      for (T& prob : probs) prob = prob - row_max;
+      exp_each(probs.data(), static_cast<std::int64_t>(probs.size()));
+      for (T& prob : probs) prob = prob / row_sum;
       detail::row_value_gradients(dout, q_layout, v, k_layout, b, h, i, kv, keys, dscores);
       total.clear();  // D = sum_n p_n dp_n
       for (std::size_t n = 0; n < keys.size(); ++n) total.add(probs[n], dscores[n]);
@@ -277,7 +275,6 @@ void attention_block_backward(const Tensor<T>& dout, const Tensor<T>& q,
                               const Tensor<T>& out, const Tensor<T>& lse,
                               const AttentionParams& params, Tensor<T>& dq, Tensor<T>& dk,
                               Tensor<T>& dv) {
-  using std::exp;
   using std::isinf;
   using std::sqrt;
   detail::check_attention_shapes(q, q_pos, k, v, k_pos);
@@ -307,8 +304,9 @@ void attention_block_backward(const Tensor<T>& dout, const Tensor<T>& q,
       }
       const T& row_total = total.value();  // a reference at mp (no copy), a value at dd/qd
       detail::row_value_gradients(dout, q_layout, v, k_layout, b, h, i, kv, keys, dscores);
+      for (std::size_t n = 0; n < keys.size(); ++n) probs[n] = probs[n] - row_lse;
+      exp_each(probs.data(), static_cast<std::int64_t>(keys.size()));
       for (std::size_t n = 0; n < keys.size(); ++n) {
-        probs[n] = exp(probs[n] - row_lse);
         sub_into(dscores[n], dscores[n], row_total);
         mul_into(dscores[n], probs[n], dscores[n]);
       }
