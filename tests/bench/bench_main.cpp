@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -86,6 +87,35 @@ TorchServer::~TorchServer() {
 
 }  // namespace bench
 
+namespace {
+
+// The value of `flag` as a whole number in [lo, hi], or exit 2 with the flag named (a bad value
+// must not run nothing, or the wrong target, in silence).
+long long whole_number(const std::string& flag, const std::string& text, long long lo,
+                       long long hi) {
+  long long value = 0;
+  const char* end = text.data() + text.size();
+  const auto [stop, error] = std::from_chars(text.data(), end, value);
+  if (error != std::errc() || stop != end || value < lo || value > hi) {
+    std::fprintf(stderr, "shardsim_bench: %s: '%s' is not a whole number from %lld to %lld\n",
+                 flag.c_str(), text.c_str(), lo, hi);
+    std::exit(2);
+  }
+  return value;
+}
+
+// --only's target: 1 to 9, but 8 (the realistic run) has its own flag.
+int only_target(const std::string& text) {
+  const auto target = static_cast<int>(whole_number("--only", text, 1, 9));
+  if (target == 8) {
+    std::fprintf(stderr, "shardsim_bench: --only 8: the realistic target runs with --realistic\n");
+    std::exit(2);
+  }
+  return target;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   bench::Options o;
@@ -103,9 +133,9 @@ int main(int argc, char** argv) {
     else if (a == "--torch") { o.torch = true; o.torch_script = next(); }
     else if (a == "--shardsim") o.shardsim = next();
     else if (a == "--scratch") o.scratch_dir = next();
-    else if (a == "--only") o.only.push_back(std::atoi(next().c_str()));
+    else if (a == "--only") o.only.push_back(only_target(next()));
     else if (a == "--realistic") o.realistic = true;
-    else if (a == "--realistic-seq") o.realistic_seq = std::atoll(next().c_str());
+    else if (a == "--realistic-seq") o.realistic_seq = whole_number(a, next(), 2, 1 << 20);
     else {
       std::fprintf(stderr, "shardsim_bench: unknown option '%s'\n", a.c_str());
       return 2;
