@@ -29,11 +29,12 @@
 #include <cstring>
 
 #include "shardsim/lane_isa.hpp"
+#include "shardsim/ops/lane_sums.hpp"
 #include "shardsim/qd.hpp"
 
 // The helpers below take and return vectors by value. They are always inlined into one of the
-// two copies of the group function (baseline or AVX2), so no call passes a vector: GCC's note
-// about the 32-byte vector ABI concerns calls that never happen.
+// two copies run_lanes makes of exp_values (baseline or AVX2), so no call passes a vector: GCC's
+// note about the 32-byte vector ABI concerns calls that never happen.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace shardsim {
@@ -268,9 +269,7 @@ bool in_lane_domain(const Qd& x) {
 }
 
 // Replaces v[index[k]] for k < count (count <= kLanes, every value in the domain) by its exp.
-template <typename Exp>
-[[gnu::always_inline]] inline void exp_group(Qd* v, const std::int64_t* index, int count,
-                                             Exp scalar_exp) {
+[[gnu::always_inline]] inline void exp_group(Qd* v, const std::int64_t* index, int count) {
   double terms[4][kLanes], scale[kLanes];
   for (int k = 0; k < kLanes; ++k) {
     const Qd& x = v[index[k < count ? k : 0]];  // spare lanes repeat the first value
@@ -289,7 +288,7 @@ template <typename Exp>
   for (int k = 0; k < count; ++k) {
     Qd& out = v[index[k]];
     if (off_path[k] != 0) {
-      out = scalar_exp(out);
+      out = exp(out);  // libqd's
       continue;
     }
     const int e = static_cast<int>(scale[k]);
@@ -298,54 +297,34 @@ template <typename Exp>
   }
 }
 
-Qd scalar_exp(const Qd& x) { return exp(x); }
-
-template <typename Exp>
-[[gnu::always_inline]] inline void exp_values(Qd* v, std::int64_t n, Exp scalar) {
+// exp_each's work, run under detail::run_lanes (the AVX2 copy where lane_isa() says so).
+[[gnu::always_inline]] inline void exp_values(Qd* v, std::int64_t n) {
   std::int64_t index[kLanes];
   int count = 0;
   for (std::int64_t i = 0; i < n; ++i) {
     if (!in_lane_domain(v[i])) {
-      v[i] = scalar(v[i]);
+      v[i] = exp(v[i]);  // libqd's
       continue;
     }
     index[count++] = i;
     if (count == kLanes) {
-      exp_group(v, index, count, scalar);
+      exp_group(v, index, count);
       count = 0;
     }
   }
-  if (count > 0) exp_group(v, index, count, scalar);
-}
-
-[[gnu::flatten]] void exp_values_baseline(Qd* v, std::int64_t n) { exp_values(v, n, scalar_exp); }
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-[[gnu::target("avx2"), gnu::flatten]] void exp_values_avx2(Qd* v, std::int64_t n) {
-  exp_values(v, n, scalar_exp);
-}
-#endif
-
-void exp_values_for(LaneIsa isa, Qd* v, std::int64_t n) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  if (isa == LaneIsa::avx2) {
-    exp_values_avx2(v, n);
-    return;
-  }
-#endif
-  (void)isa;
-  exp_values_baseline(v, n);
+  if (count > 0) exp_group(v, index, count);
 }
 
 // Whether the lanes give QD's bits on arguments that take every part of the algorithm: both
 // signs, large and small m, series of 3 to 9 terms, and |r| near its bound.
-bool lanes_agree_with_qd(LaneIsa isa) {
+bool lanes_agree_with_qd() {
   const std::array<Qd, 8> arguments = {
       Qd(qd_real(-0.5, 1e-20, 3e-37, -2e-53)),     Qd(qd_real(-37.25, -1.5e-15, 2e-32, 1e-49)),
       Qd(qd_real(3.0e-5, 1.3e-21, -7e-38, 2e-54)), Qd(qd_real(700.5, 2e-14, 1e-30, -3e-47)),
       Qd(qd_real(-700.5, 2e-14, 1e-30, -3e-47)),   Qd(qd_real(0.34657, 1e-18, 1e-35, 1e-52)),
       Qd(qd_real(-1e-9, 4e-26, 1e-43, 3e-60)),     Qd(qd_real(12.75, -3e-16, 6e-33, -1e-49))};
   std::array<Qd, 8> lanes = arguments;
-  exp_values_for(isa, lanes.data(), static_cast<std::int64_t>(lanes.size()));
+  detail::run_lanes([&] { exp_values(lanes.data(), static_cast<std::int64_t>(lanes.size())); });
   for (std::size_t i = 0; i < arguments.size(); ++i) {
     const Qd expected = exp(arguments[i]);
     if (std::memcmp(&expected, &lanes[i], sizeof expected) != 0) return false;
@@ -353,25 +332,27 @@ bool lanes_agree_with_qd(LaneIsa isa) {
   return true;
 }
 
-// Whether the lanes compiled for isa passed the self-check (run once per instruction set).
-bool lanes_pass(LaneIsa isa) {
-  static const bool baseline_ok = lanes_agree_with_qd(LaneIsa::sse2);
-  if (isa != LaneIsa::avx2) return baseline_ok;
-  static const bool avx2_ok = lanes_agree_with_qd(LaneIsa::avx2);
-  return avx2_ok;
+// Whether the lanes of the instruction set in use passed the self-check, run once for each.
+// (lane_isa() is read again by run_lanes; only tests and tools/bench change it, between calls.)
+bool lanes_pass() {
+  if (lane_isa() == LaneIsa::avx2) {
+    static const bool avx2_ok = lanes_agree_with_qd();
+    return avx2_ok;
+  }
+  static const bool baseline_ok = lanes_agree_with_qd();
+  return baseline_ok;
 }
 
 }  // namespace
 
-bool exp_each_uses_lanes() { return lanes_pass(lane_isa()); }
+bool exp_each_uses_lanes() { return lanes_pass(); }
 
 void exp_each(Qd* v, std::int64_t n) {
-  const LaneIsa isa = lane_isa();
-  if (!lanes_pass(isa)) {
-    for (std::int64_t i = 0; i < n; ++i) v[i] = exp(v[i]);
+  if (!lanes_pass()) {
+    exp_each<Qd>(v, n);  // scalar.hpp's loop over libqd's exp
     return;
   }
-  exp_values_for(isa, v, n);
+  detail::run_lanes([&] { exp_values(v, n); });
 }
 
 }  // namespace shardsim
