@@ -3,7 +3,7 @@
 
 numpy only (Debian's /usr/bin/python3 with python3-numpy); no safetensors or torch needed.
 
-    import shardsim_golden as sg
+    import shardsim.golden as sg            # or `import shardsim`: the same names
     g = sg.load("goldens/")                 # a directory written by `shardsim run --golden`
     y = g.get("s1/c1/y")                    # the oracle's y, f64 ("f64/s1/c1/y")
     y32 = g.get("s1/c1/y", dtype="f32")     # the same value rounded once to f32
@@ -11,7 +11,7 @@ numpy only (Debian's /usr/bin/python3 with python3-numpy); no safetensors or tor
     t.rank, t.placement, t.offset           # 3, 'Shard(seq)', {'seq': 12}
     sg.assert_close(my_y, y32, max_ulp=4)   # raises AssertionError naming the worst element
 
-Names (README.md, "Golden tensors"): DTYPE/inputs/TENSOR for a scenario tensor's global
+Names (docs/goldens.md, "Golden tensors"): DTYPE/inputs/TENSOR for a scenario tensor's global
 initial value, DTYPE/sSTEP/cCHUNK/TENSOR[#K] for every boundary's global value (a streamed
 chunk's slice of an input included), NAME@rankR[SLICE] for rank R's local tensor; DTYPE is f64,
 f32, bf16, f16 (with run --golden --dtype), or u8 for dropout masks. A bf16 golden loads as a
@@ -25,12 +25,11 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-# The readers, checked as shardsim's are (README "Golden file formats", "The manifest").
-from shardsim_golden_format import (DTYPES, MAX_HEADER_BYTES, GoldenFormatError,  # noqa: E402,F401
-                                    decode_npy, decode_safetensors, read_bytes)
-from shardsim_golden_manifest import (DIGEST_KEY, FORMAT_VERSION, SAFETENSORS,  # noqa: E402,F401
-                                      manifest_digest, parse_manifest)
+# The readers, checked as shardsim's are (docs/goldens.md, "Golden file formats", "The manifest").
+from .golden_format import (DTYPES, MAX_HEADER_BYTES, GoldenFormatError,  # noqa: F401
+                            decode_npy, decode_safetensors, read_bytes)
+from .golden_manifest import (DIGEST_KEY, FORMAT_VERSION, SAFETENSORS,  # noqa: F401
+                              manifest_digest, parse_manifest)
 
 MANIFEST = "manifest.json"
 MAX_MANIFEST_BYTES = 1 << 30  # reader.cpp kMaxManifestBytes
@@ -73,7 +72,7 @@ class GoldenTensor:
         self.boundary = dict(info["boundary"])
         self.ranks = info["ranks"]          # every rank's local shape, offset and slice
         # BF16/F16 goldens: the error budget of correct programs, {"normwise": x, "ulp": n}
-        # (README "Error budgets"); None for other dtypes and manifests without budgets.
+        # (docs/goldens.md, "Error budgets"); None for other dtypes and manifests without budgets.
         self.budget = info.get("budget")
         # The parameters of the op (or update) that recorded this boundary, defaults filled in,
         # e.g. {"eps": 1e-05, "axis": "hidden", ...}; None for inputs.
@@ -297,16 +296,18 @@ def assert_close(actual, golden, rtol=None, atol=None, max_ulp=None, name="tenso
     return result
 
 
-def main(argv):
-    """`shardsim_golden.py DIR`: list the goldens with dtype, shape and placement. A directory
-    shardsim would refuse is one line on stderr and exit 2."""
+def main(argv=None):
+    """`python3 -m shardsim.golden DIR` (or the console script `shardsim-golden DIR`): list the
+    goldens with dtype, shape and placement. A directory shardsim would refuse is one line on
+    stderr and exit 2. argv: the command line, program name first (default sys.argv)."""
+    argv = sys.argv if argv is None else argv
     if len(argv) != 2:
-        print("usage: shardsim_golden.py GOLDEN_DIR", file=sys.stderr)
+        print("usage: python3 -m shardsim.golden GOLDEN_DIR", file=sys.stderr)
         return 2
     try:
         g = load(argv[1])
     except GoldenFormatError as e:
-        print(f"shardsim_golden.py: error: {e}", file=sys.stderr)
+        print(f"shardsim.golden: error: {e}", file=sys.stderr)
         return 2
     print(f"{g.manifest['scenario']['name']}: {len(g.tensors)} tensors, {g.precision}, "
           f"reduce order {g.manifest['reduce_order']}")
@@ -316,4 +317,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(main())

@@ -1,7 +1,7 @@
-"""The file codecs of tools/shardsim_golden.py: safetensors, npy and the manifest's JSON, each
-read as hostile input the way shardsim's own readers read it (sim/golden/safetensors.cpp,
-sim/golden/npy.cpp, sim/golden/manifest_reader.cpp; README "Golden file formats"). Every
-problem is a GoldenFormatError whose message starts with the file's path. numpy only.
+"""The file codecs of shardsim.golden: safetensors, npy and the manifest's JSON, each read as
+hostile input the way shardsim's own readers read it (sim/golden/safetensors.cpp,
+sim/golden/npy.cpp, sim/golden/manifest_reader.cpp; docs/goldens.md, "Golden file formats").
+Every problem is a GoldenFormatError whose message starts with the file's path. numpy only.
 """
 import json
 import os

@@ -1,22 +1,20 @@
 #!/usr/bin/python3
-"""The README's "Bring your own model" example, runnable: captures a small MLP block with a
-sequence- and tensor-parallel plan on 4 ranks.
+"""The "Bring your own model" example (docs/python.md), runnable: captures a small MLP block
+with a sequence- and tensor-parallel plan on 4 ranks.
 
-    /usr/bin/python3 tools/capture_example.py [OUT]    (default: a temporary directory)
+    PYTHONPATH=python /usr/bin/python3 examples/capture_example.py [OUT]   (default: a temp dir)
 
 writes OUT/scenario.toml and OUT/inputs.safetensors and prints the scenario's path; then
 `build/shardsim run OUT/scenario.toml --golden g/`. scenarios/captured_mlp_block/ was written by
-`tools/capture_example.py scenarios/captured_mlp_block` (torch 1.13, Debian's python3-torch).
+this example with OUT scenarios/captured_mlp_block (torch 1.13, Debian's python3-torch).
 """
-import os
 import sys
 import tempfile
 
 import torch
 from torch import nn
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import shardsim_capture as sc  # noqa: E402
+import shardsim.capture as sc
 
 
 class Block(nn.Module):

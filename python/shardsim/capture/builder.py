@@ -1,4 +1,4 @@
-"""The scenario a capture writes (tools/shardsim_capture.py): tensors, steps, placements.
+"""The scenario a capture writes (shardsim.capture): tensors, steps, placements.
 
 Builder walks the traced graph in execution order and emits shardsim steps. Each tensor value
 has one placement (a shardsim placement string) on the 1-D mesh. The rules, per op:
@@ -24,22 +24,13 @@ import os
 
 import torch
 
-from shardsim_capture import CaptureError, module_kind
+from . import ops
+from .plan import CaptureError
+from .tracing import module_kind
+from .values import PARTIAL, REPLICATE, Value, shard
 
-REPLICATE, PARTIAL = "Replicate", "Partial(sum)"
 DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}
 ADDS = (operator.add, torch.add, "add")
-
-
-def shard(axis):
-    return f"Shard({axis})"
-
-
-class Value:
-    """A tensor of the scenario: its name, axes and extents."""
-
-    def __init__(self, name, axes, shape):
-        self.name, self.axes, self.shape = name, list(axes), [int(n) for n in shape]
 
 
 class Builder:
@@ -188,7 +179,6 @@ class Builder:
             raise CaptureError(f"module '{self.display[path]}' must be called with one tensor")
         self.calls[path] = self.calls.get(path, 0) + 1
         style = self.styles.get(path)
-        import shardsim_capture_ops as ops
         allowed = ops.STYLES_FOR[kind]
         if style and style.kind not in allowed:
             raise CaptureError(f"plan['{self.display[path]}'] = {style.kind}, but "
@@ -239,7 +229,7 @@ class Builder:
             keys["valid_lengths"] = loss.valid_lengths
         if out.axes[-1] != "hidden":
             keys["feature_axis"] = out.axes[-1]
-        self.step("mse_loss", "shardsim's masked MSE (shardsim_modules.mse_loss)",
+        self.step("mse_loss", "shardsim's masked MSE (shardsim.modules.mse_loss)",
                   Value(self.unique("loss"), [], []), REPLICATE, **keys)
 
 
@@ -256,7 +246,7 @@ def toml_value(value):
 
 
 def safetensors_bytes(tensors):
-    """The safetensors encoding (README "Golden file formats") of (name, tensor) pairs."""
+    """The safetensors encoding (docs/goldens.md, "Golden file formats") of (name, tensor) pairs."""
     header, blobs, offset = {"__metadata__": {"format": "shardsim-capture"}}, [], 0
     for name, tensor in tensors:
         t = tensor.detach().contiguous().cpu()
@@ -272,12 +262,12 @@ def safetensors_bytes(tensors):
 
 
 def scenario_text(b, name, precisions, train_steps, lr, seed, stream, origin):
-    lines = [f"# Captured by tools/shardsim_capture.py (torch {torch.__version__}); every tensor's",
+    lines = [f"# Captured by shardsim.capture (torch {torch.__version__}); every tensor's",
              "# values are in inputs.safetensors.",
              f"name = {toml_value(name)}",
              f"description = {toml_value('captured from PyTorch: ' + origin)}"]
     if seed is not None:
-        lines.append(f"seed = {int(seed)}")  # checked: shardsim_capture_args
+        lines.append(f"seed = {int(seed)}")  # checked: shardsim.capture.arguments
     lines.append(f"precisions = {toml_value(list(precisions))}")
     if train_steps is not None:
         lines.append(f"train_steps = {int(train_steps)}")

@@ -3,14 +3,14 @@ parse_manifest, sim/golden/manifest_budgets.cpp parse_budgets): every key typed,
 checked, and each tensor's metadata (file, dtype, global shape, placement, role, rank, offset,
 runs, slice, ranks) rebuilt from its placement and compared, so that an edited manifest is a
 GoldenFormatError naming the key (`DIR/manifest.json: tensors[7].offset: expected {"seq": 12}
-for Shard(seq)`) and never a wrong location. For tools/shardsim_golden.py; numpy-free.
+for Shard(seq)`) and never a wrong location. For shardsim.golden; numpy-free.
 """
 import hashlib
 import json
 import re
 
-import shardsim_golden_layout as gl
-from shardsim_golden_format import DTYPES, INT64_MAX, GoldenFormatError, parse_json
+from . import golden_layout as gl
+from .golden_format import DTYPES, INT64_MAX, GoldenFormatError, parse_json
 
 
 def quote(value, limit=80):

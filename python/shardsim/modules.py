@@ -1,11 +1,11 @@
-"""PyTorch modules whose semantics are exactly shardsim's ops, for tools/shardsim_capture.py.
+"""PyTorch modules whose semantics are exactly shardsim's ops, for shardsim.capture.
 
 Needs PyTorch (Debian's python3-torch: tools/bootstrap --torch) and runs on Debian's
-/usr/bin/python3. Every formula below is the one the shardsim op documents (README.md and the
+/usr/bin/python3. Every formula below is the one the shardsim op documents (docs/ and the
 headers named); the capture recognizes these classes and writes their parameters as they are.
 
 - SlidingWindowAttention: op sliding_window_attention (include/shardsim/ops/attention/*.hpp,
-  include/shardsim/ops/rope.hpp, README "Sliding-window attention with RoPE and a streamed KV
+  include/shardsim/ops/rope.hpp, docs, "Sliding-window attention with RoPE and a streamed KV
   cache"). Projections laid out as shardsim lays them out: wq, wk, wv [hidden, head, head_dim],
   wo [head, head_dim, hidden], no biases. RoPE at absolute positions, rotate_half or interleaved,
   inv_freq_i = theta^(-2i/D). A query at p sees key k iff 0 <= p - k < window (causal without a

@@ -1,4 +1,4 @@
-"""One function per supported module kind (tools/shardsim_capture.py): each places its input,
+"""One function per supported module kind (shardsim.capture): each places its input,
 declares its parameters with their placements and emits its shardsim step.
 
 Signature: kind(builder, path, module, style, x, name, out_shape) -> the output Value, where
@@ -9,8 +9,8 @@ import copy
 
 import torch
 
-from shardsim_capture import CaptureError
-from shardsim_capture_build import PARTIAL, REPLICATE, Value, shard
+from .plan import CaptureError
+from .values import PARTIAL, REPLICATE, Value, shard
 
 SP = ("SequenceParallel",)
 STYLES_FOR = {"linear": ("ColwiseParallel", "RowwiseParallel"), "layer_norm": SP,

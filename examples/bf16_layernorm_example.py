@@ -2,10 +2,11 @@
 """The error-budget worked example: a bf16 LayerNorm from another backend (PyTorch), run on the
 golden inputs, written as a candidate that `shardsim compare --precision bf16` judges.
 
+    export PYTHONPATH=python     # the shardsim package in place (not needed once installed)
     build/shardsim run scenarios/layernorm_small_activations.toml --golden /tmp/ln --dtype bf16
-    /usr/bin/python3 tools/bf16_layernorm_example.py /tmp/ln /tmp/mine.safetensors
+    /usr/bin/python3 examples/bf16_layernorm_example.py /tmp/ln /tmp/mine.safetensors
     build/shardsim compare /tmp/ln /tmp/mine.safetensors --precision bf16      # noise, exit 0
-    /usr/bin/python3 tools/bf16_layernorm_example.py /tmp/ln /tmp/bad.safetensors --eps 1e-4
+    /usr/bin/python3 examples/bf16_layernorm_example.py /tmp/ln /tmp/bad.safetensors --eps 1e-4
     build/shardsim compare /tmp/ln /tmp/bad.safetensors --precision bf16       # bug, exit 1
 
 The LayerNorm is the first layer_norm step of the golden set's scenario (its input, weight,
@@ -22,13 +23,11 @@ own f32 accumulation order, and should be judged noise.
 
 import argparse
 import json
-import os
 import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import shardsim_golden as sg  # noqa: E402
+import shardsim.golden as sg
 
 
 def round_to_bf16_bits(values):
@@ -68,7 +67,8 @@ def layer_norm_torch(x, weight, bias, eps, axis):
 
 
 def bf16_safetensors(tensors):
-    """safetensors bytes (README "Golden file formats") of (name, bf16 bit patterns) pairs."""
+    """safetensors bytes (docs/goldens.md, "Golden file formats") of (name, bf16 bit patterns)
+    pairs."""
     header, blobs, offset = {"__metadata__": {"format": "bf16_layernorm_example"}}, [], 0
     for name, bits in tensors:
         data = np.ascontiguousarray(bits, dtype="<u2").tobytes()

@@ -1,6 +1,6 @@
 """Placements on a device mesh, as shardsim computes them (sim/core/placement.cpp,
 sim/core/mesh.cpp, sim/core/trace.cpp rank_extents, sim/golden/manifest.cpp): what the golden
-writer derives from a tensor's global shape, placement and rank, so that tools/shardsim_golden.py
+writer derives from a tensor's global shape, placement and rank, so that shardsim.golden
 can check a manifest's offset, runs, slice, local shape and ranks the way `shardsim compare`
 checks them (sim/golden/manifest_reader.cpp check_metadata). numpy-free.
 

@@ -4,18 +4,19 @@ scenarios/layernorm_sequence_sharded.toml in plain numpy from the golden inputs,
 against the goldens, globally and rank by rank.
 
     build/shardsim run scenarios/layernorm_sequence_sharded.toml --golden /tmp/ln
-    /usr/bin/python3 tools/golden_example.py /tmp/ln
+    PYTHONPATH=python /usr/bin/python3 examples/golden_example.py /tmp/ln
+
+(PYTHONPATH=python: the shardsim package in place; not needed once it is installed,
+`/usr/bin/python3 -m pip install --no-build-isolation ./python`.)
 
 Exits 0 when every check passes, 1 (with the worst element named) when one fails.
 """
 
-import os
 import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import shardsim_golden as sg  # noqa: E402
+import shardsim.golden as sg
 
 
 def layer_norm(x, weight, bias, eps, axis):

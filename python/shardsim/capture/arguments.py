@@ -1,4 +1,4 @@
-"""The arguments of shardsim_capture.capture, checked before anything is traced or written, by
+"""The arguments of shardsim.capture.capture, checked before anything is traced or written, by
 the rules `shardsim run` applies to the scenario they become (sim/scenario/loader.cpp header
 and training, loader_steps.cpp stream, ops/loss.cpp mse_loss_rules, input_files.cpp), so that
 a capture either writes a scenario shardsim accepts or raises CaptureError naming the argument.
@@ -10,7 +10,7 @@ import re
 
 import torch
 
-from shardsim_capture import CaptureError
+from .plan import CaptureError, MSELoss
 
 DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 F32_MAX = 3.4028234663852886e+38
@@ -131,9 +131,8 @@ def check_arguments(inputs, loss, train_steps, lr, name, precisions, stream, see
     for i, x in enumerate(inputs):
         check_tensor(x, f"example input {i}")
     if loss is not None:
-        import shardsim_capture as sc
-        if not isinstance(loss, sc.MSELoss):
-            raise CaptureError(f"loss={type(loss).__name__}: expected shardsim_capture.MSELoss "
+        if not isinstance(loss, MSELoss):
+            raise CaptureError(f"loss={type(loss).__name__}: expected shardsim.capture.MSELoss "
                                f"or None")
         check_tensor(loss.target, "MSELoss target")
         check_valid_lengths(loss, loss.target.shape[0], loss.target.shape[1])
