@@ -3,7 +3,8 @@
 
 Usage: tools/check_sizes.py [ROOT]   (exit 1 and one line per violation)
 
-Files: every .cpp/.hpp under include/, sim/, tests/ and tools/, and tools/*.py. Functions: a
+Files: every .cpp/.hpp/.py under include/, sim/, tests/ and tools/, and every .py under python/
+and examples/ (Python files: the file limit only). Functions: a
 brace block whose opening line ends a C++ signature (`) {`, `) const {`, `) override {`, ...),
 measured from that line to its closing brace; string literals and comments are skipped when
 counting braces. A data table (a block opened by `= {` or `{{`) is not a function, and the
@@ -102,7 +103,7 @@ def functions(lines):
 def main():
     root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ".")
     paths = []
-    for folder in ("include", "sim", "tests", "tools"):
+    for folder in ("include", "sim", "tests", "tools", "python", "examples"):
         paths += [p for p in (root / folder).rglob("*") if p.suffix in (".cpp", ".hpp", ".py")]
     problems = []
     for path in sorted(paths):

@@ -1,7 +1,8 @@
-#!/usr/bin/python3
-"""ctest entry for tools/shardsim_capture.py: PyTorch models captured, replayed, checked.
+"""shardsim.capture: PyTorch models captured, replayed, checked; ctest python:capture (with
+tests/python/test_capture_arguments.py).
 
-    /usr/bin/python3 tests/capture_python_test.py SHARDSIM_BINARY SOURCE_DIR
+    PYTHONPATH=python SHARDSIM_BINARY=build/shardsim SHARDSIM_SOURCE_DIR=. \
+        /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python/test_capture.py
 
 Needs Debian's python3-torch (tools/test installs it through tools/bootstrap --torch).
 
@@ -10,7 +11,7 @@ goldens rounded to F64 normwise: max |torch - golden| / max |golden| <= 8 * 2^-5
 epsilons): a few roundings of PyTorch's kernels, far below anything a wrong op, placement or
 convention would give (those move values by 1e-3 or more). PyTorch's f32 run against the F32
 goldens must be within the f32 budget, shardsim's own f32 tolerance 2^(16 - 24) = 2^-8 normwise
-(README "Comparison and tolerances"); it is held to 8 f32 epsilons (8 * 2^-23), far inside it,
+(docs, "Comparison and tolerances"); it is held to 8 f32 epsilons (8 * 2^-23), far inside it,
 so that the f32 check is evidence too. Observed on the MLP block: 2.5 f64 epsilons (f64) and
 2.4 f32 epsilons (f32) at the worst boundary.
 """
@@ -25,15 +26,15 @@ try:
     import torch
     from torch import nn
 except ImportError:
-    sys.exit(f"{sys.executable} has no torch: install python3-torch (tools/bootstrap --torch)")
+    raise ImportError(f"{sys.executable} has no torch: install python3-torch (tools/bootstrap "
+                      f"--torch)") from None
 
-SHARDSIM, SOURCE = sys.argv[1], sys.argv[2]
-sys.path.insert(0, os.path.join(SOURCE, "tools"))
-import shardsim_capture as sc  # noqa: E402
-import shardsim_golden as sg  # noqa: E402
-import shardsim_modules as sm  # noqa: E402
-# Each argument shardsim would refuse (tests/capture_python_arguments.py), run with these tests.
-from capture_python_arguments import ArgumentErrors  # noqa: E402,F401
+import shardsim.capture as sc
+import shardsim.golden as sg
+import shardsim.modules as sm
+
+# conftest.py checks that ctest's environment names it (tests/CMakeLists.txt).
+SHARDSIM = os.environ["SHARDSIM_BINARY"]
 
 F64_BOUND = 8 * 2.0**-52
 F32_BUDGET = 2.0**-8
@@ -360,7 +361,3 @@ class Errors(unittest.TestCase):
                 return nn.functional.layer_norm(x, x.shape[-1:], self.weight, None, self.eps)
         message = self.capture_error(nn.Sequential(FakeRMSNorm(16)))
         self.assertIn("looks like an RMSNorm but does not compute", message)
-
-
-if __name__ == "__main__":
-    unittest.main(argv=sys.argv[:1], verbosity=2)

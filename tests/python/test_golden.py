@@ -1,7 +1,8 @@
-#!/usr/bin/python3
-"""ctest entry for the Python golden tools (tools/shardsim_golden.py, tools/golden_example.py).
+"""The Python golden reader (shardsim.golden) and the worked LayerNorm example
+(examples/golden_example.py); ctest python:golden.
 
-    /usr/bin/python3 tests/golden_python_test.py SHARDSIM_BINARY SOURCE_DIR
+    PYTHONPATH=python SHARDSIM_BINARY=build/shardsim SHARDSIM_SOURCE_DIR=. \
+        /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python/test_golden.py
 
 Writes goldens with the shardsim binary into a temporary directory, then loads them with numpy
 only. Runs with Debian's /usr/bin/python3, which has python3-numpy (tools/bootstrap installs it).
@@ -20,11 +21,13 @@ import unittest
 try:
     import numpy as np
 except ImportError:
-    sys.exit(f"{sys.executable} has no numpy: install python3-numpy (tools/bootstrap does)")
+    raise ImportError(f"{sys.executable} has no numpy: install python3-numpy (tools/bootstrap "
+                      f"does)") from None
 
-SHARDSIM, SOURCE = sys.argv[1], sys.argv[2]
-sys.path.insert(0, os.path.join(SOURCE, "tools"))
-import shardsim_golden as sg  # noqa: E402
+import shardsim.golden as sg
+
+# conftest.py checks that ctest's environment names both (tests/CMakeLists.txt).
+SHARDSIM, SOURCE = os.environ["SHARDSIM_BINARY"], os.environ["SHARDSIM_SOURCE_DIR"]
 
 LAYERNORM = os.path.join(SOURCE, "scenarios", "layernorm_sequence_sharded.toml")
 TRAIN = os.path.join(SOURCE, "scenarios", "layernorm_train_sequence_sharded.toml")
@@ -257,11 +260,11 @@ class GoldenPythonTest(unittest.TestCase):
         self.assertEqual((loss.dtype, loss.array.shape, loss.array.dtype), ("BF16", (), np.float32))
 
     def test_command_line_errors_are_one_line_and_exit_2(self):
-        tool = os.path.join(SOURCE, "tools", "shardsim_golden.py")
         for path in (os.path.join(self.tmp.name, "nope"), LAYERNORM):  # missing; a file
-            result = subprocess.run([sys.executable, tool, path], capture_output=True, text=True)
+            result = subprocess.run([sys.executable, "-m", "shardsim.golden", path],
+                                    capture_output=True, text=True)
             self.assertEqual((result.returncode, result.stdout), (2, ""), result.stderr)
-            self.assertRegex(result.stderr, r"^shardsim_golden.py: error: .*: not a directory: "
+            self.assertRegex(result.stderr, r"^shardsim.golden: error: .*: not a directory: "
                                             r"GOLDEN must be a directory[^\n]*\n$")
             with self.assertRaisesRegex(sg.GoldenFormatError, "not a directory"):
                 sg.load(path)
@@ -334,11 +337,8 @@ class GoldenPythonTest(unittest.TestCase):
 
     def test_worked_layernorm_example(self):
         for directory in (self.st_dir, self.npy_dir):
-            result = subprocess.run([sys.executable, os.path.join(SOURCE, "tools", "golden_example.py"),
+            result = subprocess.run([sys.executable, os.path.join(SOURCE, "examples",
+                                                                  "golden_example.py"),
                                      directory], capture_output=True, text=True)
             self.assertEqual(result.returncode, 0, result.stderr)
             self.assertIn("checks passed", result.stdout)
-
-
-if __name__ == "__main__":
-    unittest.main(argv=sys.argv[:1], verbosity=2)

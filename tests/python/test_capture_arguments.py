@@ -1,24 +1,35 @@
 """capture()'s arguments, each refused alone with a CaptureError naming it and nothing written
-(tools/shardsim_capture_args.py): the rules `shardsim run` applies to the scenario they would
-become. Imported by tests/capture_python_test.py (python:capture), which sets sys.path.
+(shardsim.capture.arguments): the rules `shardsim run` applies to the scenario they would
+become. Run with tests/python/test_capture.py (ctest python:capture).
 """
 import os
+import sys
 import tempfile
 import unittest
 
-import torch
+import pytest
 
-import shardsim_capture as sc
-from capture_example import Block
+try:
+    import torch
+except ImportError:
+    raise ImportError(f"{sys.executable} has no torch: install python3-torch (tools/bootstrap "
+                      f"--torch)") from None
+
+import shardsim.capture as sc
 
 PLAN = {"ln1": "SequenceParallel", "fc1": "ColwiseParallel", "fc2": "RowwiseParallel"}
 
 
 class ArgumentErrors(unittest.TestCase):
+    @pytest.fixture(autouse=True)
+    def example_block(self, example):
+        """examples/capture_example.py's Block (conftest.py's example fixture)."""
+        self.Block = example("capture_example").Block
+
     def capture(self, **changed):
-        """tools/capture_example.py's Block and arguments, with `changed` in place."""
+        """examples/capture_example.py's Block and arguments, with `changed` in place."""
         torch.manual_seed(18)
-        model = changed.pop("model", Block())
+        model = changed.pop("model", self.Block())
         x, target = torch.randn(2, 13, 16), torch.randn(2, 13, 16)
         args = dict(mesh={"tp": 4}, plan=PLAN, loss=sc.MSELoss(target), train_steps=2, lr=0.1)
         args.update(changed)
@@ -37,7 +48,7 @@ class ArgumentErrors(unittest.TestCase):
         self.capture()  # so each refusal below is its one changed argument's
 
     def test_each_argument_shardsim_would_refuse(self):
-        weights = Block()
+        weights = self.Block()
         with torch.no_grad():
             weights.fc1.weight[0, 0] = float("inf")
         x = torch.randn(2, 13, 16)

@@ -1,10 +1,10 @@
-#!/usr/bin/python3
-"""ctest entry for the error-budget worked example (tools/bf16_layernorm_example.py, README
-"Error budgets"): a bf16 LayerNorm from another backend, run on the BF16 golden inputs of
-scenarios/layernorm_small_activations.toml, is judged noise by `shardsim compare --precision
-bf16`; the same with eps 1e-6 instead of the scenario's 1e-5 is judged bug.
+"""The error-budget worked example (examples/bf16_layernorm_example.py, docs/goldens.md, "Error
+budgets"); ctest python:budget: a bf16 LayerNorm from another backend, run on the BF16 golden
+inputs of scenarios/layernorm_small_activations.toml, is judged noise by `shardsim compare
+--precision bf16`; the same with eps 1e-6 instead of the scenario's 1e-5 is judged bug.
 
-    /usr/bin/python3 tests/budget_python_test.py SHARDSIM_BINARY SOURCE_DIR
+    PYTHONPATH=python SHARDSIM_BINARY=build/shardsim SHARDSIM_SOURCE_DIR=. \
+        /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python/test_budget.py
 
 The backends: PyTorch's own bf16 kernel (torch.nn.functional.layer_norm) where Debian's
 python3-torch is installed (tools/bootstrap --torch), and always numpy emulating autocast's bf16
@@ -23,8 +23,15 @@ import sys
 import tempfile
 import unittest
 
-SHARDSIM, SOURCE = sys.argv[1], sys.argv[2]
-TOOL = os.path.join(SOURCE, "tools", "bf16_layernorm_example.py")
+import numpy as np
+import pytest
+
+import shardsim.golden as sg
+
+# conftest.py checks that ctest's environment names both (tests/CMakeLists.txt).
+SHARDSIM, SOURCE = os.environ["SHARDSIM_BINARY"], os.environ["SHARDSIM_SOURCE_DIR"]
+# Run in a child (PYTHONPATH, from ctest, is inherited: it imports shardsim as it is here).
+TOOL = os.path.join(SOURCE, "examples", "bf16_layernorm_example.py")
 try:
     import torch  # noqa: F401
     BACKENDS = ("torch", "numpy")
@@ -37,6 +44,11 @@ def run(args):
 
 
 class WorkedExample(unittest.TestCase):
+    @pytest.fixture(autouse=True)
+    def example_module(self, example):
+        """examples/bf16_layernorm_example.py as a module (conftest.py's example fixture)."""
+        self.example = example("bf16_layernorm_example")
+
     def goldens(self, scenario):
         directory = os.path.join(self.tmp.name, os.path.basename(scenario) + ".g")
         result = run([SHARDSIM, "run", "--quiet", os.path.join(SOURCE, "scenarios", scenario),
@@ -61,8 +73,6 @@ class WorkedExample(unittest.TestCase):
         golden = self.goldens("layernorm_small_activations.toml")
         # The Python reader exposes the budgets: an input's is 0 (every program stores it
         # rounded once, as the golden is), y's is not.
-        sys.path.insert(0, os.path.join(SOURCE, "tools"))
-        import shardsim_golden as sg
         g = sg.load(golden)
         self.assertEqual(g.tensor("bf16/inputs/x").budget, {"normwise": 0.0, "ulp": 0})
         self.assertGreater(g.tensor("bf16/s1/c1/y").budget["normwise"], 0)
@@ -87,9 +97,7 @@ class WorkedExample(unittest.TestCase):
 
     def test_numpy_emulation_rounds_like_shardsim(self):
         """round_to_bf16_bits against hand-derived bit patterns: ties to even, overflow, NaN."""
-        sys.path.insert(0, os.path.join(SOURCE, "tools"))
-        import numpy as np
-        import bf16_layernorm_example as ex
+        ex = self.example
         values = np.array([1.0, 1 + 2.0**-8, 1 + 3 * 2.0**-8, 1 + 2.0**-8 + 2.0**-20,
                            3.4e38, float("nan"), -0.0], dtype=np.float32)
         # 1 = 0x3f80; 1 + 2^-8 is the tie between 0x3f80 and 0x3f81: even 0x3f80; 1 + 3 * 2^-8
@@ -100,7 +108,3 @@ class WorkedExample(unittest.TestCase):
         self.assertEqual([hex(b) for b in bits[[0, 1, 2, 3, 4, 6]]],
                          ["0x3f80", "0x3f80", "0x3f82", "0x3f81", "0x7f80", "0x8000"])
         self.assertTrue(np.isnan(ex.bf16_values(bits[5:6]))[0])
-
-
-if __name__ == "__main__":
-    unittest.main(argv=sys.argv[:1], verbosity=2)
