@@ -1,5 +1,5 @@
 // Tests for ops/attention/parts.hpp: the typed boundary names of sliding_window_attention spell
-// exactly the names the report, the goldens and the README document.
+// exactly the names the report, the goldens and docs/ops/attention.md document.
 #include <catch2/catch.hpp>
 #include <cstddef>
 #include <set>
@@ -11,7 +11,8 @@
 using shardsim::AttentionPart;
 
 TEST_CASE("attention parts spell the documented boundary names", "[attention]") {
-  // The names listed under "Boundaries" in README.md, in enum order, for output "y".
+  // The names listed in docs/ops/attention.md ("Boundaries, in order"), in enum order, for output
+  // "y".
   const char* const expected[] = {
       "y.q",          "y.k",       "y.v",           "y.q_rot",   "y.cache_k",    "y.cache_v",
       "y.k_cat",      "y.v_shard", "y.k_shard",     "y.k_all",   "y.v_all",      "y.q_shard",

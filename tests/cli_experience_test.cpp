@@ -83,11 +83,11 @@ TEST_CASE("cli: an mp divergence prints values with digits enough to tell them a
   CHECK(d.size() == s.size());
 }
 
-// The allocator settings (sim/cli/main.cpp, README "Memory: the allocator settings"): without
-// GLIBC_TUNABLES, where the kernel gives huge pages, shardsim starts itself again with glibc's
-// huge-page settings, and `--version` (in that second start) prints them; a GLIBC_TUNABLES of the
-// user's, empty included, is left as it is. Only memory placement may change: the reports of
-// both starts are byte-identical.
+// The allocator settings (sim/cli/main.cpp, docs/threads-and-memory.md "Memory: the allocator
+// settings"): without GLIBC_TUNABLES, where the kernel gives huge pages, shardsim starts itself
+// again with glibc's huge-page settings, and `--version` (in that second start) prints them; a
+// GLIBC_TUNABLES of the user's, empty included, is left as it is. Only memory placement may change:
+// the reports of both starts are byte-identical.
 TEST_CASE("cli: allocator settings are shardsim's unless GLIBC_TUNABLES is set", "[cli]") {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   const bool applies = false;  // sanitizer builds keep their own allocator

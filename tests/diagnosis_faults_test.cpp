@@ -1,6 +1,6 @@
 // The diagnosis on the bundled scenarios: every seeded fault in scenarios/faults/ gets the right
 // cause ranked first, no clean twin gets a diagnosis, the documented cancellation is rounding,
-// and the report and the CLI carry it (diagnosis.hpp, README "Diagnosis").
+// and the report and the CLI carry it (diagnosis.hpp, docs/diagnosis.md).
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -36,7 +36,8 @@ const fs::path kScenarios = fs::path(SHARDSIM_SOURCE_DIR) / "scenarios";
 }  // namespace
 
 TEST_CASE("every seeded fault's top-ranked cause is the right one", "[diagnosis][scenario]") {
-  // The cause each fault's mechanism is (README "Fault catalogue" and each scenario's comment).
+  // The cause each fault's mechanism is (the fault catalogues in docs/ops/ and
+  // docs/layouts.md, and each scenario's comment).
   const std::vector<std::pair<std::string, Cause>> expected{
       {"attention_cache_raw_k", Cause::cache_convention},
       {"attention_cache_raw_k_sharded", Cause::cache_convention},

@@ -89,7 +89,7 @@ TEST_CASE("golden: JSON with a NUL byte or a repeated key is refused", "[golden]
   const fs::path manifest = golden / "manifest.json";
   const std::string text = slurp(manifest);
   SECTION("a manifest ending in NUL and junk, its digest recomputed over all of it") {
-    // The digest covers the bytes with its own 64 digits zeroed (README "The manifest").
+    // The digest covers the bytes with its own 64 digits zeroed (docs/goldens.md "The manifest").
     std::string edited = text + std::string(1, '\0') + "junk";
     const std::string digest = Json::parse(text)["manifest_sha256"];
     const std::size_t pos = edited.rfind(digest);

@@ -1,4 +1,4 @@
-// The function lab: the README's walk-through through the CLI with piped stdin, the banner, the
+// The function lab: docs/lab.md's walk-through through the CLI with piped stdin, the banner, the
 // precision, and bad commands (a script stops with exit 2).
 #include "sim/lab/lab.hpp"
 
@@ -39,7 +39,7 @@ std::size_t count(const std::string& text, const std::string& word) {
   return n;
 }
 
-// The README's walk-through ("The function lab"): reset, a = 1, x = 1, predict y = 1 and
+// docs/lab.md's walk-through: reset, a = 1, x = 1, predict y = 1 and
 // slope 2, step; then x = 0.5, predict y = 0.25 and slope 1, step. By hand: y = a*x^2 = 1 and
 // 0.25, slope = 2*a*x = 2 and 1, so all four predictions are right.
 const std::string kWalkthrough =
@@ -48,7 +48,7 @@ const std::string kWalkthrough =
 
 }  // namespace
 
-TEST_CASE("lab: the README walk-through works as written, at every precision", "[lab]") {
+TEST_CASE("lab: the docs/lab.md walk-through works as written, at every precision", "[lab]") {
   for (const char* precision : {"f32", "f64", "mp256"}) {
     INFO(precision);
     const CliResult r = run_lab(kWalkthrough, std::string("--precision ") + precision);

@@ -1,7 +1,8 @@
-// Tests for LayerNorm's f32/f64 row-sum order (ops/lane_sums.hpp, README "Benchmarks"): a
-// hand-derived known answer that tells the lane order from the sequential one, and every kernel
-// on contiguous and strided rows of many lengths against the textbook formulas written with the
-// order spelled out (tensor_test::lane_sum), bit for bit, under each instruction set the CPU has.
+// Tests for LayerNorm's f32/f64 row-sum order (ops/lane_sums.hpp, docs/threads-and-memory.md "Row
+// sums in lanes"): a hand-derived known answer that tells the lane order from the sequential one,
+// and every kernel on contiguous and strided rows of many lengths against the textbook formulas
+// written with the order spelled out (tensor_test::lane_sum), bit for bit, under each instruction
+// set the CPU has.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Plans on N-D meshes and streamed caches, checked against what the README promises for them.
+// Plans on N-D meshes and streamed caches, checked against what docs/ promises for them.
 // Each case was found by replaying scenarios that are not in the repository (2026-12-04):
 //   - a hidden-sharded LayerNorm/RMSNorm whose rows another mesh dim also shards (batch on dp)
 //     sized its statistics loops by the global row count and wrote past each rank's rows (heap
@@ -131,7 +131,7 @@ TEST_CASE("dropout's repetition check compares only ranks that hold different el
           "[mesh][dropout]") {
   // dp x tp = 2 x 2, x Shard(batch) on dp and Replicate on tp: ranks 0 and 1 (dp 0; tp is the
   // inner dim, rank = 2 dp + tp) hold batch row 0, ranks 2 and 3 row 1. Replicas must draw the
-  // same words (README, Dropout randomness), so the clean run has nothing to flag.
+  // same words (docs/ops/mlp.md "Dropout randomness"), so the clean run has nothing to flag.
   const std::string base =
       "name = \"dropout_dp_tp\"\nseed = 7\nprecisions = [\"f64\"]\n"
       "[mesh]\ndims = { dp = 2, tp = 2 }\n"

@@ -1,6 +1,6 @@
-// Gradient accumulation over micro-batches (micro_batches = k, README "Micro-batches and gradient
-// accumulation"): the torch.chunk split, the loss weights of the correct program and of the
-// micro_batch_mean fault derived by hand, the accumulated gradient against the whole batch's
+// Gradient accumulation over micro-batches (micro_batches = k, docs/layouts.md "Micro-batches and
+// gradient accumulation"): the torch.chunk split, the loss weights of the correct program and of
+// the micro_batch_mean fault derived by hand, the accumulated gradient against the whole batch's
 // (bitwise where the summation order is the same, else a derived bound), the N-D mesh, the
 // micro-batch labels in trace and report, and the located refusals of bad input.
 #include <catch2/catch.hpp>

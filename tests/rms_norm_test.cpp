@@ -202,7 +202,7 @@ TEMPLATE_TEST_CASE("hidden-sharded RMSNorm agrees with the dense oracle", "[rms_
   // relative error <= 2 * 17 u; the sqrt halves it and the division, the products and dx's
   // all-reduced sum(dnorm * norm) (terms up to ~24 against a result of order 1 to 10) add a few
   // dozen u more. 2^10 u bounds all of them with a wide margin, and is ~2^-246 at mp256, far
-  // inside the 2^-(bits-16) of invariant 5 (README "Invariants").
+  // inside the 2^-(bits-16) of invariant 5 (docs/architecture.md).
   const double tol = 1024 * tensor_test::unit_roundoff<TestType>();
   for (SplitPolicy split : {SplitPolicy::chunk, SplitPolicy::balanced, SplitPolicy::padded}) {
     for (int ranks = 1; ranks <= 5; ++ranks) {

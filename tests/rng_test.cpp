@@ -34,7 +34,7 @@ TEST_CASE("fnv1a64 matches the published FNV-1a test vectors", "[rng]") {
 }
 
 TEST_CASE("init_value follows the documented Philox mapping bit for bit", "[rng]") {
-  // README / rng.hpp: key = (seed lo, seed hi), counter = (i lo, i hi, "INIT", 0),
+  // docs/scenario-format.md / rng.hpp: key = (seed lo, seed hi), counter = (i lo, i hi, "INIT", 0),
   // u = (out0 >> 8) * 2^-24, uniform value = float(low + (high - low) * u).
   InitSpec spec;
   spec.dist = InitDist::uniform;

@@ -1,4 +1,4 @@
-// Determinism under the scheduler (invariant 4, README "Invariants"), on 1-D and N-D meshes: the
+// Determinism under the scheduler (invariant 4 in docs/architecture.md), on 1-D and N-D meshes: the
 // order in which local phases visit ranks must not change any value, metric or trace, and the
 // CLI's report is byte-identical across runs.
 #include <sys/wait.h>

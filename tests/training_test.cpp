@@ -201,7 +201,7 @@ TEST_CASE("hidden-sharded training agrees with the dense model to ~2^-(bits-16) 
         worst = std::max(worst, (b.max_abs / b.scale).to_double());
     }
     CHECK(worst > 0);          // the statistics really are reordered (not exact)
-    CHECK(worst <= 0x1p-241);  // 2^(16 - 257): invariant 5 (README "Invariants")
+    CHECK(worst <= 0x1p-241);  // 2^(16 - 257): invariant 5 (docs/architecture.md)
   }
 }
 

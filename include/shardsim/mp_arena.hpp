@@ -58,10 +58,10 @@ inline constexpr bool kMpArenaSanitized = false;
 // malloc made before are adopted when freed (a block's size alone decides where it goes).
 void install_mp_arena();
 
-// The policy (README "Multiprecision memory"): the pools when `precisions` and `also` (if not
-// null), everything a process will evaluate, hold at most one mp precision; else malloc stays,
-// since a process that runs several would keep each one's blocks (above). `run` calls it with its
-// precisions and the goldens' reference.
+// The policy (docs/threads-and-memory.md "Multiprecision memory"): the pools when `precisions` and
+// `also` (if not null), everything a process will evaluate, hold at most one mp precision; else
+// malloc stays, since a process that runs several would keep each one's blocks (above). `run` calls
+// it with its precisions and the goldens' reference.
 void install_mp_arena_for(const std::vector<Precision>& precisions,
                           const Precision* also = nullptr);
 // The policy's test: at most one distinct mp precision among `precisions` and `also`.

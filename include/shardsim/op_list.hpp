@@ -6,8 +6,8 @@
 //   TypeArgs           its parameters as the scenario loader parsed and validated them, once;
 //   TypeStep           the runner's binding of the dense oracle and the sharded plan.
 // The loader's schema and shape rules for op `name` are op_entry<OpKind::name>() (scenario
-// layer); the runner builds TypeStep in make_step_op's switch. README "Adding an op" lists the
-// files an op touches.
+// layer); the runner builds TypeStep in make_step_op's switch. docs/architecture.md "Adding an op"
+// lists the files an op touches.
 //
 // Args hold tensor names and plain values. A string-valued choice (e.g. a LayerNorm's `stats`)
 // has been checked against the schema's choices; the step turns it into the kernel's enum once,
@@ -58,7 +58,7 @@ std::string op_label(OpKind kind);
 std::string backward_label(OpKind kind);
 std::optional<OpKind> find_op(std::string_view name);
 
-// ---- Typed parameters, one struct per op (the keys of README "Scenario format") ----
+// ---- Typed parameters, one struct per op (the keys of docs/scenario-format.md) ----
 
 struct LayerNormArgs {
   std::string input;

@@ -29,7 +29,7 @@
 // correctly rounded IEEE operation, so machine independence holds: on x86-64 CPUs with FMA3 it is
 // that instruction, inline (detail::fused_multiply_subtract below: a call to glibc's fma costs
 // more than the instruction), elsewhere glibc's fma (exact in software where the CPU has no FMA).
-// A whole qd run got about 14% faster with glibc's fma (README, Benchmarks); the inline
+// A whole qd run got about 14% faster with glibc's fma (docs/benchmarks.md); the inline
 // instruction took QD's sequential qd multiply-add from about 106 to 83 ns in a microbenchmark.
 // QD's compiled functions (exp, log, sin, ...) keep Dekker's. Only the translation units that
 // instantiate kernels for Dd or Qd include this header.

@@ -61,7 +61,7 @@ float init_value(const InitSpec& spec, std::uint64_t seed, std::uint64_t index);
 inline constexpr std::uint32_t kInitStream = 0x494e4954;  // "INIT"
 
 // ---------------------------------------------------------------------------------------------
-// Dropout masks (README "Dropout randomness" is the same text for backends).
+// Dropout masks (docs/ops/mlp.md "Dropout randomness" is the same text for backends).
 //
 // The keep/drop decision of one element is a pure function of (seed, stream, forward pass,
 // element index, p):

@@ -42,15 +42,16 @@ Precision parse_precision(std::string_view text);
 
 // Default per-precision tolerance, relative to the tensor's largest magnitude (normwise):
 //   f32, f64,     2^(16 - bits), i.e. 65536 units in the last place.
-//   dd, qd, mp invariant 5 (README
+//   dd, qd, mp invariant 5 (docs/architecture.md
 //                 "Invariants") asks mp runs to agree to ~2^-(bits-16).
 //   bf16, f16     2^(5 - bits): 2^-3 for bf16, 2^-6 for f16, i.e. 16 ulps of the largest value.
 //                 Two correct programs that differ only in f32 accumulation order round their
 //                 nearly equal f32 results to neighbouring narrow values: up to 1 ulp
 //                 (2^(1 - bits) relative) per rounded boundary, carried through the later ops.
 //                 The rule allows 16 such ulps (a chain of ~8 boundaries with a gain of 2), where
-//                 2^(16 - bits) would be 2^8 = 256 at bf16 and accept anything. README "Narrow
-//                 precisions" gives the derivation and the gaps the bundled scenarios show.
+//                 2^(16 - bits) would be 2^8 = 256 at bf16 and accept anything.
+//                 docs/precisions.md "Narrow precisions" gives the derivation and the gaps the
+//                 bundled scenarios show.
 double default_rtol(const Precision& precision);
 
 // ULP distance by the ordered-integer mapping: the bit patterns are mapped to integers that are

@@ -1,4 +1,4 @@
-// Narrow storage: how a bf16 or f16 run computes and where it rounds (README "Narrow
+// Narrow storage: how a bf16 or f16 run computes and where it rounds (docs/precisions.md "Narrow
 // precisions" has the table per op).
 //
 // A narrow run models a program whose tensors are stored in bf16 or f16 (PyTorch autocast,

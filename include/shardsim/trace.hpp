@@ -2,7 +2,8 @@
 //
 // Each entry records the step (training step, 1-based), the streamed chunk (1-based), the op and
 // tensor, the global shape with named axes, the placement, and for every rank its local shape and
-// global slice. `explain` prints it and the report carries it (invariant 2, README "Invariants").
+// global slice. `explain` prints it and the report carries it (invariant 2 in
+// docs/architecture.md).
 #pragma once
 
 #include <cstdint>
@@ -47,8 +48,8 @@ struct BoundaryLabel {
   std::string tensor;  // the sharded tensor's name at this boundary
   std::string dense;   // the oracle tensor it must equal; empty: the same name as `tensor`
   // The sharded arithmetic is the dense arithmetic in the same order, so the values must be
-  // bitwise equal (invariant 5, README "Invariants"). Anything less is a failure, not noise. The runner
-  // keeps the claim only while every tensor in `inputs` matched the oracle bitwise: the same
+  // bitwise equal (invariant 5 in docs/architecture.md). Anything less is a failure, not noise. The
+  // runner keeps the claim only while every tensor in `inputs` matched the oracle bitwise: the same
   // arithmetic on different inputs need not give the same bits.
   bool exact = false;
   BoundaryKind kind = BoundaryKind::op;

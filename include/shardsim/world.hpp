@@ -2,7 +2,7 @@
 //
 // A sharded plan alternates between two things:
 //   - local phases, run by for_each_rank(): the body gets one global rank and must touch only
-//     that rank's local tensors (invariant 1, README "Invariants"). The scheduler visits every
+//     that rank's local tensors (invariant 1 in docs/architecture.md). The scheduler visits every
 //     rank of the mesh in rank order, reverse order or a seeded shuffle; results must not depend
 //     on it. With --threads N > 1 the ranks of one phase also run concurrently (parallel.hpp),
 //     so a body must not write anything shared: no trace, no hook, no collective inside it.

@@ -82,7 +82,8 @@ std::vector<std::pair<std::string, std::string>> parse_maps(const std::vector<st
 
 int compare_command(const Args& args) {
   po::options_description options("compare options");
-  options.add_options()("rtol", po::value<std::string>(), "relative tolerance (see README)")(
+  options.add_options()("rtol", po::value<std::string>(),
+                        "relative tolerance (see docs/goldens.md)")(
       "atol", po::value<std::string>(), "absolute tolerance")(
       "max-ulp", po::value<std::string>(), "also accept elements within this many ULPs")(
       "precision", po::value<std::string>(),

@@ -1,4 +1,4 @@
-// shardsim: replay sharded-vs-dense scenarios. See README.md.
+// shardsim: replay sharded-vs-dense scenarios. See docs/README.md (the manual's index).
 //
 // Every failure ends here as one line on stderr that starts "shardsim: error: " and an exit code:
 // 2 for bad input or usage (InputError, option errors, out of memory, a path the filesystem
@@ -25,14 +25,14 @@
 
 namespace {
 
-// The allocator settings a run uses (README "Memory: the allocator settings"): glibc's malloc
-// advises transparent huge pages on the memory it takes from the kernel (hugetlb=1), grows its
-// heap by 64 MiB at a time (top_pad) and serves blocks below 32 MiB from that heap
-// (mmap_threshold; larger ones are mapped, advised and unmapped on free as before). On a VM,
-// where a page fault is costly, a run's 4 KiB faults were most of its system time: an mp256
-// LayerNorm of 4 M elements made 280 000 of them (6.9 s) and makes 2 500 (4.1 s) with these, at
-// the same peak RSS. A long run that reuses freed blocks many times can peak higher (the
-// realistic qd run at seq 1024: 2.16 -> 2.40 GiB). Only memory placement changes, never a value.
+// The allocator settings a run uses (docs/threads-and-memory.md "Memory: the allocator settings"):
+// glibc's malloc advises transparent huge pages on the memory it takes from the kernel (hugetlb=1),
+// grows its heap by 64 MiB at a time (top_pad) and serves blocks below 32 MiB from that heap
+// (mmap_threshold; larger ones are mapped, advised and unmapped on free as before). On a VM, where
+// a page fault is costly, a run's 4 KiB faults were most of its system time: an mp256 LayerNorm of
+// 4 M elements made 280 000 of them (6.9 s) and makes 2 500 (4.1 s) with these, at the same peak
+// RSS. A long run that reuses freed blocks many times can peak higher (the realistic qd run at seq
+// 1024: 2.16 -> 2.40 GiB). Only memory placement changes, never a value.
 constexpr const char* kTunables =
     "glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=33554432:glibc.malloc.top_pad=67108864";
 

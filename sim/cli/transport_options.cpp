@@ -23,7 +23,7 @@ void add_transport_options(po::options_description& options) {
       "(default 20)")(
       "oracle", po::value<std::string>(),
       "root: the dense oracle on process 0 (the default); distributed: every process computes "
-      "the oracle on its block of batch rows, where no sum changes order (README)");
+      "the oracle on its block of batch rows, where no sum changes order (docs/mpi.md)");
 }
 
 bool distributed_oracle_option(const po::variables_map& vm) {

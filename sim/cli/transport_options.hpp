@@ -1,4 +1,4 @@
-// `run`'s transport options (README "Many processes: the mpi transport").
+// `run`'s transport options (docs/mpi.md).
 #pragma once
 
 #include <boost/program_options.hpp>

@@ -34,8 +34,8 @@ RunReport evaluate(const Scenario& scenario, const Precision& precision,
     case ScalarKind::f16:
       // Not modelled: where a micro-batch's values would be stored (accumulated gradients);
       // and a narrow run stores every parameter and its update in its format, where FSDP keeps
-      // master shards in f32: bf16 FSDP is fsdp.param_dtype on an f32 run (README "Mixed
-      // precision (param_dtype, reduce_dtype)").
+      // master shards in f32: bf16 FSDP is fsdp.param_dtype on an f32 run (docs/layouts.md "Mixed
+      // precision").
       if (scenario.fsdp) {
         throw InputError(scenario.file + ": " + precision.name() +
                          " runs of an fsdp scenario are not supported: a " + precision.name() +

@@ -1,5 +1,5 @@
 // The dd instantiation (qd.hpp) of the world, the runner and the comparator, in its own
-// translation unit (invariant 6, README "Invariants"); qd's is compare_qd.cpp (two units compile
+// translation unit (invariant 6 in docs/architecture.md); qd's is compare_qd.cpp (two units compile
 // in parallel: each instantiates the whole runner).
 #include "shardsim/qd.hpp"
 #include "shardsim/qd_exact.hpp"

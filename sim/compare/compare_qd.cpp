@@ -1,5 +1,5 @@
 // The qd instantiation (qd.hpp) of the world, the runner and the comparator, in its own
-// translation unit (invariant 6, README "Invariants"); dd's is compare_dd.cpp.
+// translation unit (invariant 6 in docs/architecture.md); dd's is compare_dd.cpp.
 #include "shardsim/qd.hpp"
 #include "shardsim/qd_exact.hpp"
 #include "shardsim/world-inl.hpp"

@@ -1,4 +1,5 @@
-// The Mp instantiation of the world, in its own translation unit (invariant 6, README "Invariants").
+// The Mp instantiation of the world, in its own translation unit (invariant 6 in
+// docs/architecture.md).
 #include "shardsim/mp.hpp"
 #include "shardsim/wire_mp.hpp"
 #include "shardsim/world-inl.hpp"

@@ -63,8 +63,8 @@ double ulp_in(format::Dtype dtype, double g, double c) {
 }
 
 // The candidate as compared with a golden of `info`'s dtype. A U16 candidate of a BF16 golden
-// holds bf16 bit patterns (npy has no bf16: README "bf16 in npy"). A BF16 or F16 golden needs a
-// floating-point candidate otherwise: an integer or boolean one is bad input.
+// holds bf16 bit patterns (npy has no bf16: docs/goldens.md "bf16 in npy"). A BF16 or F16 golden
+// needs a floating-point candidate otherwise: an integer or boolean one is bad input.
 RawTensor candidate_as(const GoldenInfo& info, const RawTensor& candidate) {
   RawTensor out = candidate;
   const bool narrow = info.dtype == format::Dtype::bf16 || info.dtype == format::Dtype::f16;

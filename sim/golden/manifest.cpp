@@ -1,5 +1,5 @@
-// The golden manifest (README "The manifest"): what it records about the run, each boundary
-// that has goldens (with its op's parameters), and each tensor; its digest.
+// The golden manifest (docs/goldens.md "The manifest"): what it records about the run, each
+// boundary that has goldens (with its op's parameters), and each tensor; its digest.
 #include "sim/golden/manifest.hpp"
 
 #include <set>

@@ -59,12 +59,13 @@ std::vector<std::pair<std::string, std::string>> safetensors_metadata(
 // as many '0' characters. REQUIRES: the quoted value occurs in `text`.
 std::string manifest_digest(std::string_view text, std::string_view value);
 
-// The manifest of a golden set (README "The manifest"), its digest filled in.
+// The manifest of a golden set (docs/goldens.md "The manifest"), its digest filled in.
 // REQUIRES: set.entries and set.budgets are filled in (set.manifest is what this returns).
 std::string manifest_text(const Scenario& scenario, const RunReport& reference,
                           const GoldenSet& set, const GoldenOptions& options);
 
-// The manifest's "budgets" object (README "Error budgets"), and each narrow tensor's "budget".
+// The manifest's "budgets" object (docs/goldens.md "Error budgets"), and each narrow tensor's
+// "budget".
 Json budgets_json(const GoldenBudgets& budgets);
 Json tensor_budget_json(const TensorBudget& budget);
 // Reads them back into `out` (GoldenDir::has_budgets, budget_programs, budgets_unavailable and

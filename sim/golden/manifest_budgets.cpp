@@ -1,5 +1,5 @@
-// The manifest's error budgets (budget.hpp, README "Error budgets"): the "budgets" object after
-// "dtypes", and each BF16/F16 tensor's "budget", written and read back.
+// The manifest's error budgets (budget.hpp, docs/goldens.md "Error budgets"): the "budgets" object
+// after "dtypes", and each BF16/F16 tensor's "budget", written and read back.
 #include <cmath>
 #include <limits>
 

@@ -156,7 +156,7 @@ class HeaderParser {
 }  // namespace
 
 std::string encode_npy(const RawTensor& tensor) {
-  // BF16 has no npy dtype: its bit patterns go out as '<u2' (README "bf16 in npy").
+  // BF16 has no npy dtype: its bit patterns go out as '<u2' (docs/goldens.md "bf16 in npy").
   const format::DtypeInfo& info =
       format::dtype_info(tensor.dtype == Dtype::bf16 ? Dtype::u16 : tensor.dtype);
   SHARDSIM_ASSERT(!info.npy.empty(), "encode_npy: dtype has no npy descr");

@@ -1,4 +1,4 @@
-// The lab's Mp engine, in its own translation unit (invariant 6, README "Invariants").
+// The lab's Mp engine, in its own translation unit (invariant 6 in docs/architecture.md).
 #include "shardsim/mp.hpp"
 #include "sim/lab/lab-inl.hpp"
 

@@ -1,4 +1,4 @@
-// The Mp instantiation of add, in its own translation unit (invariant 6, README "Invariants").
+// The Mp instantiation of add, in its own translation unit (invariant 6 in docs/architecture.md).
 #include "shardsim/mp.hpp"
 #include "shardsim/ops/add-inl.hpp"
 

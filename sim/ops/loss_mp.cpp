@@ -1,4 +1,5 @@
-// The Mp instantiation of the loss, in its own translation unit (invariant 6, README "Invariants").
+// The Mp instantiation of the loss, in its own translation unit (invariant 6 in
+// docs/architecture.md).
 #include "shardsim/mp.hpp"
 #include "shardsim/ops/loss-inl.hpp"
 

@@ -1,6 +1,6 @@
 // The dd and qd instantiations (qd.hpp) of every op but attention, in one translation unit: the
-// same templated kernels as float, double and Mp (invariant 6, README "Invariants"), kept apart so
-// that only this file (and attention/attention_qd.cpp) compiles them against QD.
+// same templated kernels as float, double and Mp (invariant 6 in docs/architecture.md), kept apart
+// so that only this file (and attention/attention_qd.cpp) compiles them against QD.
 #include "shardsim/ops/add-inl.hpp"
 #include "shardsim/ops/dropout-inl.hpp"
 #include "shardsim/ops/gelu-inl.hpp"

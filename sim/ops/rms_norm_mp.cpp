@@ -1,4 +1,5 @@
-// The Mp instantiation of RMSNorm, in its own translation unit (invariant 6, README "Invariants").
+// The Mp instantiation of RMSNorm, in its own translation unit (invariant 6 in
+// docs/architecture.md).
 #include "shardsim/mp.hpp"
 #include "shardsim/ops/rms_norm-inl.hpp"
 

@@ -1,6 +1,6 @@
 // Exact comparisons of captured multiprecision values (precision_diff.hpp, namespace detail), in
-// their own translation unit (invariant 6, README "Invariants"). Works on raw MPFR numbers so that each
-// value keeps its own precision.
+// their own translation unit (invariant 6 in docs/architecture.md). Works on raw MPFR numbers so
+// that each value keeps its own precision.
 #include <cmath>
 #include <limits>
 #include <mpfr.h>

@@ -1,4 +1,4 @@
-// shardsim precision: the terminal table and the JSON report (keys documented in README.md).
+// shardsim precision: the terminal table and the JSON report (keys documented in docs/reports.md).
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -85,7 +85,8 @@ std::string format_precision_diff(const PrecisionDiff& diff) {
       << "level's type (ulp in that type); gap: sharded vs dense at the level (normwise = "
          "max_abs/max|d|)\n"
       << "verdict: the trend of log2(normwise gap) against the levels' significand bits (rounding\n"
-      << "noise falls one bit per bit: slope -1; a bug stays flat: slope 0; see README)\n";
+      << "noise falls one bit per bit: slope -1; a bug stays flat: slope 0; see "
+         "docs/precisions.md)\n";
   char line[160];
   std::map<Verdict, int> counts;
   for (const BoundaryDiff& b : diff.boundaries) {

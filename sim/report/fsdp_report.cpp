@@ -23,7 +23,7 @@ nlohmann::ordered_json fsdp_json(const Scenario& scenario) {
                              {"units", units},
                              {"grad_reduce", kGradReduceReason},
                              {"optimizer_state", "none (plain SGD)"}};
-  // Mixed precision, only where declared (README "Mixed precision (param_dtype, reduce_dtype)").
+  // Mixed precision, only where declared (docs/layouts.md "Mixed precision").
   if (spec.param_dtype) out["param_dtype"] = spec.param_dtype->name();
   if (spec.reduce_dtype) out["reduce_dtype"] = spec.reduce_dtype->name();
   return out;

@@ -1,4 +1,5 @@
-// Private to the report: what an fsdp scenario adds (README "Fully sharded data parallelism").
+// Private to the report: what an fsdp scenario adds (docs/layouts.md "Fully sharded data
+// parallelism").
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -1,6 +1,6 @@
 // Private to the report writers: JSON has no infinity or NaN, so non-finite metrics are written
 // as the strings "inf", "-inf" and "nan"; Magnitudes beyond the double range as strings too
-// (README.md, "Report format").
+// (docs/reports.md "Report format").
 #pragma once
 
 #include <cmath>

@@ -1,6 +1,6 @@
-// Private to the runner: fully sharded data parallelism (FsdpSpec in scenario.hpp, README "Fully
-// sharded data parallelism"). The ranks keep each parameter only as its shard (`storage`); the
-// runner calls, per training step:
+// Private to the runner: fully sharded data parallelism (FsdpSpec in scenario.hpp, docs/layouts.md
+// "Fully sharded data parallelism"). The ranks keep each parameter only as its shard (`storage`);
+// the runner calls, per training step:
 //   shard             once, after the inputs are loaded: each rank keeps its shard (a local
 //                     slice, recorded as `fsdp_shard -> NAME`);
 //   gather / release  around each step's forward and again around its backward: the unit's

@@ -1,6 +1,5 @@
-// Private to the runner: FSDP's MixedPrecision (FsdpSpec::param_dtype, reduce_dtype; README
-// "Mixed precision (param_dtype, reduce_dtype)"). Where a run rounds, on the ranks and on the
-// oracle alike:
+// Private to the runner: FSDP's MixedPrecision (FsdpSpec::param_dtype, reduce_dtype;
+// docs/layouts.md "Mixed precision"). Where a run rounds, on the ranks and on the oracle alike:
 //   gather        each rank casts its master shard to param_dtype before the all-gather, so the
 //                 gathered copy holds param_dtype values; the oracle's step reads its master
 //                 parameter rounded the same way (a one-rank FSDP program with the same policy).

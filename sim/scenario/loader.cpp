@@ -11,7 +11,7 @@
 namespace shardsim {
 
 // An init parameter: finite and within the f32 range, since inputs are drawn as f32 values at
-// every precision (README "Scenario format").
+// every precision (docs/scenario-format.md).
 double Loader::init_number(const toml::node& node, const std::string& path) const {
   const double x = number(node, path);
   if (!std::isfinite(x) || std::fabs(x) > std::numeric_limits<float>::max()) {

@@ -1,6 +1,6 @@
-// Reads `clip_grad_norm` and `fsdp = { style, dim, param_dtype, reduce_dtype }` (README "Fully
-// sharded data parallelism"): the units (one per step that names parameters) and every rule that
-// keeps their layouts those of FSDP1 (flat) and FSDP2 (per_param).
+// Reads `clip_grad_norm` and `fsdp = { style, dim, param_dtype, reduce_dtype }` (docs/layouts.md
+// "Fully sharded data parallelism"): the units (one per step that names parameters) and every rule
+// that keeps their layouts those of FSDP1 (flat) and FSDP2 (per_param).
 #include <algorithm>
 #include <cmath>
 #include <limits>

@@ -58,7 +58,7 @@ Magnitude exact_default_rtol(const Precision& precision) {
 // Under fsdp mixed precision every dtype narrower than the run (param_dtype, reduce_dtype) adds
 // its rounding: the default is the larger of the run's and 2^(5 - bits) of each such dtype, the
 // narrow rule (16 ulps of the dtype, scalar.hpp's default_rtol) applied to the dtype the values
-// are stored or summed in (README "Mixed precision (param_dtype, reduce_dtype)").
+// are stored or summed in (docs/layouts.md "Mixed precision").
 Magnitude Scenario::rtol(const Precision& precision) const {
   auto it = tolerance.find(precision.name());
   if (it != tolerance.end()) return it->second;

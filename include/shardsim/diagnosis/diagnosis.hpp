@@ -6,7 +6,7 @@
 // values, gaps, ratios, per-rank and per-position patterns, recomputed alternatives, the trend
 // over precisions. None reads a fault's name or the scenario's text; the scenario model is read
 // only for what the program is (shapes, placements, the steps' inputs and numeric parameters).
-// The signatures, their inputs and their thresholds are in signatures.hpp; README "Diagnosis"
+// The signatures, their inputs and their thresholds are in signatures.hpp; docs/diagnosis.md
 // has the table signature -> probable cause -> evidence printed.
 //
 // Diagnosis stays off the success path: it runs only after a divergence (`run`, the report's

@@ -1,6 +1,6 @@
-// Error budgets of correct narrow programs (README "Error budgets"): for every BF16 or F16 golden
-// tensor, the largest gap between the golden (the reference rounded once to the format) and the
-// values of the correct programs shardsim can run at that precision. `compare --precision`
+// Error budgets of correct narrow programs (docs/goldens.md "Error budgets"): for every BF16 or F16
+// golden tensor, the largest gap between the golden (the reference rounded once to the format) and
+// the values of the correct programs shardsim can run at that precision. `compare --precision`
 // judges a backend's tensors against them: noise or bug.
 //
 // The correct programs, per format, with accumulate = f32 (storage.hpp; accumulate = storage is
@@ -19,7 +19,7 @@
 //   ulp      = max_e ULP distance of round(p_e) from g_e in the format (narrow.hpp)
 //   NaN never matches (inf); an infinity matches only the same infinity.
 //
-// The verdict of a different backend (derivation in README "Error budgets"): noise when
+// The verdict of a different backend (derivation in docs/goldens.md "Error budgets"): noise when
 //   normwise <= allowed = 2 * budget.normwise + 2^(1 - significand bits)   (allowed_normwise)
 // and bug otherwise. The ULP budget is recorded and reported, not judged: an element near 0
 // that comes out of cancellation (y = z * w + b) changes sign under one more rounding, which
@@ -66,7 +66,7 @@ class GapMeter {
   double max_ulp_ = 0;
 };
 
-// The programs the budgets are taken over (README, manifest "budgets").
+// The programs the budgets are taken over (docs/goldens.md, manifest "budgets").
 struct BudgetPrograms {
   std::vector<ReduceOrder> reduce_orders{ReduceOrder::rank, ReduceOrder::ring, ReduceOrder::tree};
   std::vector<Schedule> schedules{Schedule{}, Schedule{Schedule::Kind::reverse, 0}};

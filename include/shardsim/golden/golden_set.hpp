@@ -3,7 +3,7 @@
 // safetensors (or one .npy per tensor) plus a JSON manifest, for other backends to check against.
 // The tensor-file codecs they use are in tensor_file.hpp.
 //
-// Naming (README.md "Golden tensors" has the full table):
+// Naming (docs/goldens.md "Golden tensors" has the full table):
 //   PREFIX/inputs/TENSOR               a scenario input, target or initial parameter
 //   PREFIX/sSTEP/cCHUNK/TENSOR         a boundary's global (oracle) value in a step and chunk
 //   PREFIX/sSTEP/cCHUNK/TENSOR#K       an earlier boundary of the same tensor in that step and

@@ -1,4 +1,4 @@
-// The on-disk formats shardsim reads and writes for golden tensors, as constants. README.md
+// The on-disk formats shardsim reads and writes for golden tensors, as constants. docs/goldens.md
 // ("Golden file formats") describes the same layout in prose; keep the two in step.
 //
 // safetensors (https://github.com/huggingface/safetensors, "Format"):

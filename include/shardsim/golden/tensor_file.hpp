@@ -1,7 +1,7 @@
 // Tensor files: RawTensor (a tensor as a file holds it) and the two codecs, safetensors and npy.
 // Hostile-input safe: the decoders check every length against the input before use.
 //
-// The file formats are in safetensors_format.hpp (constants) and README.md ("Golden file
+// The file formats are in safetensors_format.hpp (constants) and docs/goldens.md ("Golden file
 // formats"). Nothing here knows about runs, comparisons or golden sets (golden_set.hpp).
 #pragma once
 
@@ -64,8 +64,8 @@ SafetensorsFile decode_safetensors(std::string_view bytes, const std::string& wh
 SafetensorsFile read_safetensors(const std::string& path);
 
 // npy format 1.0, header padded so the data starts at a multiple of 64 bytes. BF16 has no npy
-// dtype: a BF16 tensor is written as '<u2' holding its bit patterns (README "bf16 in npy"), and
-// decode_npy reads it back as U16.
+// dtype: a BF16 tensor is written as '<u2' holding its bit patterns (docs/goldens.md "bf16 in
+// npy"), and decode_npy reads it back as U16.
 std::string encode_npy(const RawTensor& tensor);
 // Parses npy versions 1.0, 2.0 and 3.0 (C order; little-endian, big-endian is byte-swapped).
 // The returned tensor's name is empty. Throws InputError("WHAT: ...") like decode_safetensors.

@@ -1,5 +1,6 @@
 // The documented summation order of LayerNorm's row sums at f32 and f64, and the lane vectors
-// the f32/f64 LayerNorm passes use (README "Benchmarks": the order is part of the contract).
+// the f32/f64 LayerNorm passes use (docs/threads-and-memory.md "Row sums in lanes, and the other
+// kernels' orders": the order is part of the contract).
 //
 // A row sum over positions i in [0, n) runs in kSumLanes = 8 interleaved partial sums: lane j adds
 // the terms of positions j, j + 8, j + 16, ... in ascending order, starting from +0, and the lanes

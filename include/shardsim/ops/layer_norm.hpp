@@ -10,10 +10,10 @@
 // optional (affine on/off, bias on/off).
 //
 // Row-sum order (every sum over a row's positions, forward, backward and the partial sums below;
-// README "Benchmarks"): at f32 and f64 (so also bf16/f16, which compute in f32) the documented lane
-// order of lane_sums.hpp, eight interleaved partial sums (lane i % 8, ascending i) combined by
-// the fixed tree ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)); at mp, dd and qd one
-// accumulator over ascending i.
+// docs/threads-and-memory.md "Row sums in lanes"): at f32 and f64 (so also bf16/f16, which compute
+// in f32) the documented lane order of lane_sums.hpp, eight interleaved partial sums (lane i % 8,
+// ascending i) combined by the fixed tree ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)); at mp,
+// dd and qd one accumulator over ascending i.
 //
 // The kernel sees one rank's rows; a rank that owns whole rows has everything it needs. It is
 // also the dense oracle, applied to the global tensor: same arithmetic, same order, which is why

@@ -1,6 +1,7 @@
 // shardsim precision: run one scenario at several precision levels and quantify, per boundary,
 // how far each level is from the highest one and whether the sharded-vs-dense gap is rounding
-// noise (non-associativity) or a semantic bug. README.md ("Precision diff") documents the table.
+// noise (non-associativity) or a semantic bug. docs/precisions.md ("Precision diff") documents the
+// table.
 //
 // Per boundary and level L (levels sorted by significand bits; the top level T has the most):
 //   error vs top   the oracle's value at L against T's value rounded once to L's type
@@ -94,7 +95,7 @@ struct PrecisionDiff {
 // Throws InputError for an empty or duplicated level list.
 PrecisionDiff precision_diff(const Scenario& scenario, const PrecisionDiffOptions& options);
 
-// The terminal report (100 columns) and the JSON report (stable keys, README.md).
+// The terminal report (100 columns) and the JSON report (stable keys, docs/reports.md).
 std::string format_precision_diff(const PrecisionDiff& diff);
 std::string precision_diff_json(const PrecisionDiff& diff);
 

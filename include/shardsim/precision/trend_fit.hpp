@@ -1,5 +1,5 @@
 // The trend verdict of shardsim precision: is a boundary's sharded-vs-dense gap rounding noise
-// or a bug, read from the whole precision ladder (README.md, "Precision diff").
+// or a bug, read from the whole precision ladder (docs/precisions.md "Precision diff").
 //
 // A level is described by its significand bits only (bf16 8, f16 11, f32 24, f64 53, mpN about
 // N: the bits the level actually ran with, e.g. 257 for mp256), so any precision fits the rule.

@@ -1,4 +1,4 @@
-// Reports: the JSON report (stable keys, documented in README.md "Report format"), the
+// Reports: the JSON report (stable keys, documented in docs/reports.md "Report format"), the
 // terminal table, and the `explain` text.
 #pragma once
 

@@ -1,4 +1,4 @@
-// `run --oracle distributed` (README "Many processes: the mpi transport"): the dense oracle in row
+// `run --oracle distributed` (docs/mpi.md): the dense oracle in row
 // blocks over the processes.
 //
 // Every process computes the oracle on its own block of rows of the batch axis (kOracleRowsAxis):

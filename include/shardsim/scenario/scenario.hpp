@@ -3,7 +3,7 @@
 // The loader knows shapes and placements, not kernels: it checks every key against the op
 // schemas below, tracks each tensor's named shape and placement through the steps, and reports
 // the first problem as "file:line:col: key.path: message" (an InputError, exit code 2).
-// The file format is documented in README.md ("Scenario format").
+// The file format is documented in docs/scenario-format.md.
 #pragma once
 
 #include <cstdint>
@@ -120,11 +120,11 @@ inline constexpr std::string_view kMicroBatchAxis = "batch";
 // micro_batches check).
 std::vector<std::int64_t> micro_batch_rows(std::int64_t rows, int k);
 
-// Fully sharded data parallelism (`fsdp = { style, dim }`, README "Fully sharded data
+// Fully sharded data parallelism (`fsdp = { style, dim }`, docs/layouts.md "Fully sharded data
 // parallelism"). Every parameter a step names is sharded over the mesh dim `dim` and belongs to
 // that step's unit; before the step's forward and again before its backward the unit is
-// all-gathered into the layout the step computes with (the parameter's declared placement, which
-// is Replicate on `dim`), and released after; after the unit's backward its gradients are
+// all-gathered into the layout the step computes with (the parameter's declared placement, which is
+// Replicate on `dim`), and released after; after the unit's backward its gradients are
 // reduce-scattered back to the shards (a sum: the loss already divides by the global valid-token
 // count), and SGD steps the shards only.
 //   flat       FSDP1's FlatParameter: the unit's parameters flattened in declaration order into
@@ -180,10 +180,11 @@ struct Scenario {
   // every parameter K times; the last step must then be a loss.
   int train_steps = 0;
   double learning_rate = 0.1;
-  // Gradient accumulation (README "Micro-batches and gradient accumulation"): 1 runs the whole
-  // batch at once. k >= 2 cuts every input and target on kMicroBatchAxis into k consecutive
-  // micro-batches (torch.chunk sizes), run one after another, their parameter gradients summed,
-  // one SGD update per training step; the dense oracle still runs the whole batch at once.
+  // Gradient accumulation (docs/layouts.md "Micro-batches and gradient accumulation"): 1 runs
+  // the whole batch at once. k >= 2 cuts every input and target on kMicroBatchAxis into k
+  // consecutive micro-batches (torch.chunk sizes), run one after another, their parameter
+  // gradients summed, one SGD update per training step; the dense oracle still runs the whole
+  // batch at once.
   int micro_batches = 1;
   // Gradient-norm clipping before the update (torch.nn.utils.clip_grad_norm_, norm 2): none, or
   // the max norm (> 0).

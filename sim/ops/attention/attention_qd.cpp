@@ -1,5 +1,5 @@
 // The dd and qd instantiations (qd.hpp) of the attention kernels, projections and streaming, in
-// one translation unit (invariant 6, README "Invariants").
+// one translation unit (invariant 6 in docs/architecture.md).
 #include "shardsim/ops/attention/attention-inl.hpp"
 #include "shardsim/ops/attention/project-inl.hpp"
 #include "shardsim/ops/attention/stream-inl.hpp"

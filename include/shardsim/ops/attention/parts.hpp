@@ -4,7 +4,8 @@
 // gradient grad_name of that = "grad(OUTPUT.suffix)". The sharded plans record their boundaries
 // under these names and the runner step stores the dense oracle tensors under the same names, so
 // both sides are spelt by this table: a misspelt part is a compile error, not an unchecked
-// comparison. The suffixes are part of the report and golden format (README, "Boundaries").
+// comparison. The suffixes are part of the report and golden format (docs/ops/attention.md,
+// "Boundaries, in order").
 #pragma once
 
 #include <cstddef>
