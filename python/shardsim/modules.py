@@ -5,12 +5,12 @@ Needs PyTorch (Debian's python3-torch: tools/bootstrap --torch) and runs on Debi
 headers named); the capture recognizes these classes and writes their parameters as they are.
 
 - SlidingWindowAttention: op sliding_window_attention (include/shardsim/ops/attention/*.hpp,
-  include/shardsim/ops/rope.hpp, docs, "Sliding-window attention with RoPE and a streamed KV
-  cache"). Projections laid out as shardsim lays them out: wq, wk, wv [hidden, head, head_dim],
-  wo [head, head_dim, hidden], no biases. RoPE at absolute positions, rotate_half or interleaved,
-  inv_freq_i = theta^(-2i/D). A query at p sees key k iff 0 <= p - k < window (causal without a
-  window); scale 1/sqrt(D). The KV cache (KVCache) holds the last min(window - 1, L + t) keys
-  AFTER RoPE and their values, detached: no gradient flows into an earlier chunk.
+  include/shardsim/ops/rope.hpp, docs/ops/attention.md). Projections laid out as shardsim lays
+  them out: wq, wk, wv [hidden, head, head_dim], wo [head, head_dim, hidden], no biases. RoPE at
+  absolute positions, rotate_half or interleaved, inv_freq_i = theta^(-2i/D). A query at p sees
+  key k iff 0 <= p - k < window (causal without a window); scale 1/sqrt(D). The KV cache
+  (KVCache) holds the last min(window - 1, L + t) keys AFTER RoPE and their values, detached: no
+  gradient flows into an earlier chunk.
 - RMSNorm: op rms_norm, y = (x * rrms) * weight, rrms = 1 / sqrt(sum x^2 / H + eps). It is also
   the documented duck type the capture accepts from other code: a module whose class name ends
   in "RMSNorm", with a 1-D `weight` (or None) and a float `eps` (or `variance_epsilon`, as in

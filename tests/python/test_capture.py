@@ -11,9 +11,9 @@ goldens rounded to F64 normwise: max |torch - golden| / max |golden| <= 8 * 2^-5
 epsilons): a few roundings of PyTorch's kernels, far below anything a wrong op, placement or
 convention would give (those move values by 1e-3 or more). PyTorch's f32 run against the F32
 goldens must be within the f32 budget, shardsim's own f32 tolerance 2^(16 - 24) = 2^-8 normwise
-(docs, "Comparison and tolerances"); it is held to 8 f32 epsilons (8 * 2^-23), far inside it,
-so that the f32 check is evidence too. Observed on the MLP block: 2.5 f64 epsilons (f64) and
-2.4 f32 epsilons (f32) at the worst boundary.
+(docs/concepts.md, "Comparison and tolerances"); it is held to 8 f32 epsilons (8 * 2^-23), far
+inside it, so that the f32 check is evidence too. Observed on the MLP block: 2.5 f64 epsilons
+(f64) and 2.4 f32 epsilons (f32) at the worst boundary.
 """
 import copy
 import os

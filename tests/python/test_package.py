@@ -134,7 +134,8 @@ def test_no_sys_path_manipulation(source_dir):
 def test_versions_agree(tmp_path, source_dir, package_root):
     cmake = pathlib.Path(source_dir, "CMakeLists.txt").read_text()
     project = re.search(r"project\(shardsim VERSION (\S+)", cmake).group(1)
-    pyproject = re.search(r'(?m)^version = "([^"]+)"', (package_root / "pyproject.toml").read_text())
+    pyproject = re.search(r'(?m)^version = "([^"]+)"',
+                          (package_root / "pyproject.toml").read_text())
     result = python("import shardsim; print(shardsim.__version__)", tmp_path, package_root)
     assert (pyproject.group(1), result.stdout.strip()) == (project, project), result.stderr
 

@@ -52,7 +52,7 @@ class SequenceParallel(ParallelStyle):
 
 class ContextParallel:
     """shardsim.modules.SlidingWindowAttention: the KV axis is split over the mesh dim's ranks.
-    mode: allgather | ring | ulysses (docs, "Sliding-window attention"); layout: how the KV
+    mode: allgather | ring | ulysses (docs/ops/attention.md); layout: how the KV
     axis is split, "chunk" (torch.chunk) is shardsim's."""
 
     MODES = ("allgather", "ring", "ulysses")
