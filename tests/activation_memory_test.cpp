@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "shardsim/compare/compare.hpp"
-#include "shardsim/io.hpp"
-#include "shardsim/report/report.hpp"
-#include "shardsim/scenario/scenario.hpp"
+#include "compare/compare.hpp"
+#include "core/io.hpp"
+#include "report/report.hpp"
+#include "scenario/scenario.hpp"
 
 using shardsim::ActivationMemory;
 using shardsim::RunReport;

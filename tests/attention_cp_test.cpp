@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "shardsim/mp.hpp"
-#include "shardsim/ops/attention/plan.hpp"
-#include "shardsim/ops/attention/stream.hpp"
-#include "shardsim/rng.hpp"
+#include "core/mp.hpp"
+#include "ops/attention/plan.hpp"
+#include "ops/attention/stream.hpp"
+#include "core/rng.hpp"
 #include "tensor_test_support.hpp"
 
 using shardsim::CpMode;

@@ -5,8 +5,8 @@
 #include <set>
 #include <string>
 
-#include "shardsim/ops/attention/parts.hpp"
-#include "shardsim/ops/attention/plan.hpp"
+#include "ops/attention/parts.hpp"
+#include "ops/attention/plan.hpp"
 
 using shardsim::AttentionPart;
 

@@ -7,9 +7,9 @@
 #include <string>
 #include <utility>
 
-#include "shardsim/compare/compare.hpp"
-#include "shardsim/error.hpp"
-#include "shardsim/scenario/scenario.hpp"
+#include "compare/compare.hpp"
+#include "core/error.hpp"
+#include "scenario/scenario.hpp"
 
 using Catch::Matchers::Contains;
 using shardsim::BoundaryResult;

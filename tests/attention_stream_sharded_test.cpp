@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "shardsim/compare/compare.hpp"
-#include "shardsim/error.hpp"
-#include "shardsim/io.hpp"
-#include "shardsim/ops/attention/sharded_plan.hpp"
-#include "shardsim/ops/attention/stream.hpp"
-#include "shardsim/scenario/scenario.hpp"
+#include "compare/compare.hpp"
+#include "core/error.hpp"
+#include "core/io.hpp"
+#include "ops/attention/sharded_plan.hpp"
+#include "ops/attention/stream.hpp"
+#include "scenario/scenario.hpp"
 #include "tensor_test_support.hpp"
 
 using Catch::Matchers::Contains;

@@ -7,9 +7,9 @@
 #include <utility>
 #include <vector>
 
-#include "shardsim/mp.hpp"
-#include "shardsim/ops/attention/stream.hpp"
-#include "shardsim/ops/rope.hpp"
+#include "core/mp.hpp"
+#include "ops/attention/stream.hpp"
+#include "ops/rope.hpp"
 #include "tensor_test_support.hpp"
 
 using shardsim::Mp;

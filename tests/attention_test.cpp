@@ -4,7 +4,7 @@
 // finite-difference gradients in mp for the dense and the block backward, and the documented
 // summation orders checked bitwise against textbook loops. The streamed oracle
 // (ops/attention/stream.hpp) is tested in attention_stream_test.cpp.
-#include "shardsim/ops/attention/attention.hpp"
+#include "ops/attention/attention.hpp"
 
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -13,10 +13,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "shardsim/mp.hpp"
-#include "shardsim/ops/attention/project.hpp"
-#include "shardsim/ops/rope.hpp"
-#include "shardsim/rng.hpp"
+#include "core/mp.hpp"
+#include "ops/attention/project.hpp"
+#include "ops/rope.hpp"
+#include "core/rng.hpp"
 #include "tensor_test_support.hpp"
 
 using shardsim::AttentionParams;

@@ -1,17 +1,17 @@
 // The boundary contract (trace.hpp, BoundaryLabel): every boundary finds the oracle tensor it
 // names, or declares it has none; an exactness claim without an oracle tensor is an internal
 // error, never a silent "unchecked".
-#include "sim/runner/boundary_contract.hpp"
+#include "runner/boundary_contract.hpp"
 
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
 
-#include "shardsim/compare/compare.hpp"
-#include "shardsim/ops/layer_norm_plan.hpp"
-#include "shardsim/scenario/scenario.hpp"
-#include "shardsim/world-inl.hpp"
-#include "sim/scenario/loader_internal.hpp"
+#include "compare/compare.hpp"
+#include "ops/layer_norm_plan.hpp"
+#include "scenario/scenario.hpp"
+#include "core/world-inl.hpp"
+#include "scenario/loader_internal.hpp"
 
 using namespace shardsim;
 namespace fs = std::filesystem;

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "cli_test_support.hpp"
-#include "shardsim/golden/golden_set.hpp"
+#include "golden/golden_set.hpp"
 
 namespace fs = std::filesystem;
 using namespace shardsim;

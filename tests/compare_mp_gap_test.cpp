@@ -4,14 +4,14 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
-#include "shardsim/golden/golden_compare.hpp"
-#include "shardsim/golden/tensor_file.hpp"
-#include "shardsim/io.hpp"
-#include "shardsim/mp.hpp"
-#include "shardsim/mp_exact.hpp"
-#include "shardsim/report/report.hpp"
-#include "shardsim/scenario/scenario.hpp"
-#include "sim/compare/compare-inl.hpp"
+#include "golden/golden_compare.hpp"
+#include "io/tensor_file.hpp"
+#include "core/io.hpp"
+#include "core/mp.hpp"
+#include "core/mp_exact.hpp"
+#include "report/report.hpp"
+#include "scenario/scenario.hpp"
+#include "compare/compare-inl.hpp"
 
 using namespace shardsim;
 

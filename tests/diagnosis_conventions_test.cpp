@@ -4,7 +4,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
-#include "shardsim/diagnosis/signatures.hpp"
+#include "diagnosis/signatures.hpp"
 
 using shardsim::Cause;
 using shardsim::Observed;

@@ -7,8 +7,8 @@
 
 #include "cli_test_support.hpp"
 #include "dropout_test_support.hpp"
-#include "shardsim/diagnosis/diagnosis.hpp"
-#include "shardsim/report/report.hpp"
+#include "diagnosis/diagnosis.hpp"
+#include "report/report.hpp"
 
 using shardsim::Cause;
 

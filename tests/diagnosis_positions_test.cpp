@@ -4,7 +4,7 @@
 #include <cmath>
 #include <functional>
 
-#include "shardsim/diagnosis/signatures.hpp"
+#include "diagnosis/signatures.hpp"
 
 using shardsim::Cause;
 using shardsim::Observed;

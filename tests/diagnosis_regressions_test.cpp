@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "shardsim/compare/compare.hpp"
-#include "shardsim/diagnosis/diagnosis.hpp"
-#include "shardsim/scalar.hpp"
-#include "shardsim/scenario/scenario.hpp"
+#include "compare/compare.hpp"
+#include "diagnosis/diagnosis.hpp"
+#include "core/scalar.hpp"
+#include "scenario/scenario.hpp"
 
 namespace {
 

@@ -3,8 +3,8 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
-#include "shardsim/diagnosis/signatures.hpp"
-#include "shardsim/rng.hpp"
+#include "diagnosis/signatures.hpp"
+#include "core/rng.hpp"
 
 using shardsim::Cause;
 using shardsim::Observed;

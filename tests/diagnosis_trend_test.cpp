@@ -5,10 +5,10 @@
 // `ill-conditioned noise` disagreed.
 #include <catch2/catch.hpp>
 
-#include "shardsim/diagnosis/diagnosis.hpp"
-#include "shardsim/diagnosis/signatures.hpp"
-#include "shardsim/precision/precision_diff.hpp"
-#include "shardsim/scenario/scenario.hpp"
+#include "diagnosis/diagnosis.hpp"
+#include "diagnosis/signatures.hpp"
+#include "precision/precision_diff.hpp"
+#include "scenario/scenario.hpp"
 
 using namespace shardsim;
 

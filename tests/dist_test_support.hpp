@@ -6,9 +6,9 @@
 #include <catch2/catch.hpp>
 #include <cstdint>
 
-#include "shardsim/dist_tensor.hpp"
-#include "shardsim/mp.hpp"
-#include "shardsim/scalar.hpp"
+#include "core/dist_tensor.hpp"
+#include "core/mp.hpp"
+#include "core/scalar.hpp"
 
 namespace dist_test {
 

@@ -11,14 +11,14 @@
 #include <thread>
 #include <vector>
 
-#include "shardsim/compare/compare.hpp"
-#include "shardsim/error.hpp"
-#include "shardsim/io.hpp"
-#include "shardsim/mp.hpp"
-#include "shardsim/mp_exact.hpp"
-#include "shardsim/runner/oracle_rows.hpp"
-#include "shardsim/scenario/scenario.hpp"
-#include "sim/compare/compare-inl.hpp"
+#include "compare/compare.hpp"
+#include "core/error.hpp"
+#include "core/io.hpp"
+#include "core/mp.hpp"
+#include "core/mp_exact.hpp"
+#include "runner/oracle_rows.hpp"
+#include "scenario/scenario.hpp"
+#include "compare/compare-inl.hpp"
 #include "thread_transport.hpp"
 
 using namespace shardsim;

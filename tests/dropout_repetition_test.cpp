@@ -9,12 +9,12 @@
 #include <string>
 
 #include "dropout_test_support.hpp"
-#include "shardsim/compare/compare.hpp"
-#include "shardsim/ops/dropout.hpp"
-#include "shardsim/ops/dropout_plan.hpp"
-#include "shardsim/rng.hpp"
-#include "shardsim/runner/runner.hpp"
-#include "shardsim/scenario/scenario.hpp"
+#include "compare/compare.hpp"
+#include "ops/dropout.hpp"
+#include "ops/dropout_plan.hpp"
+#include "core/rng.hpp"
+#include "runner/runner.hpp"
+#include "scenario/scenario.hpp"
 
 using shardsim::DropoutParams;
 using shardsim::DropoutPolicy;

@@ -2,18 +2,18 @@
 // documented Philox mapping pinned to Random123's known answers, the threshold and scale, the
 // global policy's masks equal to slices of the dense mask for every placement and N = 1..5, the
 // buggy policies and the repetition detector, and the loader's checks.
-#include "shardsim/ops/dropout.hpp"
+#include "ops/dropout.hpp"
 
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <string>
 
 #include "scenario_test_support.hpp"
-#include "shardsim/compare/compare.hpp"
-#include "shardsim/error.hpp"
-#include "shardsim/ops/dropout_plan.hpp"
-#include "shardsim/rng.hpp"
-#include "shardsim/scenario/scenario.hpp"
+#include "compare/compare.hpp"
+#include "core/error.hpp"
+#include "ops/dropout_plan.hpp"
+#include "core/rng.hpp"
+#include "scenario/scenario.hpp"
 #include "tensor_test_support.hpp"
 
 using shardsim::DropoutFrame;

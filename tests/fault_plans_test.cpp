@@ -10,9 +10,9 @@
 #include <string>
 
 #include "scenario_test_support.hpp"
-#include "shardsim/compare/compare.hpp"
-#include "shardsim/error.hpp"
-#include "shardsim/scenario/scenario.hpp"
+#include "compare/compare.hpp"
+#include "core/error.hpp"
+#include "scenario/scenario.hpp"
 
 using namespace shardsim;
 namespace fs = std::filesystem;

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "shardsim/runner/runner.hpp"
-#include "shardsim/scenario/scenario.hpp"
+#include "runner/runner.hpp"
+#include "scenario/scenario.hpp"
 
 namespace {
 

@@ -3,9 +3,9 @@
 #include <catch2/catch.hpp>
 #include <string>
 
-#include "shardsim/error.hpp"
-#include "shardsim/io.hpp"
-#include "shardsim/scenario/scenario.hpp"
+#include "core/error.hpp"
+#include "core/io.hpp"
+#include "scenario/scenario.hpp"
 
 namespace {
 

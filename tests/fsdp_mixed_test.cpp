@@ -1,20 +1,20 @@
 // FSDP mixed precision (param_dtype, reduce_dtype): the hop rounding of a reduction in a narrow
 // dtype in every reduce order, derived by hand, and the rounding points of a run checked against
 // values computed here with narrow.hpp's correctly rounded conversions.
-#include "sim/runner/fsdp_mixed.hpp"
+#include "runner/fsdp_mixed.hpp"
 
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <string>
 #include <vector>
 
-#include "shardsim/compare/compare.hpp"
-#include "shardsim/io.hpp"
-#include "shardsim/narrow.hpp"
-#include "shardsim/precision/precision_diff.hpp"
-#include "shardsim/runner/runner.hpp"
-#include "shardsim/scenario/scenario.hpp"
-#include "shardsim/world-inl.hpp"
+#include "compare/compare.hpp"
+#include "core/io.hpp"
+#include "core/narrow.hpp"
+#include "precision/precision_diff.hpp"
+#include "runner/runner.hpp"
+#include "scenario/scenario.hpp"
+#include "core/world-inl.hpp"
 #include "fsdp_test_support.hpp"
 
 using shardsim::DistTensor;

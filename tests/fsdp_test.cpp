@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "shardsim/compare/compare.hpp"
-#include "shardsim/runner/runner.hpp"
-#include "shardsim/scenario/scenario.hpp"
+#include "compare/compare.hpp"
+#include "runner/runner.hpp"
+#include "scenario/scenario.hpp"
 #include "fsdp_test_support.hpp"
 
 using shardsim::DistTensor;

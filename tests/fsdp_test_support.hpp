@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "shardsim/compare/compare.hpp"
-#include "shardsim/runner/runner.hpp"
-#include "shardsim/scenario/scenario.hpp"
+#include "compare/compare.hpp"
+#include "runner/runner.hpp"
+#include "scenario/scenario.hpp"
 
 namespace fsdp_test {
 

@@ -1,14 +1,14 @@
 // Tests for ops/gelu.hpp and ops/gelu_plan.hpp: exact values at 0, the published normal cdf at 1,
 // both forms against a 256-bit reference, finite-difference gradients in mp, and the elementwise
 // sharded plan equal to the dense oracle bit for bit under every placement.
-#include "shardsim/ops/gelu.hpp"
+#include "ops/gelu.hpp"
 
 #include <catch2/catch.hpp>
 #include <string>
 #include <type_traits>
 
-#include "shardsim/ops/add_plan.hpp"
-#include "shardsim/ops/gelu_plan.hpp"
+#include "ops/add_plan.hpp"
+#include "ops/gelu_plan.hpp"
 #include "tensor_test_support.hpp"
 
 using shardsim::GeluApprox;

@@ -8,10 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_test_support.hpp"
-#include "shardsim/error.hpp"
-#include "shardsim/golden/golden_compare.hpp"
-#include "shardsim/precision/precision_diff.hpp"
-#include "sim/golden/manifest.hpp"
+#include "core/error.hpp"
+#include "golden/golden_compare.hpp"
+#include "precision/precision_diff.hpp"
+#include "golden/manifest.hpp"
 
 using namespace shardsim;
 namespace fs = std::filesystem;

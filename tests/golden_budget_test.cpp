@@ -6,9 +6,9 @@
 #include <filesystem>
 #include <string>
 
-#include "shardsim/error.hpp"
-#include "shardsim/golden/golden_compare.hpp"
-#include "shardsim/golden/golden_set.hpp"
+#include "core/error.hpp"
+#include "golden/golden_compare.hpp"
+#include "golden/golden_set.hpp"
 
 using namespace shardsim;
 

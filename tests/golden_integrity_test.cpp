@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_test_support.hpp"
-#include "shardsim/golden/golden_set.hpp"
-#include "shardsim/sha256.hpp"
+#include "golden/golden_set.hpp"
+#include "core/sha256.hpp"
 
 using namespace cli_test;
 

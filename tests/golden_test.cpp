@@ -6,10 +6,10 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "shardsim/error.hpp"
-#include "shardsim/golden/golden_set.hpp"
-#include "shardsim/io.hpp"
-#include "shardsim/sha256.hpp"
+#include "core/error.hpp"
+#include "golden/golden_set.hpp"
+#include "core/io.hpp"
+#include "core/sha256.hpp"
 
 using namespace shardsim;
 

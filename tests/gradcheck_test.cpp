@@ -12,9 +12,9 @@
 #include <catch2/catch.hpp>
 #include <functional>
 
-#include "shardsim/ops/layer_norm.hpp"
-#include "shardsim/ops/loss.hpp"
-#include "shardsim/ops/rms_norm.hpp"
+#include "ops/layer_norm.hpp"
+#include "ops/loss.hpp"
+#include "ops/rms_norm.hpp"
 #include "tensor_test_support.hpp"
 
 using shardsim::Mp;

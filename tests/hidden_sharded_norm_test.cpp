@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "shardsim/ops/layer_norm.hpp"
-#include "shardsim/ops/layer_norm_hidden_plan.hpp"
-#include "shardsim/scenario/scenario.hpp"
-#include "shardsim/world.hpp"
+#include "ops/layer_norm.hpp"
+#include "ops/layer_norm_hidden_plan.hpp"
+#include "scenario/scenario.hpp"
+#include "core/world.hpp"
 #include "tensor_test_support.hpp"
 
 using shardsim::DistTensor;

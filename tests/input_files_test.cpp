@@ -10,9 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_test_support.hpp"
-#include "shardsim/error.hpp"
-#include "shardsim/golden/golden_set.hpp"
-#include "shardsim/sha256.hpp"
+#include "core/error.hpp"
+#include "golden/golden_set.hpp"
+#include "core/sha256.hpp"
 
 using namespace shardsim;
 using cli_test::TempDir;

@@ -1,6 +1,6 @@
 // The function lab: docs/lab.md's walk-through through the CLI with piped stdin, the banner, the
 // precision, and bad commands (a script stops with exit 2).
-#include "sim/lab/lab.hpp"
+#include "lab/lab.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,7 +14,7 @@
 #include <tuple>
 
 #include "cli_test_support.hpp"
-#include "shardsim/error.hpp"
+#include "core/error.hpp"
 
 namespace fs = std::filesystem;
 using cli_test::CliResult;

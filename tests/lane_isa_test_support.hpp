@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "shardsim/lane_isa.hpp"
+#include "core/lane_isa.hpp"
 
 namespace lane_test {
 

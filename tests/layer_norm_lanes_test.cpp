@@ -1,4 +1,4 @@
-// Tests for LayerNorm's f32/f64 row-sum order (ops/lane_sums.hpp, docs/threads-and-memory.md "Row
+// Tests for LayerNorm's f32/f64 row-sum order (core/lane_sums.hpp, docs/threads-and-memory.md "Row
 // sums in lanes"): a hand-derived known answer that tells the lane order from the sequential one,
 // and every kernel on contiguous and strided rows of many lengths against the textbook formulas
 // written with the order spelled out (tensor_test::lane_sum), bit for bit, under each instruction
@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "lane_isa_test_support.hpp"
-#include "shardsim/lane_isa.hpp"
-#include "shardsim/ops/layer_norm.hpp"
+#include "core/lane_isa.hpp"
+#include "ops/layer_norm.hpp"
 #include "tensor_test_support.hpp"
 
 using lane_test::EachIsa;

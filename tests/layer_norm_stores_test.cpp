@@ -12,12 +12,12 @@
 #include <vector>
 
 #include "lane_isa_test_support.hpp"
-#include "shardsim/compare/compare.hpp"
-#include "shardsim/lane_isa.hpp"
-#include "shardsim/ops/layer_norm.hpp"
-#include "shardsim/runner/runner.hpp"
-#include "shardsim/scenario/scenario.hpp"
-#include "shardsim/storage.hpp"
+#include "compare/compare.hpp"
+#include "core/lane_isa.hpp"
+#include "ops/layer_norm.hpp"
+#include "runner/runner.hpp"
+#include "scenario/scenario.hpp"
+#include "core/storage.hpp"
 #include "tensor_test_support.hpp"
 
 using lane_test::EachIsa;

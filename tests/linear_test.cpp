@@ -2,16 +2,16 @@
 // backward), named-axis layouts, a finite-difference gradient check in mp, the three sharded
 // forms against the dense oracle for N = 1..5 and splits that do not divide, and the loader's
 // located errors.
-#include "shardsim/ops/linear.hpp"
+#include "ops/linear.hpp"
 
 #include <catch2/catch.hpp>
 #include <string>
 
 #include "scenario_test_support.hpp"
-#include "shardsim/compare/compare.hpp"
-#include "shardsim/error.hpp"
-#include "shardsim/ops/linear_plan.hpp"
-#include "shardsim/scenario/scenario.hpp"
+#include "compare/compare.hpp"
+#include "core/error.hpp"
+#include "ops/linear_plan.hpp"
+#include "scenario/scenario.hpp"
 #include "tensor_test_support.hpp"
 
 using shardsim::DistTensor;

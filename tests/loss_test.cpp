@@ -2,12 +2,12 @@
 // once by the global valid-token count; sharded == dense for every token placement; padding
 // contributes nothing; and the loss faults (loss_averaged_twice, padding_in_loss,
 // average_of_rank_means, wrong_axis) do what their names say, and only where they can show.
-#include "shardsim/ops/loss.hpp"
+#include "ops/loss.hpp"
 
 #include <catch2/catch.hpp>
 
-#include "shardsim/ops/loss_plan.hpp"
-#include "shardsim/world.hpp"
+#include "ops/loss_plan.hpp"
+#include "core/world.hpp"
 #include "tensor_test_support.hpp"
 
 using shardsim::DistTensor;

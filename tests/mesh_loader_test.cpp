@@ -4,9 +4,9 @@
 #include <catch2/catch.hpp>
 #include <string>
 
-#include "shardsim/error.hpp"
-#include "shardsim/placement.hpp"
-#include "shardsim/scenario/scenario.hpp"
+#include "core/error.hpp"
+#include "core/placement.hpp"
+#include "scenario/scenario.hpp"
 
 namespace {
 

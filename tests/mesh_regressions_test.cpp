@@ -18,9 +18,9 @@
 #include <utility>
 #include <vector>
 
-#include "shardsim/compare/compare.hpp"
-#include "shardsim/scalar.hpp"
-#include "shardsim/scenario/scenario.hpp"
+#include "compare/compare.hpp"
+#include "core/scalar.hpp"
+#include "scenario/scenario.hpp"
 
 namespace {
 

@@ -2,7 +2,7 @@
 // Every expected value is derived by hand in the comment above it.
 #include <catch2/catch.hpp>
 
-#include "shardsim/placement.hpp"
+#include "core/placement.hpp"
 
 using namespace shardsim;
 

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "cli_test_support.hpp"
-#include "shardsim/compare/compare.hpp"
-#include "shardsim/error.hpp"
-#include "shardsim/report/report.hpp"
-#include "shardsim/scenario/scenario.hpp"
+#include "compare/compare.hpp"
+#include "core/error.hpp"
+#include "report/report.hpp"
+#include "scenario/scenario.hpp"
 
 namespace {
 

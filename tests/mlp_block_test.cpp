@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "shardsim/compare/compare.hpp"
-#include "shardsim/report/report.hpp"
-#include "shardsim/scenario/scenario.hpp"
+#include "compare/compare.hpp"
+#include "report/report.hpp"
+#include "scenario/scenario.hpp"
 
 using shardsim::BoundaryResult;
 using shardsim::Placement;

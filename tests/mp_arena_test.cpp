@@ -5,7 +5,7 @@
 // when a process installs them. That no result moves is the
 // digests ctest (every bundled scenario's reports and goldens, mp levels included, hash as before
 // the pools).
-#include "shardsim/mp_arena.hpp"
+#include "core/mp_arena.hpp"
 
 #include <catch2/catch.hpp>
 #include <cstdint>
@@ -13,10 +13,10 @@
 #include <thread>
 #include <vector>
 
-#include "shardsim/mp.hpp"
-#include "shardsim/parallel.hpp"
-#include "shardsim/runner/runner.hpp"
-#include "shardsim/scenario/scenario.hpp"
+#include "core/mp.hpp"
+#include "core/parallel.hpp"
+#include "runner/runner.hpp"
+#include "scenario/scenario.hpp"
 
 using shardsim::Mp;
 using shardsim::mp_arena_chunk_bytes;

@@ -17,8 +17,8 @@
 #include <thread>
 #include <vector>
 
-#include "shardsim/mp.hpp"
-#include "shardsim/mp_arena.hpp"
+#include "core/mp.hpp"
+#include "core/mp_arena.hpp"
 
 using shardsim::Mp;
 using Ref = boost::multiprecision::number<boost::multiprecision::mpfr_float_backend<0>,

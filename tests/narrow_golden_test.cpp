@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_test_support.hpp"
-#include "shardsim/golden/golden_set.hpp"
+#include "golden/golden_set.hpp"
 
 using namespace shardsim;
 using cli_test::q;

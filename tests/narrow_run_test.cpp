@@ -7,11 +7,11 @@
 #include <limits>
 
 #include "cli_test_support.hpp"
-#include "shardsim/compare/compare.hpp"
-#include "shardsim/error.hpp"
-#include "shardsim/golden/tensor_file.hpp"
-#include "shardsim/narrow_float.hpp"
-#include "shardsim/storage.hpp"
+#include "compare/compare.hpp"
+#include "core/error.hpp"
+#include "io/tensor_file.hpp"
+#include "core/narrow_float.hpp"
+#include "core/storage.hpp"
 
 using namespace shardsim;
 using cli_test::TempDir;

@@ -9,7 +9,7 @@
 #include <cmath>
 #include <limits>
 
-#include "shardsim/narrow.hpp"
+#include "core/narrow.hpp"
 
 using namespace shardsim;
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "shardsim/compare/compare.hpp"
-#include "shardsim/scenario/scenario.hpp"
+#include "compare/compare.hpp"
+#include "scenario/scenario.hpp"
 
 using shardsim::RunReport;
 using shardsim::Scenario;

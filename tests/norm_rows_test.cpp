@@ -1,13 +1,13 @@
 // Tests for ops/norm_rows.hpp: for_each_row visits every row of a tensor viewed along its
 // normalized axis exactly once, in ascending order, in blocks of kNormRowBlock rows and then
 // single rows, and a block's indices are the AxisView's.
-#include "shardsim/ops/norm_rows.hpp"
+#include "ops/norm_rows.hpp"
 
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <vector>
 
-#include "shardsim/shape.hpp"
+#include "core/shape.hpp"
 
 using shardsim::AxisView;
 using shardsim::Shape;

@@ -3,12 +3,12 @@
 #include <catch2/catch.hpp>
 
 #include "scenario_test_support.hpp"
-#include "shardsim/error.hpp"
-#include "shardsim/ops/attention/plan_common.hpp"
-#include "shardsim/ops/layer_norm_hidden_plan.hpp"
-#include "shardsim/ops/rope.hpp"
-#include "shardsim/rng.hpp"
-#include "shardsim/scenario/scenario.hpp"
+#include "core/error.hpp"
+#include "ops/attention/plan_common.hpp"
+#include "ops/layer_norm_hidden_plan.hpp"
+#include "ops/rope.hpp"
+#include "core/rng.hpp"
+#include "scenario/scenario.hpp"
 
 using namespace shardsim;
 

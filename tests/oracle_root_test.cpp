@@ -11,10 +11,10 @@
 #include <thread>
 #include <vector>
 
-#include "shardsim/error.hpp"
-#include "shardsim/io.hpp"
-#include "shardsim/runner/runner.hpp"
-#include "shardsim/scenario/scenario.hpp"
+#include "core/error.hpp"
+#include "core/io.hpp"
+#include "runner/runner.hpp"
+#include "scenario/scenario.hpp"
 #include "thread_transport.hpp"
 
 using namespace shardsim;

@@ -3,7 +3,7 @@
 // exception is the one rethrown, worker threads compute mp values at the caller's precision, and
 // bad thread counts are refused. (That whole runs do not depend on the thread count is the digests
 // ctest, run under SHARDSIM_THREADS = 1, 2, 3 and 8: tests/CMakeLists.txt.)
-#include "shardsim/parallel.hpp"
+#include "core/parallel.hpp"
 
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "cli_test_support.hpp"
-#include "shardsim/error.hpp"
-#include "shardsim/mp.hpp"
-#include "shardsim/narrow_float.hpp"
+#include "core/error.hpp"
+#include "core/mp.hpp"
+#include "core/narrow_float.hpp"
 
 using shardsim::InputError;
 using shardsim::parallel_for;

@@ -1,12 +1,12 @@
 // Tests for placement.hpp: split policies, local<->global identity, parsing.
-#include "shardsim/placement.hpp"
+#include "core/placement.hpp"
 
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <vector>
 
-#include "shardsim/dist_tensor.hpp"
-#include "shardsim/error.hpp"
+#include "core/dist_tensor.hpp"
+#include "core/error.hpp"
 
 using shardsim::Placement;
 using shardsim::shard_slices;

@@ -12,9 +12,9 @@
 #include <sstream>
 #include <string>
 
-#include "shardsim/error.hpp"
-#include "shardsim/report/html_report.hpp"
-#include "shardsim/precision/precision_diff.hpp"
+#include "core/error.hpp"
+#include "report/html_report.hpp"
+#include "precision/precision_diff.hpp"
 
 using namespace shardsim;
 namespace fs = std::filesystem;

@@ -8,8 +8,8 @@
 #include <regex>
 #include <string>
 
-#include "shardsim/precision/precision_diff.hpp"
-#include "shardsim/report/html_report.hpp"
+#include "precision/precision_diff.hpp"
+#include "report/html_report.hpp"
 
 using namespace shardsim;
 namespace fs = std::filesystem;

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <string>
 
-#include "shardsim/precision/precision_diff.hpp"
+#include "precision/precision_diff.hpp"
 
 using namespace shardsim;
 

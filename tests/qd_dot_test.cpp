@@ -1,6 +1,6 @@
 // The exact dot product of dd/qd values (qd_dot.hpp) against MPFR: the long accumulator's sums and
 // roundings, ExactDot on expansions, its non-finite cases, and the projection kernels that use it.
-#include "shardsim/qd_dot.hpp"
+#include "core/qd_dot.hpp"
 
 #include <mpfr.h>
 
@@ -11,8 +11,8 @@
 #include <random>
 #include <vector>
 
-#include "shardsim/ops/attention/project.hpp"
-#include "shardsim/ops/linear.hpp"
+#include "ops/attention/project.hpp"
+#include "ops/linear.hpp"
 
 using namespace shardsim;
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "lane_isa_test_support.hpp"
-#include "shardsim/qd.hpp"
+#include "core/qd.hpp"
 
 using namespace shardsim;
 

@@ -5,10 +5,10 @@
 #include <string>
 
 #include "cli_test_support.hpp"
-#include "shardsim/compare/compare.hpp"
-#include "shardsim/golden/golden_set.hpp"
-#include "shardsim/runner/runner.hpp"
-#include "shardsim/scenario/scenario.hpp"
+#include "compare/compare.hpp"
+#include "golden/golden_set.hpp"
+#include "runner/runner.hpp"
+#include "scenario/scenario.hpp"
 
 using namespace shardsim;
 

@@ -1,6 +1,6 @@
 // The dd and qd scalars (qd.hpp, qd_exact.hpp): parsing, correct rounding of the whole expansion,
 // erf against MPFR at 320 bits, non-finite values, and the near-midpoint flags of goldens.
-#include "shardsim/qd.hpp"
+#include "core/qd.hpp"
 
 #include <mpfr.h>
 
@@ -13,10 +13,10 @@
 #include <random>
 
 #include "cli_test_support.hpp"
-#include "shardsim/compare/compare.hpp"
-#include "shardsim/golden/golden_set.hpp"
-#include "shardsim/precision/precision_diff.hpp"
-#include "shardsim/qd_exact.hpp"
+#include "compare/compare.hpp"
+#include "golden/golden_set.hpp"
+#include "precision/precision_diff.hpp"
+#include "core/qd_exact.hpp"
 
 using namespace shardsim;
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <set>
 
-#include "shardsim/rng.hpp"
+#include "core/rng.hpp"
 
 using shardsim::InitDist;
 using shardsim::InitSpec;

@@ -5,7 +5,7 @@
 #include <sys/mount.h>
 
 #include "cli_test_support.hpp"
-#include "shardsim/error.hpp"
+#include "core/error.hpp"
 
 using namespace cli_test;
 

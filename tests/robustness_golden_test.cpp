@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "cli_test_support.hpp"
-#include "shardsim/golden/golden_set.hpp"
+#include "golden/golden_set.hpp"
 
 using namespace cli_test;
 using namespace shardsim;

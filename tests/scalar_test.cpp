@@ -1,14 +1,14 @@
 // Tests for scalar.hpp and mp.hpp: precision names, ULP distance, and correct (single) rounding
 // of mp values to f32 and f64.
-#include "shardsim/scalar.hpp"
+#include "core/scalar.hpp"
 
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
 #include <string>
 
-#include "shardsim/error.hpp"
-#include "shardsim/mp.hpp"
+#include "core/error.hpp"
+#include "core/mp.hpp"
 
 using shardsim::InputError;
 using shardsim::kUlpNaN;

@@ -3,8 +3,8 @@
 
 #include <string>
 
-#include "shardsim/error.hpp"
-#include "shardsim/scenario/scenario.hpp"
+#include "core/error.hpp"
+#include "scenario/scenario.hpp"
 
 namespace scenario_test {
 

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "shardsim/compare/compare.hpp"
-#include "shardsim/report/report.hpp"
-#include "shardsim/scenario/scenario.hpp"
-#include "shardsim/world.hpp"
+#include "compare/compare.hpp"
+#include "report/report.hpp"
+#include "scenario/scenario.hpp"
+#include "core/world.hpp"
 
 namespace fs = std::filesystem;
 

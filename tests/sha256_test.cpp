@@ -4,7 +4,7 @@
 #include <catch2/catch.hpp>
 #include <string>
 
-#include "shardsim/sha256.hpp"
+#include "core/sha256.hpp"
 
 using shardsim::Sha256;
 using shardsim::sha256_hex;

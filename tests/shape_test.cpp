@@ -4,7 +4,7 @@
 #include <limits>
 #include <vector>
 
-#include "shardsim/shape.hpp"
+#include "core/shape.hpp"
 
 using shardsim::Axis;
 using shardsim::AxisView;

@@ -1,15 +1,15 @@
 // Narrow storage (storage.hpp, narrow_float.hpp): the fast boundary rounding agrees with the
 // exact-tested conversion of narrow.hpp everywhere it matters, the precisions parse, the default
 // tolerances follow their rule, and NarrowFloat rounds every operation.
-#include "shardsim/storage.hpp"
+#include "core/storage.hpp"
 
 #include <bit>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
 
-#include "shardsim/error.hpp"
-#include "shardsim/narrow_float.hpp"
+#include "core/error.hpp"
+#include "core/narrow_float.hpp"
 
 using namespace shardsim;
 

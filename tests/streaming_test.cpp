@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "shardsim/compare/compare.hpp"
-#include "shardsim/error.hpp"
-#include "shardsim/scenario/scenario.hpp"
+#include "compare/compare.hpp"
+#include "core/error.hpp"
+#include "scenario/scenario.hpp"
 
 namespace fs = std::filesystem;
 

@@ -10,8 +10,8 @@
 
 #include "cli_test_support.hpp"
 #include "scenario_test_support.hpp"
-#include "shardsim/error.hpp"
-#include "shardsim/scenario/scenario.hpp"
+#include "core/error.hpp"
+#include "scenario/scenario.hpp"
 
 using namespace cli_test;
 

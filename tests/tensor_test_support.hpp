@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "dist_test_support.hpp"
-#include "shardsim/dist_tensor.hpp"
-#include "shardsim/mp.hpp"
-#include "shardsim/rng.hpp"
-#include "shardsim/scalar.hpp"
-#include "shardsim/world.hpp"
+#include "core/dist_tensor.hpp"
+#include "core/mp.hpp"
+#include "core/rng.hpp"
+#include "core/scalar.hpp"
+#include "core/world.hpp"
 
 namespace tensor_test {
 
@@ -71,7 +71,7 @@ Tensor<T> seeded_normal(Shape shape, std::uint64_t seed, double stddev = 1.0) {
 }
 
 // Unit roundoff u = 2^-p of the type's p-bit significand (round to nearest).
-// A LayerNorm row sum at f32/f64 in the lane order of ops/lane_sums.hpp, written independently
+// A LayerNorm row sum at f32/f64 in the lane order of core/lane_sums.hpp, written independently
 // of it: eight scalar lanes, lane i % 8 adding term(i) over ascending i from +0, then the fixed
 // tree ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)).
 template <typename Term>

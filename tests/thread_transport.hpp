@@ -10,7 +10,7 @@
 #include <tuple>
 #include <vector>
 
-#include "shardsim/transport.hpp"
+#include "core/transport.hpp"
 
 namespace shardsim::test {
 

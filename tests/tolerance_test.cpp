@@ -5,10 +5,10 @@
 #include <fstream>
 #include <sstream>
 
-#include "shardsim/compare/compare.hpp"
-#include "shardsim/io.hpp"
-#include "shardsim/scenario/scenario.hpp"
-#include "sim/compare/compare-inl.hpp"
+#include "compare/compare.hpp"
+#include "core/io.hpp"
+#include "scenario/scenario.hpp"
+#include "compare/compare-inl.hpp"
 
 using namespace shardsim;
 

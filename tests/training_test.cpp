@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "shardsim/compare/compare.hpp"
-#include "shardsim/runner/runner.hpp"
-#include "shardsim/scenario/scenario.hpp"
-#include "sim/runner/release.hpp"
+#include "compare/compare.hpp"
+#include "runner/runner.hpp"
+#include "scenario/scenario.hpp"
+#include "runner/release.hpp"
 #include "tensor_test_support.hpp"
 
 using shardsim::BoundaryResult;

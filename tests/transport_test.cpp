@@ -7,10 +7,10 @@
 #include <map>
 #include <thread>
 
-#include "shardsim/error.hpp"
-#include "shardsim/mp.hpp"
-#include "shardsim/wire_mp.hpp"
-#include "shardsim/world.hpp"
+#include "core/error.hpp"
+#include "core/mp.hpp"
+#include "core/wire_mp.hpp"
+#include "core/world.hpp"
 #include "thread_transport.hpp"
 
 using namespace shardsim;

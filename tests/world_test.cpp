@@ -5,11 +5,11 @@
 #include <string>
 #include <vector>
 
-#include "shardsim/error.hpp"
-#include "shardsim/mp.hpp"
-#include "shardsim/scalar.hpp"
+#include "core/error.hpp"
+#include "core/mp.hpp"
+#include "core/scalar.hpp"
 #include "dist_test_support.hpp"
-#include "shardsim/world.hpp"
+#include "core/world.hpp"
 
 using shardsim::DistTensor;
 using shardsim::Placement;

@@ -1,6 +1,6 @@
 """The file codecs of shardsim.golden: safetensors, npy and the manifest's JSON, each read as
-hostile input the way shardsim's own readers read it (sim/golden/safetensors.cpp,
-sim/golden/npy.cpp, sim/golden/manifest_reader.cpp; docs/goldens.md, "Golden file formats").
+hostile input the way shardsim's own readers read it (sim/io/safetensors.cpp,
+sim/io/npy.cpp, sim/golden/manifest_reader.cpp; docs/goldens.md, "Golden file formats").
 Every problem is a GoldenFormatError whose message starts with the file's path. numpy only.
 """
 import json
@@ -158,7 +158,7 @@ def _entry(path, name, entry, data_length):
 
 def decode_safetensors(data, path):
     """({name: (array, dtype)}, metadata) of a safetensors file's bytes, checked as
-    sim/golden/safetensors.cpp checks it: the header length within the file and 100 MB, a JSON
+    sim/io/safetensors.cpp checks it: the header length within the file and 100 MB, a JSON
     object, no duplicate keys, known dtypes, shapes matching their byte ranges, and ranges that
     tile the data section with no overlap, hole or trailing byte. BF16 arrays hold bit patterns
     (<u2)."""
@@ -309,7 +309,7 @@ class _NpyHeader:
 
 def decode_npy(data, path):
     """(array, dtype) of an npy file's bytes (npy 1.0/2.0/3.0, C order, little- or big-endian;
-    the array is little-endian), checked as sim/golden/npy.cpp checks it: the header within the
+    the array is little-endian), checked as sim/io/npy.cpp checks it: the header within the
     file and 10000 bytes, the strict header grammar, a known descr, and exactly the data the
     shape needs (no truncation, no trailing bytes)."""
     if len(data) < 10:

@@ -4,8 +4,8 @@ Needs PyTorch (Debian's python3-torch: tools/bootstrap --torch) and runs on Debi
 /usr/bin/python3. Every formula below is the one the shardsim op documents (docs/ and the
 headers named); the capture recognizes these classes and writes their parameters as they are.
 
-- SlidingWindowAttention: op sliding_window_attention (include/shardsim/ops/attention/*.hpp,
-  include/shardsim/ops/rope.hpp, docs/ops/attention.md). Projections laid out as shardsim lays
+- SlidingWindowAttention: op sliding_window_attention (sim/ops/attention/*.hpp,
+  sim/ops/rope.hpp, docs/ops/attention.md). Projections laid out as shardsim lays
   them out: wq, wk, wv [hidden, head, head_dim], wo [head, head_dim, hidden], no biases. RoPE at
   absolute positions, rotate_half or interleaved, inv_freq_i = theta^(-2i/D). A query at p sees
   key k iff 0 <= p - k < window (causal without a window); scale 1/sqrt(D). The KV cache

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "shardsim/io.hpp"
-#include "shardsim/scalar.hpp"
+#include "core/io.hpp"
+#include "core/scalar.hpp"
 
 namespace shardsim::cli {
 

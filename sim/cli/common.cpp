@@ -5,9 +5,9 @@
 #include <iostream>
 #include <stdexcept>
 
-#include "shardsim/error.hpp"
-#include "shardsim/parallel.hpp"
-#include "sim/cli/commands.hpp"
+#include "core/error.hpp"
+#include "core/parallel.hpp"
+#include "cli/commands.hpp"
 
 namespace po = boost::program_options;
 

@@ -7,9 +7,9 @@
 #include <utility>
 #include <vector>
 
-#include "shardsim/error.hpp"
-#include "shardsim/golden/golden_compare.hpp"
-#include "sim/cli/commands.hpp"
+#include "core/error.hpp"
+#include "golden/golden_compare.hpp"
+#include "cli/commands.hpp"
 
 namespace po = boost::program_options;
 

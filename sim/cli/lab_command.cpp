@@ -9,9 +9,9 @@
 #include <iostream>
 #include <string>
 
-#include "shardsim/error.hpp"
-#include "sim/lab/lab.hpp"
-#include "sim/cli/commands.hpp"
+#include "core/error.hpp"
+#include "lab/lab.hpp"
+#include "cli/commands.hpp"
 
 namespace po = boost::program_options;
 

@@ -16,12 +16,12 @@
 #include <filesystem>
 #include <string>
 
-#include "shardsim/error.hpp"
-#include "shardsim/report/report.hpp"
-#include "shardsim/scenario/scenario.hpp"
-#include "shardsim/transport.hpp"
-#include "sim/cli/commands.hpp"
-#include "sim/transport/mpi_transport.hpp"
+#include "core/error.hpp"
+#include "report/report.hpp"
+#include "scenario/scenario.hpp"
+#include "core/transport.hpp"
+#include "cli/commands.hpp"
+#include "transport/mpi_transport.hpp"
 
 namespace {
 

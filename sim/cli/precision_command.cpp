@@ -3,11 +3,12 @@
 #include <boost/program_options.hpp>
 #include <iostream>
 
-#include "shardsim/error.hpp"
-#include "shardsim/io.hpp"
-#include "shardsim/precision/precision_diff.hpp"
-#include "shardsim/report/html_report.hpp"
-#include "sim/cli/commands.hpp"
+#include "core/error.hpp"
+#include "core/io.hpp"
+#include "precision/precision_diff.hpp"
+#include "report/html_report.hpp"
+#include "report/precision_report.hpp"
+#include "cli/commands.hpp"
 
 namespace po = boost::program_options;
 

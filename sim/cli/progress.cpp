@@ -1,4 +1,4 @@
-#include "sim/cli/progress.hpp"
+#include "cli/progress.hpp"
 
 #include <unistd.h>
 

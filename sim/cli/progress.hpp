@@ -8,7 +8,7 @@
 #include <functional>
 #include <string>
 
-#include "shardsim/trace.hpp"
+#include "core/trace.hpp"
 
 namespace shardsim::cli {
 

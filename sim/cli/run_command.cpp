@@ -8,13 +8,13 @@
 #include <optional>
 #include <sstream>
 
-#include "shardsim/golden/golden_set.hpp"
-#include "shardsim/io.hpp"
-#include "shardsim/report/report.hpp"
-#include "sim/cli/commands.hpp"
-#include "sim/cli/progress.hpp"
-#include "sim/cli/run_options.hpp"
-#include "sim/cli/transport_options.hpp"
+#include "golden/golden_set.hpp"
+#include "core/io.hpp"
+#include "report/report.hpp"
+#include "cli/commands.hpp"
+#include "cli/progress.hpp"
+#include "cli/run_options.hpp"
+#include "cli/transport_options.hpp"
 
 namespace po = boost::program_options;
 

@@ -1,12 +1,12 @@
 // The options `run` and `explain` share (run_options.hpp).
-#include "sim/cli/run_options.hpp"
+#include "cli/run_options.hpp"
 
 #include <string>
 
-#include "shardsim/error.hpp"
-#include "shardsim/io.hpp"
-#include "shardsim/storage.hpp"
-#include "sim/cli/commands.hpp"
+#include "core/error.hpp"
+#include "core/io.hpp"
+#include "core/storage.hpp"
+#include "cli/commands.hpp"
 
 namespace po = boost::program_options;
 

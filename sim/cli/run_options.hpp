@@ -5,8 +5,8 @@
 #include <boost/program_options.hpp>
 #include <vector>
 
-#include "shardsim/runner/runner.hpp"
-#include "shardsim/scalar.hpp"
+#include "runner/runner.hpp"
+#include "core/scalar.hpp"
 
 namespace shardsim::cli {
 

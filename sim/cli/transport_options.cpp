@@ -1,13 +1,13 @@
-#include "sim/cli/transport_options.hpp"
+#include "cli/transport_options.hpp"
 
 #include <cstdlib>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "shardsim/error.hpp"
-#include "shardsim/report/report.hpp"
-#include "sim/transport/mpi_transport.hpp"
+#include "core/error.hpp"
+#include "report/report.hpp"
+#include "transport/mpi_transport.hpp"
 
 namespace po = boost::program_options;
 

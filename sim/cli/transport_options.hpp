@@ -5,9 +5,9 @@
 #include <memory>
 #include <string>
 
-#include "shardsim/runner/runner.hpp"
-#include "shardsim/scenario/scenario.hpp"
-#include "shardsim/transport.hpp"
+#include "runner/runner.hpp"
+#include "scenario/scenario.hpp"
+#include "core/transport.hpp"
 
 namespace shardsim::cli {
 

@@ -8,10 +8,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "shardsim/compare/compare.hpp"
-#include "shardsim/narrow_float.hpp"
-#include "shardsim/parallel.hpp"
-#include "shardsim/scalar.hpp"
+#include "compare/compare.hpp"
+#include "core/narrow_float.hpp"
+#include "core/parallel.hpp"
+#include "core/scalar.hpp"
 
 namespace shardsim {
 

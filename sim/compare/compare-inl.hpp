@@ -10,11 +10,11 @@
 #include <type_traits>
 #include <vector>
 
-#include "shardsim/compare/compare.hpp"
-#include "shardsim/narrow_float.hpp"
-#include "shardsim/parallel.hpp"
-#include "shardsim/scalar.hpp"
-#include "sim/compare/capture-inl.hpp"
+#include "compare/compare.hpp"
+#include "core/narrow_float.hpp"
+#include "core/parallel.hpp"
+#include "core/scalar.hpp"
+#include "compare/capture-inl.hpp"
 
 namespace shardsim {
 
@@ -386,4 +386,3 @@ class Comparator final : public BoundarySink<T> {
 
 }  // namespace shardsim
 
-#include "sim/compare/evaluate-inl.hpp"

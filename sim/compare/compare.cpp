@@ -1,4 +1,4 @@
-#include "sim/compare/compare-inl.hpp"
+#include "compare/evaluate-inl.hpp"
 
 namespace shardsim {
 

@@ -1,8 +1,8 @@
 // The Mp instantiation of the comparator, in its own translation unit (invariant 6 in
 // docs/architecture.md).
-#include "shardsim/mp.hpp"
-#include "shardsim/mp_exact.hpp"
-#include "sim/compare/compare-inl.hpp"
+#include "core/mp.hpp"
+#include "core/mp_exact.hpp"
+#include "compare/evaluate-inl.hpp"
 
 namespace shardsim::detail {
 

@@ -1,7 +1,7 @@
 // The NarrowFloat instantiation of the comparator: bf16 and f16 runs with accumulate = "storage"
 // (storage.hpp), in their own translation unit like the Mp one.
-#include "shardsim/narrow_float.hpp"
-#include "sim/compare/compare-inl.hpp"
+#include "core/narrow_float.hpp"
+#include "compare/evaluate-inl.hpp"
 
 namespace shardsim::detail {
 

@@ -1,10 +1,10 @@
-// evaluate_at: one precision's run judged by the comparator. Included at the end of
-// compare-inl.hpp.
+// evaluate_at: one precision's run judged by the comparator. The per-precision units
+// (compare.cpp, compare_mp.cpp, ...) include this file; it includes the comparator.
 #pragma once
 
 #include <optional>
 
-#include "sim/compare/compare-inl.hpp"
+#include "compare/compare-inl.hpp"
 
 namespace shardsim {
 

@@ -6,8 +6,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "shardsim/error.hpp"
-#include "shardsim/io.hpp"
+#include "core/error.hpp"
+#include "core/io.hpp"
 
 namespace shardsim {
 

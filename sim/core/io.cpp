@@ -1,4 +1,4 @@
-#include "shardsim/io.hpp"
+#include "core/io.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -12,7 +12,7 @@
 #include <memory>
 #include <mutex>
 
-#include "shardsim/error.hpp"
+#include "core/error.hpp"
 
 namespace shardsim {
 namespace {

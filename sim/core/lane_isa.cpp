@@ -1,9 +1,9 @@
 // The lane kernels' instruction set (lane_isa.hpp): detected once, settable by tests.
-#include "shardsim/lane_isa.hpp"
+#include "core/lane_isa.hpp"
 
 #include <atomic>
 
-#include "shardsim/error.hpp"
+#include "core/error.hpp"
 
 namespace shardsim {
 

@@ -1,12 +1,12 @@
 // LongAccumulator's carries and rounding (long_accumulator.hpp).
-#include "shardsim/long_accumulator.hpp"
+#include "core/long_accumulator.hpp"
 
 #include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <limits>
 
-#include "shardsim/error.hpp"
+#include "core/error.hpp"
 
 namespace shardsim {
 

@@ -1,10 +1,10 @@
-#include "shardsim/mesh.hpp"
+#include "core/mesh.hpp"
 
 #include <algorithm>
 #include <charconv>
 #include <numeric>
 
-#include "shardsim/error.hpp"
+#include "core/error.hpp"
 
 namespace shardsim {
 

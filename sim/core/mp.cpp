@@ -1,10 +1,10 @@
-#include "shardsim/mp.hpp"
+#include "core/mp.hpp"
 
 #include <bit>
 #include <cmath>
 #include <limits>
 
-#include "shardsim/error.hpp"
+#include "core/error.hpp"
 
 namespace shardsim {
 

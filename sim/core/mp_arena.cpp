@@ -16,7 +16,7 @@
 //
 // The callbacks are noexcept: GMP and MPFR are C, and nothing may unwind through them; running out
 // of memory aborts with a message, as GMP's own allocator does.
-#include "shardsim/mp_arena.hpp"
+#include "core/mp_arena.hpp"
 
 #include <gmp.h>
 

@@ -1,5 +1,5 @@
 // MpBackend's out-of-line parts (mp_backend.hpp).
-#include "shardsim/mp_backend.hpp"
+#include "core/mp_backend.hpp"
 
 #include <boost/multiprecision/detail/digits.hpp>
 #include <cmath>

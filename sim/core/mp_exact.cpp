@@ -1,10 +1,10 @@
-#include "shardsim/mp_exact.hpp"
+#include "core/mp_exact.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 
-#include "shardsim/error.hpp"
+#include "core/error.hpp"
 
 namespace shardsim {
 

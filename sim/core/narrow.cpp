@@ -1,4 +1,4 @@
-#include "shardsim/narrow.hpp"
+#include "core/narrow.hpp"
 
 #include <bit>
 #include <cstring>

@@ -1,6 +1,6 @@
-#include "shardsim/op_list.hpp"
+#include "core/op_list.hpp"
 
-#include "shardsim/fault_list.hpp"
+#include "core/fault_list.hpp"
 
 namespace shardsim {
 

@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <optional>
 
-#include "shardsim/error.hpp"
-#include "shardsim/io.hpp"
+#include "core/error.hpp"
+#include "core/io.hpp"
 
 namespace shardsim {
 

@@ -5,7 +5,7 @@
 // idle threads claim its indices beside the thread that called it; otherwise it runs serially on
 // its thread. Either way every index runs exactly once and computes the same thing, so results
 // do not depend on which thread runs what.
-#include "shardsim/parallel.hpp"
+#include "core/parallel.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -17,9 +17,9 @@
 #include <thread>
 #include <vector>
 
-#include "shardsim/error.hpp"
-#include "shardsim/mp.hpp"
-#include "shardsim/narrow_float.hpp"
+#include "core/error.hpp"
+#include "core/mp.hpp"
+#include "core/narrow_float.hpp"
 
 namespace shardsim {
 

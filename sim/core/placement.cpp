@@ -1,8 +1,8 @@
-#include "shardsim/placement.hpp"
+#include "core/placement.hpp"
 
 #include <algorithm>
 
-#include "shardsim/error.hpp"
+#include "core/error.hpp"
 
 namespace shardsim {
 

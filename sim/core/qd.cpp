@@ -1,6 +1,6 @@
 // The dd and qd scalars (qd.hpp): correct rounding of an expansion to f64, f32 and the narrow
 // formats, the ULP distance, and erf.
-#include "shardsim/qd.hpp"
+#include "core/qd.hpp"
 
 #include <mpfr.h>
 

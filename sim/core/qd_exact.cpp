@@ -1,11 +1,11 @@
-#include "shardsim/qd_exact.hpp"
+#include "core/qd_exact.hpp"
 
 #include <mpfr.h>
 
 #include <algorithm>
 #include <climits>
 
-#include "shardsim/error.hpp"
+#include "core/error.hpp"
 
 namespace shardsim {
 

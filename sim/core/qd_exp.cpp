@@ -28,9 +28,9 @@
 #include <cstdint>
 #include <cstring>
 
-#include "shardsim/lane_isa.hpp"
-#include "shardsim/ops/lane_sums.hpp"
-#include "shardsim/qd.hpp"
+#include "core/lane_isa.hpp"
+#include "core/lane_sums.hpp"
+#include "core/qd.hpp"
 
 // The helpers below take and return vectors by value. They are always inlined into one of the
 // two copies run_lanes makes of exp_values (baseline or AVX2), so no call passes a vector: GCC's

@@ -1,4 +1,4 @@
-#include "shardsim/rng.hpp"
+#include "core/rng.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 #include <limits>
 #include <numbers>
 
-#include "shardsim/error.hpp"
+#include "core/error.hpp"
 
 namespace shardsim {
 

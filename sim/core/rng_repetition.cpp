@@ -5,8 +5,8 @@
 #include <optional>
 #include <unordered_map>
 
-#include "shardsim/error.hpp"
-#include "shardsim/rng.hpp"
+#include "core/error.hpp"
+#include "core/rng.hpp"
 
 namespace shardsim {
 

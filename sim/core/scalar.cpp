@@ -1,10 +1,10 @@
-#include "shardsim/scalar.hpp"
+#include "core/scalar.hpp"
 
 #include <bit>
 #include <charconv>
 #include <cmath>
 
-#include "shardsim/error.hpp"
+#include "core/error.hpp"
 
 namespace shardsim {
 

@@ -1,8 +1,8 @@
 // SHA-256 after FIPS 180-4: section 4.1.2 (functions), 4.2.2 (constants), 5.1.1 (padding),
 // 5.3.3 (initial hash value) and 6.2.2 (hash computation).
-#include "shardsim/sha256.hpp"
+#include "core/sha256.hpp"
 
-#include "shardsim/error.hpp"
+#include "core/error.hpp"
 
 namespace shardsim {
 

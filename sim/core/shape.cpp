@@ -1,6 +1,6 @@
-#include "shardsim/shape.hpp"
+#include "core/shape.hpp"
 
-#include "shardsim/error.hpp"
+#include "core/error.hpp"
 
 namespace shardsim {
 

@@ -1,7 +1,7 @@
-#include "shardsim/storage.hpp"
+#include "core/storage.hpp"
 
-#include "shardsim/error.hpp"
-#include "shardsim/ops/lane_sums.hpp"
+#include "core/error.hpp"
+#include "core/lane_sums.hpp"
 
 namespace shardsim {
 

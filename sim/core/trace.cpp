@@ -1,4 +1,4 @@
-#include "shardsim/trace.hpp"
+#include "core/trace.hpp"
 
 #include <sstream>
 

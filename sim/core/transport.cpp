@@ -1,9 +1,9 @@
-#include "shardsim/transport.hpp"
+#include "core/transport.hpp"
 
 #include <algorithm>
 #include <utility>
 
-#include "shardsim/error.hpp"
+#include "core/error.hpp"
 
 namespace shardsim {
 

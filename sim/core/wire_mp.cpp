@@ -1,4 +1,4 @@
-#include "shardsim/wire_mp.hpp"
+#include "core/wire_mp.hpp"
 
 #include <gmp.h>
 

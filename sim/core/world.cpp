@@ -1,6 +1,6 @@
-#include "shardsim/world.hpp"
+#include "core/world.hpp"
 
-#include "shardsim/world-inl.hpp"
+#include "core/world-inl.hpp"
 
 namespace shardsim {
 

@@ -1,8 +1,8 @@
 // The Mp instantiation of the world, in its own translation unit (invariant 6 in
 // docs/architecture.md).
-#include "shardsim/mp.hpp"
-#include "shardsim/wire_mp.hpp"
-#include "shardsim/world-inl.hpp"
+#include "core/mp.hpp"
+#include "core/wire_mp.hpp"
+#include "core/world-inl.hpp"
 
 namespace shardsim {
 

@@ -1,6 +1,6 @@
 // The NarrowFloat instantiation of the world (accumulate = "storage", storage.hpp).
-#include "shardsim/narrow_float.hpp"
-#include "shardsim/world-inl.hpp"
+#include "core/narrow_float.hpp"
+#include "core/world-inl.hpp"
 
 namespace shardsim {
 

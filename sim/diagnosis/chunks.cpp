@@ -5,8 +5,8 @@
 #include <set>
 #include <unordered_map>
 
-#include "shardsim/diagnosis/signatures.hpp"
-#include "sim/diagnosis/format.hpp"
+#include "diagnosis/signatures.hpp"
+#include "diagnosis/format.hpp"
 
 namespace shardsim {
 

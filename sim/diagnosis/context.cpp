@@ -1,11 +1,11 @@
 // The diagnosis context and the signatures whose inputs it finds (context.hpp).
-#include "sim/diagnosis/context.hpp"
+#include "diagnosis/context.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <set>
 
-#include "shardsim/error.hpp"
+#include "core/error.hpp"
 
 namespace shardsim::diag {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "shardsim/diagnosis/signatures.hpp"
+#include "diagnosis/signatures.hpp"
 
 namespace shardsim::diag {
 

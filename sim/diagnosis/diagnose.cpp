@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "shardsim/error.hpp"
-#include "sim/diagnosis/context.hpp"
+#include "core/error.hpp"
+#include "diagnosis/context.hpp"
 
 namespace shardsim {
 

@@ -2,9 +2,9 @@
 #include <cmath>
 #include <map>
 
-#include "shardsim/diagnosis/signatures.hpp"
-#include "shardsim/rng.hpp"
-#include "sim/diagnosis/format.hpp"
+#include "diagnosis/signatures.hpp"
+#include "core/rng.hpp"
+#include "diagnosis/format.hpp"
 
 namespace shardsim {
 

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <optional>
 
-#include "shardsim/diagnosis/signatures.hpp"
-#include "sim/diagnosis/format.hpp"
+#include "diagnosis/signatures.hpp"
+#include "diagnosis/format.hpp"
 
 namespace shardsim {
 

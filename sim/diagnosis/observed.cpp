@@ -1,8 +1,8 @@
 // Cause names and the Observed view of a boundary (signatures.hpp).
 #include <cmath>
 
-#include "shardsim/diagnosis/signatures.hpp"
-#include "shardsim/error.hpp"
+#include "diagnosis/signatures.hpp"
+#include "core/error.hpp"
 
 namespace shardsim {
 

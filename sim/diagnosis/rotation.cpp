@@ -7,8 +7,8 @@
 #include <numbers>
 #include <optional>
 
-#include "shardsim/diagnosis/signatures.hpp"
-#include "sim/diagnosis/format.hpp"
+#include "diagnosis/signatures.hpp"
+#include "diagnosis/format.hpp"
 
 namespace shardsim {
 

@@ -2,7 +2,7 @@
 // levels. Noise (the gap shrinks about one bit per bit of precision) is rounding, not a bug.
 #include <algorithm>
 
-#include "shardsim/diagnosis/signatures.hpp"
+#include "diagnosis/signatures.hpp"
 
 namespace shardsim {
 

@@ -1,13 +1,13 @@
 // Error budgets of correct narrow programs (budget.hpp): the runs, and the gap of each program
 // from each BF16/F16 golden tensor.
-#include "shardsim/golden/budget.hpp"
+#include "golden/budget.hpp"
 
 #include <cmath>
 #include <limits>
 
-#include "shardsim/error.hpp"
-#include "shardsim/golden/golden_set.hpp"
-#include "shardsim/precision/precision_diff.hpp"
+#include "core/error.hpp"
+#include "golden/golden_set.hpp"
+#include "precision/precision_diff.hpp"
 
 namespace shardsim {
 

@@ -1,4 +1,4 @@
-#include "shardsim/golden/golden_compare.hpp"
+#include "golden/golden_compare.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -7,10 +7,10 @@
 #include <map>
 #include <sstream>
 
-#include "shardsim/error.hpp"
-#include "shardsim/narrow.hpp"
-#include "shardsim/placement.hpp"
-#include "shardsim/scalar.hpp"
+#include "core/error.hpp"
+#include "core/narrow.hpp"
+#include "core/placement.hpp"
+#include "core/scalar.hpp"
 
 namespace shardsim {
 

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "shardsim/golden/golden_compare.hpp"
+#include "golden/golden_compare.hpp"
 
 namespace shardsim {
 

@@ -1,11 +1,11 @@
 // The golden manifest (docs/goldens.md "The manifest"): what it records about the run, each
 // boundary that has goldens (with its op's parameters), and each tensor; its digest.
-#include "sim/golden/manifest.hpp"
+#include "golden/manifest.hpp"
 
 #include <set>
 
-#include "shardsim/report/report.hpp"
-#include "shardsim/sha256.hpp"
+#include "report/report.hpp"
+#include "core/sha256.hpp"
 
 namespace shardsim::golden_detail {
 

@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "shardsim/golden/golden_set.hpp"
-#include "shardsim/trace.hpp"
+#include "golden/golden_set.hpp"
+#include "core/trace.hpp"
 
 namespace shardsim::golden_detail {
 

@@ -3,9 +3,9 @@
 #include <cmath>
 #include <limits>
 
-#include "shardsim/error.hpp"
-#include "shardsim/mesh.hpp"
-#include "sim/golden/manifest.hpp"
+#include "core/error.hpp"
+#include "core/mesh.hpp"
+#include "golden/manifest.hpp"
 
 namespace shardsim::golden_detail {
 

@@ -9,11 +9,11 @@
 #include <string>
 #include <string_view>
 
-#include "shardsim/error.hpp"
-#include "shardsim/fault_list.hpp"
-#include "shardsim/scalar.hpp"
-#include "shardsim/sha256.hpp"
-#include "sim/golden/manifest.hpp"
+#include "core/error.hpp"
+#include "core/fault_list.hpp"
+#include "core/scalar.hpp"
+#include "core/sha256.hpp"
+#include "golden/manifest.hpp"
 
 namespace shardsim::golden_detail {
 

@@ -5,11 +5,11 @@
 #include <string_view>
 #include <vector>
 
-#include "shardsim/error.hpp"
-#include "shardsim/golden/safetensors_format.hpp"
-#include "shardsim/mesh.hpp"
-#include "shardsim/scalar.hpp"
-#include "sim/golden/manifest.hpp"
+#include "core/error.hpp"
+#include "io/safetensors_format.hpp"
+#include "core/mesh.hpp"
+#include "core/scalar.hpp"
+#include "golden/manifest.hpp"
 
 namespace shardsim::golden_detail {
 

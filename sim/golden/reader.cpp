@@ -5,11 +5,11 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "shardsim/error.hpp"
-#include "shardsim/golden/golden_set.hpp"
-#include "shardsim/io.hpp"
-#include "shardsim/sha256.hpp"
-#include "sim/golden/manifest.hpp"
+#include "core/error.hpp"
+#include "golden/golden_set.hpp"
+#include "core/io.hpp"
+#include "core/sha256.hpp"
+#include "golden/manifest.hpp"
 
 namespace shardsim {
 

@@ -9,13 +9,13 @@
 #include <set>
 #include <vector>
 
-#include "shardsim/error.hpp"
-#include "shardsim/golden/golden_set.hpp"
-#include "shardsim/io.hpp"
-#include "shardsim/report/report.hpp"
-#include "shardsim/scalar.hpp"
-#include "shardsim/sha256.hpp"
-#include "sim/golden/manifest.hpp"
+#include "core/error.hpp"
+#include "golden/golden_set.hpp"
+#include "core/io.hpp"
+#include "report/report.hpp"
+#include "core/scalar.hpp"
+#include "core/sha256.hpp"
+#include "golden/manifest.hpp"
 
 namespace shardsim {
 

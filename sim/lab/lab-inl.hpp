@@ -8,8 +8,8 @@
 #include <string>
 #include <type_traits>
 
-#include "shardsim/error.hpp"
-#include "sim/lab/lab.hpp"
+#include "core/error.hpp"
+#include "lab/lab.hpp"
 
 namespace shardsim::detail {
 

@@ -1,11 +1,11 @@
-#include "sim/lab/lab.hpp"
+#include "lab/lab.hpp"
 
 #include <charconv>
 #include <sstream>
 #include <vector>
 
-#include "shardsim/error.hpp"
-#include "sim/lab/lab-inl.hpp"
+#include "core/error.hpp"
+#include "lab/lab-inl.hpp"
 
 namespace shardsim {
 

@@ -21,7 +21,7 @@
 #include <string>
 #include <string_view>
 
-#include "shardsim/scalar.hpp"
+#include "core/scalar.hpp"
 
 namespace shardsim {
 

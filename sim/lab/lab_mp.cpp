@@ -1,6 +1,6 @@
 // The lab's Mp engine, in its own translation unit (invariant 6 in docs/architecture.md).
-#include "shardsim/mp.hpp"
-#include "sim/lab/lab-inl.hpp"
+#include "core/mp.hpp"
+#include "lab/lab-inl.hpp"
 
 namespace shardsim::detail {
 

@@ -1,4 +1,4 @@
-#include "shardsim/ops/add-inl.hpp"
+#include "ops/add-inl.hpp"
 
 namespace shardsim {
 

@@ -1,6 +1,6 @@
 #include <numeric>
 
-#include "shardsim/ops/dropout-inl.hpp"
+#include "ops/dropout-inl.hpp"
 
 namespace shardsim {
 

@@ -1,4 +1,4 @@
-#include "shardsim/ops/gelu-inl.hpp"
+#include "ops/gelu-inl.hpp"
 
 namespace shardsim {
 

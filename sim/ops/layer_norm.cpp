@@ -1,4 +1,4 @@
-#include "shardsim/ops/layer_norm-inl.hpp"
+#include "ops/layer_norm-inl.hpp"
 
 namespace shardsim {
 

@@ -1,4 +1,4 @@
-#include "shardsim/ops/linear-inl.hpp"
+#include "ops/linear-inl.hpp"
 
 namespace shardsim {
 

@@ -1,4 +1,4 @@
-#include "shardsim/ops/loss-inl.hpp"
+#include "ops/loss-inl.hpp"
 
 namespace shardsim {
 

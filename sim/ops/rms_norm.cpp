@@ -1,4 +1,4 @@
-#include "shardsim/ops/rms_norm-inl.hpp"
+#include "ops/rms_norm-inl.hpp"
 
 namespace shardsim {
 

@@ -1,5 +1,5 @@
-#include "shardsim/error.hpp"
-#include "shardsim/ops/rope-inl.hpp"
+#include "core/error.hpp"
+#include "ops/rope-inl.hpp"
 
 namespace shardsim {
 

@@ -1,14 +1,15 @@
 // shardsim precision: the runs, the per-boundary metrics and verdicts, the reduce-order sweep and
-// the heatmap data. Rendering lives in precision/report.cpp (text, JSON) and html_report.cpp.
+// the heatmap data. Rendering lives in the report layer: report/precision_report.cpp (text, JSON)
+// and report/html_report.cpp.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
 #include <set>
 
-#include "shardsim/error.hpp"
-#include "shardsim/narrow.hpp"
-#include "shardsim/precision/precision_diff.hpp"
+#include "core/error.hpp"
+#include "core/narrow.hpp"
+#include "precision/precision_diff.hpp"
 
 namespace shardsim {
 

@@ -5,9 +5,9 @@
 #include <limits>
 #include <mpfr.h>
 
-#include "shardsim/error.hpp"
-#include "shardsim/mp_exact.hpp"
-#include "shardsim/precision/precision_diff.hpp"
+#include "core/error.hpp"
+#include "core/mp_exact.hpp"
+#include "precision/precision_diff.hpp"
 
 namespace shardsim::detail {
 

@@ -5,9 +5,9 @@
 #include <map>
 #include <set>
 
-#include "shardsim/dist_tensor.hpp"
-#include "shardsim/error.hpp"
-#include "shardsim/precision/precision_diff.hpp"
+#include "core/dist_tensor.hpp"
+#include "core/error.hpp"
+#include "precision/precision_diff.hpp"
 
 namespace shardsim {
 

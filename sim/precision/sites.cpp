@@ -3,8 +3,8 @@
 // exactly from captured values. Mirrors Comparator::for_each_element (compare-inl.hpp): every
 // rank at coordinate 0 of each Partial dim stands for a value, the sum in rank order of the
 // addends of the ranks that share its coordinates on the other dims; padding is skipped.
-#include "shardsim/dist_tensor.hpp"
-#include "shardsim/precision/precision_diff.hpp"
+#include "core/dist_tensor.hpp"
+#include "precision/precision_diff.hpp"
 
 namespace shardsim::detail {
 

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <cstdio>
 
-#include "shardsim/error.hpp"
-#include "shardsim/precision/trend_fit.hpp"
+#include "core/error.hpp"
+#include "precision/trend_fit.hpp"
 
 namespace shardsim {
 

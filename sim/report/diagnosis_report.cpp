@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "shardsim/report/report.hpp"
+#include "report/report.hpp"
 
 namespace shardsim {
 

@@ -1,4 +1,4 @@
-#include "sim/report/fsdp_report.hpp"
+#include "report/fsdp_report.hpp"
 
 #include <sstream>
 

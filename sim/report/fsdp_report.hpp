@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "shardsim/runner/runner.hpp"
+#include "runner/runner.hpp"
 
 namespace shardsim {
 

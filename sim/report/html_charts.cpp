@@ -1,5 +1,5 @@
 // The SVG pieces of the precision HTML report (html_charts.hpp).
-#include "sim/report/html_charts.hpp"
+#include "report/html_charts.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "shardsim/precision/precision_diff.hpp"
+#include "precision/precision_diff.hpp"
 
 namespace shardsim::html {
 

@@ -1,9 +1,9 @@
-#include "shardsim/report/html_report.hpp"
+#include "report/html_report.hpp"
 
 #include <sstream>
 
-#include "shardsim/report/report.hpp"
-#include "sim/report/html_charts.hpp"
+#include "report/report.hpp"
+#include "report/html_charts.hpp"
 
 namespace shardsim {
 

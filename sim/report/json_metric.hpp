@@ -6,7 +6,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "shardsim/precision/magnitude.hpp"
+#include "core/magnitude.hpp"
 
 namespace shardsim {
 

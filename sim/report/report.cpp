@@ -1,4 +1,4 @@
-#include "shardsim/report/report.hpp"
+#include "report/report.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "sim/report/fsdp_report.hpp"
-#include "sim/report/json_metric.hpp"
+#include "report/fsdp_report.hpp"
+#include "report/json_metric.hpp"
 
 namespace shardsim {
 

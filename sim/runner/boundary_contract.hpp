@@ -5,9 +5,9 @@
 #include <map>
 #include <string>
 
-#include "shardsim/error.hpp"
-#include "shardsim/tensor.hpp"
-#include "shardsim/trace.hpp"
+#include "core/error.hpp"
+#include "core/tensor.hpp"
+#include "core/trace.hpp"
 
 namespace shardsim {
 

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "sim/runner/replicas.hpp"
-#include "sim/runner/steps/step_env.hpp"
+#include "runner/replicas.hpp"
+#include "runner/steps/step_env.hpp"
 
 namespace shardsim {
 

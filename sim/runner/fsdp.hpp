@@ -26,11 +26,11 @@
 #include <string>
 #include <vector>
 
-#include "shardsim/ops/sgd.hpp"
-#include "sim/runner/fsdp_flat.hpp"
-#include "sim/runner/fsdp_mixed.hpp"
-#include "sim/runner/replicas.hpp"
-#include "sim/runner/steps/step_env.hpp"
+#include "ops/sgd.hpp"
+#include "runner/fsdp_flat.hpp"
+#include "runner/fsdp_mixed.hpp"
+#include "runner/replicas.hpp"
+#include "runner/steps/step_env.hpp"
 
 namespace shardsim {
 

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "shardsim/dist_tensor.hpp"
+#include "core/dist_tensor.hpp"
 
 namespace shardsim {
 

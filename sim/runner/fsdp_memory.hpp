@@ -6,7 +6,7 @@
 #include <optional>
 #include <string>
 
-#include "shardsim/runner/runner.hpp"
+#include "runner/runner.hpp"
 
 namespace shardsim {
 

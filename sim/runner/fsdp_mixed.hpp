@@ -24,10 +24,10 @@
 #include <optional>
 #include <type_traits>
 
-#include "shardsim/narrow_float.hpp"
-#include "shardsim/scalar.hpp"
-#include "shardsim/storage.hpp"
-#include "shardsim/tensor.hpp"
+#include "core/narrow_float.hpp"
+#include "core/scalar.hpp"
+#include "core/storage.hpp"
+#include "core/tensor.hpp"
 
 namespace shardsim {
 

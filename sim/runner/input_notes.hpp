@@ -9,11 +9,11 @@
 #include <type_traits>
 #include <vector>
 
-#include "shardsim/narrow.hpp"
-#include "shardsim/rng.hpp"
-#include "shardsim/scalar.hpp"
-#include "shardsim/scenario/scenario.hpp"
-#include "shardsim/tensor.hpp"
+#include "core/narrow.hpp"
+#include "core/rng.hpp"
+#include "core/scalar.hpp"
+#include "scenario/scenario.hpp"
+#include "core/tensor.hpp"
 
 namespace shardsim::detail {
 

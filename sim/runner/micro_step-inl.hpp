@@ -27,7 +27,7 @@
 
 #include <string>
 
-#include "sim/runner/runner-inl.hpp"
+#include "runner/runner-inl.hpp"
 
 namespace shardsim::detail {
 

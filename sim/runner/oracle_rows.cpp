@@ -1,10 +1,10 @@
 // --oracle distributed: the row blocks and the scenarios they allow (oracle_rows.hpp).
-#include "shardsim/runner/oracle_rows.hpp"
+#include "runner/oracle_rows.hpp"
 
 #include <algorithm>
 #include <string>
 
-#include "shardsim/error.hpp"
+#include "core/error.hpp"
 
 namespace shardsim {
 

@@ -7,8 +7,8 @@
 #include <variant>
 #include <vector>
 
-#include "shardsim/scenario/scenario.hpp"
-#include "shardsim/trace.hpp"
+#include "scenario/scenario.hpp"
+#include "core/trace.hpp"
 
 namespace shardsim {
 

@@ -2,7 +2,7 @@
 // dims must equal the copy at coordinate 0 of those dims bitwise).
 #pragma once
 
-#include "shardsim/dist_tensor.hpp"
+#include "core/dist_tensor.hpp"
 
 namespace shardsim {
 

@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "shardsim/error.hpp"
-#include "shardsim/runner/oracle_rows.hpp"
-#include "shardsim/transport.hpp"
-#include "shardsim/wire.hpp"
-#include "sim/runner/runner-inl.hpp"
+#include "core/error.hpp"
+#include "runner/oracle_rows.hpp"
+#include "core/transport.hpp"
+#include "core/wire.hpp"
+#include "runner/runner-inl.hpp"
 
 namespace shardsim::detail {
 

@@ -24,19 +24,19 @@
 #include <string>
 #include <type_traits>
 
-#include "shardsim/error.hpp"
-#include "shardsim/narrow_float.hpp"
-#include "shardsim/ops/sgd.hpp"
-#include "shardsim/runner/runner.hpp"
-#include "sim/runner/boundary_contract.hpp"
-#include "sim/runner/clip.hpp"
-#include "sim/runner/fsdp.hpp"
-#include "sim/runner/fsdp_memory.hpp"
-#include "sim/runner/input_notes.hpp"
-#include "sim/runner/release.hpp"
-#include "sim/runner/replicas.hpp"
-#include "sim/runner/runner_faults.hpp"
-#include "sim/runner/steps/registry.hpp"
+#include "core/error.hpp"
+#include "core/narrow_float.hpp"
+#include "ops/sgd.hpp"
+#include "runner/runner.hpp"
+#include "runner/boundary_contract.hpp"
+#include "runner/clip.hpp"
+#include "runner/fsdp.hpp"
+#include "runner/fsdp_memory.hpp"
+#include "runner/input_notes.hpp"
+#include "runner/release.hpp"
+#include "runner/replicas.hpp"
+#include "runner/runner_faults.hpp"
+#include "runner/steps/registry.hpp"
 
 namespace shardsim {
 
@@ -352,10 +352,10 @@ class ScenarioRun {
 
 }  // namespace shardsim
 
-#include "sim/runner/inputs-inl.hpp"
-#include "sim/runner/micro_step-inl.hpp"
-#include "sim/runner/root_compare-inl.hpp"
-#include "sim/runner/update_step-inl.hpp"
+#include "runner/inputs-inl.hpp"
+#include "runner/micro_step-inl.hpp"
+#include "runner/root_compare-inl.hpp"
+#include "runner/update_step-inl.hpp"
 
 namespace shardsim {
 

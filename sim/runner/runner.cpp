@@ -2,9 +2,9 @@
 
 #include <cstdio>
 
-#include "shardsim/error.hpp"
-#include "shardsim/mp_arena.hpp"
-#include "sim/runner/runner-inl.hpp"
+#include "core/error.hpp"
+#include "core/mp_arena.hpp"
+#include "runner/runner-inl.hpp"
 
 namespace shardsim {
 

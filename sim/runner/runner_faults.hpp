@@ -13,8 +13,8 @@
 #include <optional>
 #include <string>
 
-#include "shardsim/scenario/scenario.hpp"
-#include "shardsim/world.hpp"
+#include "scenario/scenario.hpp"
+#include "core/world.hpp"
 
 namespace shardsim {
 

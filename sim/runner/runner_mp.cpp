@@ -1,7 +1,7 @@
 // The Mp instantiation of the runner, in its own translation unit (invariant 6 in
 // docs/architecture.md).
-#include "shardsim/mp.hpp"
-#include "sim/runner/runner-inl.hpp"
+#include "core/mp.hpp"
+#include "runner/runner-inl.hpp"
 
 namespace shardsim {
 

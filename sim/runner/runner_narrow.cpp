@@ -1,6 +1,6 @@
 // The NarrowFloat instantiation of the runner (accumulate = "storage", storage.hpp).
-#include "shardsim/narrow_float.hpp"
-#include "sim/runner/runner-inl.hpp"
+#include "core/narrow_float.hpp"
+#include "runner/runner-inl.hpp"
 
 namespace shardsim {
 

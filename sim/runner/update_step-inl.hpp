@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/runner/runner-inl.hpp"
+#include "runner/runner-inl.hpp"
 
 namespace shardsim::detail {
 

@@ -1,9 +1,9 @@
 // check_expectation_names (scenario.hpp): the names [expect] gives must exist in the plan.
 #include <algorithm>
 
-#include "shardsim/scenario/scenario.hpp"
-#include "shardsim/trace.hpp"
-#include "sim/scenario/loader_internal.hpp"
+#include "scenario/scenario.hpp"
+#include "core/trace.hpp"
+#include "scenario/loader_internal.hpp"
 
 namespace shardsim {
 

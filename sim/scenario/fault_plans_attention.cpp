@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/scenario/fault_plans_internal.hpp"
+#include "scenario/fault_plans_internal.hpp"
 
 namespace shardsim::fault_plans {
 

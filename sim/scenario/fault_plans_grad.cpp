@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <string>
 
-#include "shardsim/scenario/scenario.hpp"
-#include "sim/scenario/fault_plans_internal.hpp"
+#include "scenario/scenario.hpp"
+#include "scenario/fault_plans_internal.hpp"
 
 namespace shardsim::fault_plans {
 

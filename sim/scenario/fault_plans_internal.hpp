@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "shardsim/scenario/scenario.hpp"
+#include "scenario/scenario.hpp"
 
 namespace shardsim::fault_plans {
 

@@ -1,7 +1,7 @@
 // The fault catalogue: each fault's summary and the ops whose plans it changes, in Fault order
 // (fault_list.hpp). The loader refuses a fault that applies to no op of the scenario.
-#include "shardsim/error.hpp"
-#include "shardsim/scenario/scenario.hpp"
+#include "core/error.hpp"
+#include "scenario/scenario.hpp"
 
 namespace shardsim {
 

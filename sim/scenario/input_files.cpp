@@ -1,6 +1,6 @@
 // Inputs from files: init = { file = "inputs.safetensors", tensor = "fc1.weight" } or
 // init = { file = "x.npy" }. The file is read whole and decoded by the codecs `shardsim compare`
-// uses (golden/tensor_file.hpp): every length in it is checked against the file's size before
+// uses (io/tensor_file.hpp): every length in it is checked against the file's size before
 // anything is allocated, and a file that is truncated, has a hole or trailing bytes is rejected,
 // so a tensor is never read partially. The values are kept as doubles: F32, BF16 and F16 convert
 // exactly, F64 values are themselves (an f32 run rounds them once, in the runner).
@@ -8,10 +8,10 @@
 #include <cmath>
 #include <filesystem>
 
-#include "shardsim/golden/tensor_file.hpp"
-#include "shardsim/io.hpp"
-#include "shardsim/sha256.hpp"
-#include "sim/scenario/loader.hpp"
+#include "io/tensor_file.hpp"
+#include "core/io.hpp"
+#include "core/sha256.hpp"
+#include "scenario/loader.hpp"
 
 namespace shardsim {
 

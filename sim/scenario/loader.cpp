@@ -1,12 +1,12 @@
 // Reads a scenario file into the model: the top-level keys and [[tensors]] here; [mesh] and
 // placements in loader_mesh.cpp; the steps, [stream], faults and [expect] in loader_steps.cpp.
-#include "sim/scenario/loader.hpp"
+#include "scenario/loader.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-#include "shardsim/io.hpp"
+#include "core/io.hpp"
 
 namespace shardsim {
 

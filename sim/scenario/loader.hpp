@@ -6,8 +6,8 @@
 #include <map>
 #include <memory>
 
-#include "sim/scenario/op_entry.hpp"
-#include "sim/scenario/toml_reader.hpp"
+#include "scenario/op_entry.hpp"
+#include "scenario/toml_reader.hpp"
 
 namespace shardsim {
 

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <limits>
 
-#include "shardsim/trace.hpp"
-#include "sim/scenario/loader.hpp"
+#include "core/trace.hpp"
+#include "scenario/loader.hpp"
 
 namespace shardsim {
 

@@ -6,8 +6,8 @@
 #include <string_view>
 #include <vector>
 
-#include "shardsim/error.hpp"
-#include "shardsim/scenario/scenario.hpp"
+#include "core/error.hpp"
+#include "scenario/scenario.hpp"
 
 namespace shardsim {
 

@@ -1,7 +1,7 @@
 // Reads a scenario's [mesh] (its dims) and each tensor's starting layout over it.
 #include <algorithm>
 
-#include "sim/scenario/loader.hpp"
+#include "scenario/loader.hpp"
 
 namespace shardsim {
 

@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/scenario/loader.hpp"
+#include "scenario/loader.hpp"
 
 namespace shardsim {
 

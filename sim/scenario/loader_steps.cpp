@@ -2,7 +2,7 @@
 // [stream], faults and [expect].
 #include <iterator>
 
-#include "sim/scenario/loader.hpp"
+#include "scenario/loader.hpp"
 
 namespace shardsim {
 

@@ -1,9 +1,9 @@
 // The scenario model's own methods, and the located-message helpers every loader file uses.
 #include <algorithm>
 
-#include "shardsim/error.hpp"
-#include "shardsim/scenario/scenario.hpp"
-#include "sim/scenario/loader_internal.hpp"
+#include "core/error.hpp"
+#include "scenario/scenario.hpp"
+#include "scenario/loader_internal.hpp"
 
 namespace shardsim {
 

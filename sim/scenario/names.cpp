@@ -13,11 +13,11 @@
 #include <string>
 #include <string_view>
 
-#include "shardsim/ops/attention/parts.hpp"
-#include "shardsim/ops/layer_norm.hpp"
-#include "shardsim/ops/loss_plan.hpp"
-#include "shardsim/ops/rms_norm.hpp"
-#include "sim/scenario/loader_internal.hpp"
+#include "ops/attention/parts.hpp"
+#include "ops/layer_norm.hpp"
+#include "ops/loss_plan.hpp"
+#include "ops/rms_norm.hpp"
+#include "scenario/loader_internal.hpp"
 
 namespace shardsim {
 namespace {

@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "shardsim/error.hpp"
-#include "sim/scenario/loader_internal.hpp"
+#include "core/error.hpp"
+#include "scenario/loader_internal.hpp"
 
 namespace shardsim {
 

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "sim/scenario/op_entry.hpp"
+#include "scenario/op_entry.hpp"
 
 namespace shardsim {
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "shardsim/error.hpp"
-#include "sim/scenario/loader_internal.hpp"
+#include "core/error.hpp"
+#include "scenario/loader_internal.hpp"
 
 namespace shardsim {
 

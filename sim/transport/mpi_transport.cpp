@@ -1,4 +1,4 @@
-#include "sim/transport/mpi_transport.hpp"
+#include "transport/mpi_transport.hpp"
 
 #include <mpi.h>
 

@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "shardsim/transport.hpp"
+#include "core/transport.hpp"
 
 namespace shardsim {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "shardsim/parallel.hpp"
+#include "core/parallel.hpp"
 
 namespace bench {
 

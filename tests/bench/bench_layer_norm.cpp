@@ -5,13 +5,13 @@
 #include <cstring>
 
 #include "bench.hpp"
-#include "shardsim/lane_isa.hpp"
-#include "shardsim/ops/layer_norm-inl.hpp"
-#include "shardsim/ops/layer_norm_plan.hpp"
-#include "shardsim/rng.hpp"
-#include "shardsim/storage.hpp"
-#include "shardsim/trace.hpp"
-#include "shardsim/world.hpp"
+#include "core/lane_isa.hpp"
+#include "ops/layer_norm-inl.hpp"
+#include "ops/layer_norm_plan.hpp"
+#include "core/rng.hpp"
+#include "core/storage.hpp"
+#include "core/trace.hpp"
+#include "core/world.hpp"
 
 namespace bench {
 namespace {

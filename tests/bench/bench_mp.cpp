@@ -7,9 +7,9 @@
 #include <cstdio>
 
 #include "bench.hpp"
-#include "shardsim/mp.hpp"
-#include "shardsim/ops/attention/attention-inl.hpp"
-#include "shardsim/ops/layer_norm-inl.hpp"
+#include "core/mp.hpp"
+#include "ops/attention/attention-inl.hpp"
+#include "ops/layer_norm-inl.hpp"
 
 namespace bench {
 

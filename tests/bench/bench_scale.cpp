@@ -12,10 +12,10 @@
 #include <string>
 
 #include "bench.hpp"
-#include "shardsim/golden/golden_set.hpp"
-#include "shardsim/io.hpp"
-#include "shardsim/ops/attention/plan.hpp"
-#include "shardsim/ops/attention/stream.hpp"
+#include "golden/golden_set.hpp"
+#include "core/io.hpp"
+#include "ops/attention/plan.hpp"
+#include "ops/attention/stream.hpp"
 
 namespace bench {
 

@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdlib>
 
-#include "shardsim/golden/tensor_file.hpp"
+#include "io/tensor_file.hpp"
 
 namespace fuzz {
 

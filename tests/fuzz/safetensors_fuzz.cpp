@@ -7,8 +7,8 @@
 #include <string_view>
 
 #include "raw_tensor_check.hpp"
-#include "shardsim/error.hpp"
-#include "shardsim/golden/tensor_file.hpp"
+#include "core/error.hpp"
+#include "io/tensor_file.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);

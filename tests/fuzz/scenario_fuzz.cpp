@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string>
 
-#include "shardsim/error.hpp"
-#include "shardsim/scenario/scenario.hpp"
+#include "core/error.hpp"
+#include "scenario/scenario.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {

@@ -1,4 +1,4 @@
-#include "shardsim/ops/attention/attention-inl.hpp"
+#include "ops/attention/attention-inl.hpp"
 
 namespace shardsim {
 

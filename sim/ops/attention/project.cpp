@@ -1,4 +1,4 @@
-#include "shardsim/ops/attention/project-inl.hpp"
+#include "ops/attention/project-inl.hpp"
 
 namespace shardsim {
 

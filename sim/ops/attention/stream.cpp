@@ -1,4 +1,4 @@
-#include "shardsim/ops/attention/stream-inl.hpp"
+#include "ops/attention/stream-inl.hpp"
 
 namespace shardsim {
 

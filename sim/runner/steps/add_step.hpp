@@ -2,9 +2,9 @@
 // both inputs the output's gradient.
 #pragma once
 
-#include "shardsim/ops/add.hpp"
-#include "shardsim/ops/add_plan.hpp"
-#include "sim/runner/steps/step_env.hpp"
+#include "ops/add.hpp"
+#include "ops/add_plan.hpp"
+#include "runner/steps/step_env.hpp"
 
 namespace shardsim {
 

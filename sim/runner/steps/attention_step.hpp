@@ -4,10 +4,10 @@
 // resets both at the start of every training step (begin_stream).
 #pragma once
 
-#include "shardsim/ops/attention/plan.hpp"
-#include "shardsim/ops/attention/sharded_plan.hpp"
-#include "shardsim/ops/attention/stream.hpp"
-#include "sim/runner/steps/step_env.hpp"
+#include "ops/attention/plan.hpp"
+#include "ops/attention/sharded_plan.hpp"
+#include "ops/attention/stream.hpp"
+#include "runner/steps/step_env.hpp"
 
 namespace shardsim {
 

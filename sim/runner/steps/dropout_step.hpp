@@ -5,10 +5,10 @@
 // pass.
 #pragma once
 
-#include "shardsim/ops/add_plan.hpp"
-#include "shardsim/ops/dropout.hpp"
-#include "shardsim/ops/dropout_plan.hpp"
-#include "sim/runner/steps/step_env.hpp"
+#include "ops/add_plan.hpp"
+#include "ops/dropout.hpp"
+#include "ops/dropout_plan.hpp"
+#include "runner/steps/step_env.hpp"
 
 namespace shardsim {
 

@@ -2,10 +2,10 @@
 // elementwise sharded plan.
 #pragma once
 
-#include "shardsim/ops/add_plan.hpp"
-#include "shardsim/ops/gelu.hpp"
-#include "shardsim/ops/gelu_plan.hpp"
-#include "sim/runner/steps/step_env.hpp"
+#include "ops/add_plan.hpp"
+#include "ops/gelu.hpp"
+#include "ops/gelu_plan.hpp"
+#include "runner/steps/step_env.hpp"
 
 namespace shardsim {
 

@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "shardsim/ops/layer_norm.hpp"
-#include "shardsim/ops/layer_norm_hidden_plan.hpp"
-#include "shardsim/ops/layer_norm_plan.hpp"
-#include "sim/runner/steps/step_env.hpp"
+#include "ops/layer_norm.hpp"
+#include "ops/layer_norm_hidden_plan.hpp"
+#include "ops/layer_norm_plan.hpp"
+#include "runner/steps/step_env.hpp"
 
 namespace shardsim {
 

@@ -2,9 +2,9 @@
 // sharded plan; the weight's placement picks the form (ops/linear_plan.hpp).
 #pragma once
 
-#include "shardsim/ops/linear.hpp"
-#include "shardsim/ops/linear_plan.hpp"
-#include "sim/runner/steps/step_env.hpp"
+#include "ops/linear.hpp"
+#include "ops/linear_plan.hpp"
+#include "runner/steps/step_env.hpp"
 
 namespace shardsim {
 

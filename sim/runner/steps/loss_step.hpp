@@ -4,9 +4,9 @@
 // divides it by the whole step's count, which the whole-batch oracle pass counted.
 #pragma once
 
-#include "shardsim/ops/loss.hpp"
-#include "shardsim/ops/loss_plan.hpp"
-#include "sim/runner/steps/step_env.hpp"
+#include "ops/loss.hpp"
+#include "ops/loss_plan.hpp"
+#include "runner/steps/step_env.hpp"
 
 namespace shardsim {
 

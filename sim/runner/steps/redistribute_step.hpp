@@ -13,7 +13,7 @@
 //                             is all-gathered.
 #pragma once
 
-#include "sim/runner/steps/step_env.hpp"
+#include "runner/steps/step_env.hpp"
 
 namespace shardsim {
 

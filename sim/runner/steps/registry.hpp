@@ -4,15 +4,15 @@
 
 #include <memory>
 
-#include "sim/runner/steps/add_step.hpp"
-#include "sim/runner/steps/attention_step.hpp"
-#include "sim/runner/steps/dropout_step.hpp"
-#include "sim/runner/steps/gelu_step.hpp"
-#include "sim/runner/steps/layer_norm_step.hpp"
-#include "sim/runner/steps/linear_step.hpp"
-#include "sim/runner/steps/loss_step.hpp"
-#include "sim/runner/steps/redistribute_step.hpp"
-#include "sim/runner/steps/rms_norm_step.hpp"
+#include "runner/steps/add_step.hpp"
+#include "runner/steps/attention_step.hpp"
+#include "runner/steps/dropout_step.hpp"
+#include "runner/steps/gelu_step.hpp"
+#include "runner/steps/layer_norm_step.hpp"
+#include "runner/steps/linear_step.hpp"
+#include "runner/steps/loss_step.hpp"
+#include "runner/steps/redistribute_step.hpp"
+#include "runner/steps/rms_norm_step.hpp"
 
 namespace shardsim {
 

@@ -3,9 +3,9 @@
 //   input Shard(axis)                               -> rms_norm_hidden_sharded (sum of squares)
 #pragma once
 
-#include "shardsim/ops/rms_norm.hpp"
-#include "shardsim/ops/rms_norm_plan.hpp"
-#include "sim/runner/steps/step_env.hpp"
+#include "ops/rms_norm.hpp"
+#include "ops/rms_norm_plan.hpp"
+#include "runner/steps/step_env.hpp"
 
 namespace shardsim {
 

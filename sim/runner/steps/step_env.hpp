@@ -12,13 +12,13 @@
 #include <type_traits>
 #include <vector>
 
-#include "shardsim/runner/oracle_rows.hpp"
-#include "shardsim/runner/runner.hpp"
-#include "shardsim/storage.hpp"
-#include "shardsim/transport.hpp"
-#include "shardsim/wire.hpp"
-#include "shardsim/world-inl.hpp"
-#include "sim/runner/release.hpp"
+#include "runner/oracle_rows.hpp"
+#include "runner/runner.hpp"
+#include "core/storage.hpp"
+#include "core/transport.hpp"
+#include "core/wire.hpp"
+#include "core/world-inl.hpp"
+#include "runner/release.hpp"
 
 namespace shardsim {
 

@@ -2,7 +2,7 @@
 #include <cstdio>
 #include <limits>
 
-#include "sim/scenario/op_entry.hpp"
+#include "scenario/op_entry.hpp"
 
 namespace shardsim {
 

@@ -1,6 +1,6 @@
 // linear, gelu, dropout and add (the Megatron MLP block's ops): schema and shape/placement
 // rules.
-#include "sim/scenario/op_entry.hpp"
+#include "scenario/op_entry.hpp"
 
 namespace shardsim {
 

@@ -1,7 +1,7 @@
 // layer_norm and rms_norm: schema and shape/placement rules.
 #include <limits>
 
-#include "sim/scenario/op_entry.hpp"
+#include "scenario/op_entry.hpp"
 
 namespace shardsim {
 

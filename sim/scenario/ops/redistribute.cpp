@@ -1,5 +1,5 @@
 // redistribute: schema and rules.
-#include "sim/scenario/op_entry.hpp"
+#include "scenario/op_entry.hpp"
 
 namespace shardsim {
 

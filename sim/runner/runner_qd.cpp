@@ -1,0 +1,14 @@
+// The qd instantiation (core/qd.hpp) of the runner, in its own translation unit (invariant 6 in
+// docs/architecture.md); compare/compare_qd.cpp judges its boundaries and core/world_qd.cpp
+// holds its world. runner_dd.cpp is the other unit, so the two compile in parallel (each
+// instantiates the whole runner).
+#include "core/qd.hpp"
+#include "core/qd_exact.hpp"
+#include "runner/runner-inl.hpp"
+
+namespace shardsim {
+
+template std::vector<TraceEntry> run_scenario(const Scenario&, const RunOptions&, BoundarySink<Qd>&,
+                                              std::optional<NarrowFormat>);
+
+}  // namespace shardsim
