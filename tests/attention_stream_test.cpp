@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "core/mp.hpp"
+#include "ops/attention/rope.hpp"
 #include "ops/attention/stream.hpp"
-#include "ops/rope.hpp"
 #include "tensor_test_support.hpp"
 
 using shardsim::Mp;

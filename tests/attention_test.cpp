@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "core/mp.hpp"
-#include "ops/attention/project.hpp"
-#include "ops/rope.hpp"
 #include "core/rng.hpp"
+#include "ops/attention/project.hpp"
+#include "ops/attention/rope.hpp"
 #include "tensor_test_support.hpp"
 
 using shardsim::AttentionParams;

@@ -8,10 +8,10 @@
 #include <filesystem>
 
 #include "compare/compare.hpp"
-#include "ops/layer_norm_plan.hpp"
-#include "scenario/scenario.hpp"
 #include "core/world-inl.hpp"
+#include "ops/layer_norm/layer_norm_plan.hpp"
 #include "scenario/loader_internal.hpp"
+#include "scenario/scenario.hpp"
 
 using namespace shardsim;
 namespace fs = std::filesystem;

@@ -8,11 +8,11 @@
 #include <sstream>
 #include <string>
 
-#include "dropout_test_support.hpp"
 #include "compare/compare.hpp"
-#include "ops/dropout.hpp"
-#include "ops/dropout_plan.hpp"
 #include "core/rng.hpp"
+#include "dropout_test_support.hpp"
+#include "ops/dropout/dropout.hpp"
+#include "ops/dropout/dropout_plan.hpp"
 #include "runner/runner.hpp"
 #include "scenario/scenario.hpp"
 

@@ -2,18 +2,18 @@
 // documented Philox mapping pinned to Random123's known answers, the threshold and scale, the
 // global policy's masks equal to slices of the dense mask for every placement and N = 1..5, the
 // buggy policies and the repetition detector, and the loader's checks.
-#include "ops/dropout.hpp"
+#include "ops/dropout/dropout.hpp"
 
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <string>
 
-#include "scenario_test_support.hpp"
 #include "compare/compare.hpp"
 #include "core/error.hpp"
-#include "ops/dropout_plan.hpp"
 #include "core/rng.hpp"
+#include "ops/dropout/dropout_plan.hpp"
 #include "scenario/scenario.hpp"
+#include "scenario_test_support.hpp"
 #include "tensor_test_support.hpp"
 
 using shardsim::DropoutFrame;
@@ -170,8 +170,11 @@ namespace {
 std::string dropout_scenario(const std::string& placement, const std::string& keys) {
   return "[mesh]\nranks = 2\n"
          "[[tensors]]\nname = \"x\"\naxes = [\"seq\", \"hidden\"]\nshape = [4, 16]\n"
-         "placement = \"" + placement + "\"\n"
-         "[[steps]]\nop = \"dropout\"\ninput = \"x\"\noutput = \"y\"\n" + keys;
+         "placement = \"" +
+         placement +
+         "\"\n"
+         "[[steps]]\nop = \"dropout\"\ninput = \"x\"\noutput = \"y\"\n" +
+         keys;
 }
 
 }  // namespace

@@ -1,14 +1,14 @@
 // Tests for ops/gelu.hpp and ops/gelu_plan.hpp: exact values at 0, the published normal cdf at 1,
 // both forms against a 256-bit reference, finite-difference gradients in mp, and the elementwise
 // sharded plan equal to the dense oracle bit for bit under every placement.
-#include "ops/gelu.hpp"
+#include "ops/gelu/gelu.hpp"
 
 #include <catch2/catch.hpp>
 #include <string>
 #include <type_traits>
 
-#include "ops/add_plan.hpp"
-#include "ops/gelu_plan.hpp"
+#include "ops/add/add_plan.hpp"
+#include "ops/gelu/gelu_plan.hpp"
 #include "tensor_test_support.hpp"
 
 using shardsim::GeluApprox;
@@ -48,8 +48,8 @@ T rounded(const Mp& v) {
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("gelu(0) = 0 and gelu'(0) = 1/2 exactly, in both forms", "[gelu]", float,
-                   double, Mp) {
+TEMPLATE_TEST_CASE("gelu(0) = 0 and gelu'(0) = 1/2 exactly, in both forms", "[gelu]", float, double,
+                   Mp) {
   shardsim::set_mp_precision(256);
   // At 0: erf(0) = tanh(0) = 0, so y = (0 * 0.5) * 1 = 0; the slope is 0.5 * (1 + 0) plus
   // 0 times the second term, and dx = 3 * 0.5 = 1.5, all exact.

@@ -12,9 +12,9 @@
 #include <catch2/catch.hpp>
 #include <functional>
 
-#include "ops/layer_norm.hpp"
-#include "ops/loss.hpp"
-#include "ops/rms_norm.hpp"
+#include "ops/layer_norm/layer_norm.hpp"
+#include "ops/loss/loss.hpp"
+#include "ops/rms_norm/rms_norm.hpp"
 #include "tensor_test_support.hpp"
 
 using shardsim::Mp;
@@ -135,10 +135,9 @@ TEST_CASE("gradcheck: the hidden-sharded backward building blocks reproduce laye
   for (int r = 0; r < 2; ++r) {
     Tensor<Mp> dx_slice;
     const Tensor<Mp> w_slice = slice(w, begins[r], counts[r]);
-    shardsim::layer_norm_backward_apply<Mp>(slice(dy, begins[r], counts[r]),
-                                        slice(x, begins[r], counts[r]), &w_slice, saved,
-                                        sum_dnorm, sum_dnorm_norm, 7, params, counts[r], dx_slice,
-                                        nullptr, nullptr);
+    shardsim::layer_norm_backward_apply<Mp>(
+        slice(dy, begins[r], counts[r]), slice(x, begins[r], counts[r]), &w_slice, saved, sum_dnorm,
+        sum_dnorm_norm, 7, params, counts[r], dx_slice, nullptr, nullptr);
     shardsim::copy_along(dx_slice, "hidden", 0, dx, begins[r], counts[r]);
   }
   check_gradient("distributed dx", &x, dx, loss);

@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "ops/layer_norm.hpp"
-#include "ops/layer_norm_hidden_plan.hpp"
-#include "scenario/scenario.hpp"
 #include "core/world.hpp"
+#include "ops/layer_norm/layer_norm.hpp"
+#include "ops/layer_norm/layer_norm_hidden_plan.hpp"
+#include "scenario/scenario.hpp"
 #include "tensor_test_support.hpp"
 
 using shardsim::DistTensor;

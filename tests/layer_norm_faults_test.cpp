@@ -1,7 +1,7 @@
 // Tests for the LayerNorm fault policy (ops/layer_norm_faults.hpp) as the kernels take it: the
 // no-fault policy is the dense oracle, layer_norm_stats then layer_norm_apply is the fused
 // forward, and each fault replaces exactly its piece of the formula, bit for bit.
-#include "ops/layer_norm_faults.hpp"
+#include "ops/layer_norm/layer_norm_faults.hpp"
 
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "core/mp.hpp"
-#include "ops/layer_norm.hpp"
-#include "ops/layer_norm_plan.hpp"
 #include "core/world.hpp"
+#include "ops/layer_norm/layer_norm.hpp"
+#include "ops/layer_norm/layer_norm_plan.hpp"
 #include "tensor_test_support.hpp"
 
 using shardsim::LayerNormFaults;

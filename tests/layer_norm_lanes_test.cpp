@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "lane_isa_test_support.hpp"
 #include "core/lane_isa.hpp"
-#include "ops/layer_norm.hpp"
+#include "lane_isa_test_support.hpp"
+#include "ops/layer_norm/layer_norm.hpp"
 #include "tensor_test_support.hpp"
 
 using lane_test::EachIsa;

@@ -11,13 +11,13 @@
 #include <string>
 #include <vector>
 
-#include "lane_isa_test_support.hpp"
 #include "compare/compare.hpp"
 #include "core/lane_isa.hpp"
-#include "ops/layer_norm.hpp"
+#include "core/storage.hpp"
+#include "lane_isa_test_support.hpp"
+#include "ops/layer_norm/layer_norm.hpp"
 #include "runner/runner.hpp"
 #include "scenario/scenario.hpp"
-#include "core/storage.hpp"
 #include "tensor_test_support.hpp"
 
 using lane_test::EachIsa;

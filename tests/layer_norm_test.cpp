@@ -1,7 +1,7 @@
 // Tests for ops/layer_norm.hpp and ops/layer_norm_plan.hpp: a hand-derived known answer, the
 // constant-row edge case, a finite-difference gradient check in mp, and the key property that
 // sequence-sharded LayerNorm equals the dense oracle bit for bit.
-#include "ops/layer_norm.hpp"
+#include "ops/layer_norm/layer_norm.hpp"
 
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "core/mp.hpp"
-#include "ops/layer_norm_plan.hpp"
 #include "core/rng.hpp"
 #include "core/scalar.hpp"
 #include "core/world.hpp"
+#include "ops/layer_norm/layer_norm_plan.hpp"
 #include "tensor_test_support.hpp"
 
 using shardsim::DistTensor;

@@ -44,15 +44,17 @@ for command in json.load(open(os.path.join(build, "compile_commands.json"))):
     path = os.path.realpath(os.path.join(command["directory"], command["file"]))
     rel = os.path.relpath(path, source)
     in_layer = rel.startswith("sim/") and rel.split("/")[1] not in ("cli", "transport")
-    if not (in_layer or path.startswith(os.path.join(build, "instantiations") + os.sep)):
+    if not (in_layer or path.startswith(os.path.join(build, "generated", "instantiations") + os.sep)):
         continue
     words = shlex.split(command["command"])
     dirs = [w[2:] or words[i + 1] for i, w in enumerate(words) if w.startswith("-I")]
     dirs += [words[i + 1] for i, w in enumerate(words) if w == "-isystem"]
     for d in dirs:
         real = os.path.normpath(os.path.join(command["directory"], d))
-        if real.startswith(source) and not real.startswith(layers_root + os.sep):
-            sys.exit(f"{rel} compiles with -I {d}: only {layers_root}/<layer> belongs there")
+        allowed = (layers_root + os.sep, os.path.join(build, "generated") + os.sep)
+        if real.startswith(source) and not real.startswith(allowed):
+            sys.exit(f"{rel} compiles with -I {d}: only {layers_root}/<layer> and generated "
+                     "headers belong there")
     checked += 1
 if checked < 50:
     sys.exit(f"only {checked} layer sources in compile_commands.json")

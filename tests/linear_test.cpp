@@ -2,16 +2,16 @@
 // backward), named-axis layouts, a finite-difference gradient check in mp, the three sharded
 // forms against the dense oracle for N = 1..5 and splits that do not divide, and the loader's
 // located errors.
-#include "ops/linear.hpp"
+#include "ops/linear/linear.hpp"
 
 #include <catch2/catch.hpp>
 #include <string>
 
-#include "scenario_test_support.hpp"
 #include "compare/compare.hpp"
 #include "core/error.hpp"
-#include "ops/linear_plan.hpp"
+#include "ops/linear/linear_plan.hpp"
 #include "scenario/scenario.hpp"
+#include "scenario_test_support.hpp"
 #include "tensor_test_support.hpp"
 
 using shardsim::DistTensor;
@@ -180,8 +180,8 @@ void check_form(int ranks, std::int64_t seq, std::int64_t ffn, const Placement& 
   // The gradient arrives where the forward output lives (Replicate for a Partial output).
   const DistTensor<T> sdy = shardsim::distribute(
       "grad(y)", dy, y_place.is_partial() ? Placement::replicate() : y_place, ranks);
-  auto grads = shardsim::linear_backward_sharded(world, sdy, sx, sw, &sb, p, "grad(x)",
-                                                 "grad(w)", "grad(b)");
+  auto grads = shardsim::linear_backward_sharded(world, sdy, sx, sw, &sb, p, "grad(x)", "grad(w)",
+                                                 "grad(b)");
   if (form != shardsim::LinearParallel::none) CHECK(grads.dweight.layout.on(0) == w_place);
   auto check = [&](const DistTensor<T>& got, const Tensor<T>& want, bool exact) {
     INFO(got.name << " " << got.layout.on(0).str());
@@ -229,10 +229,15 @@ std::string scenario_text(const std::string& x_placement, const std::string& wei
                           const std::string& extra) {
   return "[mesh]\nranks = 2\n"
          "[[tensors]]\nname = \"x\"\naxes = [\"seq\", \"hidden\"]\nshape = [4, 3]\n"
-         "placement = \"" + x_placement + "\"\n"
-         "[[tensors]]\nname = \"w\"\naxes = " + weight_axes + "\nshape = [6, 3]\n"
+         "placement = \"" +
+         x_placement +
+         "\"\n"
+         "[[tensors]]\nname = \"w\"\naxes = " +
+         weight_axes +
+         "\nshape = [6, 3]\n"
          "placement = \"Shard(ffn)\"\n"
-         "[[steps]]\nop = \"linear\"\ninput = \"x\"\nweight = \"w\"\noutput = \"y\"\n" + extra;
+         "[[steps]]\nop = \"linear\"\ninput = \"x\"\nweight = \"w\"\noutput = \"y\"\n" +
+         extra;
 }
 
 }  // namespace

@@ -2,12 +2,12 @@
 // once by the global valid-token count; sharded == dense for every token placement; padding
 // contributes nothing; and the loss faults (loss_averaged_twice, padding_in_loss,
 // average_of_rank_means, wrong_axis) do what their names say, and only where they can show.
-#include "ops/loss.hpp"
+#include "ops/loss/loss.hpp"
 
 #include <catch2/catch.hpp>
 
-#include "ops/loss_plan.hpp"
 #include "core/world.hpp"
+#include "ops/loss/loss_plan.hpp"
 #include "tensor_test_support.hpp"
 
 using shardsim::DistTensor;
@@ -68,7 +68,8 @@ TEMPLATE_TEST_CASE("sharded masked MSE equals the dense loss for every token pla
       const auto y_dist = shardsim::distribute("y", y, placement, ranks);
       const auto t_dist = shardsim::distribute("t", target, placement, ranks);
       shardsim::LossShardedSaved<TestType> saved;
-      const auto loss = shardsim::masked_mse_sharded(world, y_dist, t_dist, params, {}, "loss", saved);
+      const auto loss =
+          shardsim::masked_mse_sharded(world, y_dist, t_dist, params, {}, "loss", saved);
       for (int r = 0; r < ranks; ++r) {
         // The global valid count is exact, and every rank divides by it, once.
         CHECK(saved.divisor[static_cast<std::size_t>(r)] == TestType(19));
@@ -81,8 +82,8 @@ TEMPLATE_TEST_CASE("sharded masked MSE equals the dense loss for every token pla
       CHECK(gap <=
             64 * tensor_test::unit_roundoff<TestType>() * tensor_test::to_double(dense_loss));
       // dy = 2 (y - t) / V elementwise with the same exact V: bitwise, pads and masked tokens 0.
-      const auto dy = shardsim::masked_mse_backward_sharded(world, y_dist, t_dist, params, {},
-                                                            saved, "dy");
+      const auto dy =
+          shardsim::masked_mse_backward_sharded(world, y_dist, t_dist, params, {}, saved, "dy");
       CHECK(tensor_test::matches_bitwise(dy, dense_dy));
     }
   }
@@ -134,8 +135,7 @@ TEST_CASE("average_of_rank_means is invisible when every rank holds as many vali
   const double correct =
       shardsim::masked_mse_sharded(world, y_dist, t_dist, {}, {}, "loss", saved).local(0)[0];
   const double faulty = shardsim::masked_mse_sharded(world, y_dist, t_dist, {},
-                                                     {.average_of_rank_means = true}, "loss",
-                                                     saved)
+                                                     {.average_of_rank_means = true}, "loss", saved)
                             .local(0)[0];
   CHECK(faulty == Approx(correct).epsilon(1e-14));  // a few roundings apart at most
 }

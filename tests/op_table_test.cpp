@@ -2,13 +2,13 @@
 // table in the same order, and the loader's refusal of a fault that changes nothing.
 #include <catch2/catch.hpp>
 
-#include "scenario_test_support.hpp"
 #include "core/error.hpp"
-#include "ops/attention/plan_common.hpp"
-#include "ops/layer_norm_hidden_plan.hpp"
-#include "ops/rope.hpp"
 #include "core/rng.hpp"
+#include "ops/attention/plan_common.hpp"
+#include "ops/attention/rope.hpp"
+#include "ops/layer_norm/layer_norm_hidden_plan.hpp"
 #include "scenario/scenario.hpp"
+#include "scenario_test_support.hpp"
 
 using namespace shardsim;
 
@@ -44,8 +44,7 @@ const ParamSchema& param(OpKind kind, const std::string& key) {
 
 }  // namespace
 
-TEST_CASE("the op table follows SHARDSIM_OP_LIST: one schema per op, in OpKind order",
-          "[ops]") {
+TEST_CASE("the op table follows SHARDSIM_OP_LIST: one schema per op, in OpKind order", "[ops]") {
   REQUIRE(op_schemas().size() == kOpCount);
   for (std::size_t k = 0; k < kOpCount; ++k) {
     const OpSchema& schema = op_schemas()[k];
@@ -97,8 +96,7 @@ TEST_CASE("typed arguments: parsed once, defaults from the Args struct", "[ops]"
   CHECK_FALSE(args.stats.has_value());
 }
 
-TEST_CASE("a fault that applies to no op of the scenario is refused at its location",
-          "[faults]") {
+TEST_CASE("a fault that applies to no op of the scenario is refused at its location", "[faults]") {
   CHECK_THAT(load_error(layer_norm_scenario("faults = [\"window_off_by_one\"]\n")),
              Catch::Contains("s.toml:1:11: faults[0]: fault 'window_off_by_one' applies to "
                              "sliding_window_attention, which this scenario does not use"));

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "ops/attention/project.hpp"
-#include "ops/linear.hpp"
+#include "ops/linear/linear.hpp"
 
 using namespace shardsim;
 

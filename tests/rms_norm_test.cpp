@@ -1,16 +1,16 @@
 // Tests for ops/rms_norm.hpp and ops/rms_norm_plan.hpp: known answers, the property that RMSNorm
 // and LayerNorm are different ops (and agree exactly where they should: a zero-mean row), and
 // sharded == dense for the row-sharded (bitwise) and hidden-sharded (sum of squares) plans.
-#include "ops/rms_norm.hpp"
+#include "ops/rms_norm/rms_norm.hpp"
 
 #include <catch2/catch.hpp>
 #include <string>
 #include <type_traits>
 #include <vector>
 
-#include "ops/layer_norm.hpp"
-#include "ops/rms_norm_plan.hpp"
 #include "core/world.hpp"
+#include "ops/layer_norm/layer_norm.hpp"
+#include "ops/rms_norm/rms_norm_plan.hpp"
 #include "tensor_test_support.hpp"
 
 using shardsim::DistTensor;

@@ -1,7 +1,7 @@
 // Tests for ops/rope.hpp: the two pairing conventions on hand-derived known answers, position 0
 // as the exact identity, the transpose (backward) as the inverse and the adjoint in mp, per-shard
 // rotation equal to whole-tensor rotation bit for bit, and independence from the axis order.
-#include "ops/rope.hpp"
+#include "ops/attention/rope.hpp"
 
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "core/mp.hpp"
-#include "ops/attention/attention.hpp"
 #include "core/placement.hpp"
 #include "core/rng.hpp"
+#include "ops/attention/attention.hpp"
 #include "tensor_test_support.hpp"
 
 using shardsim::Mp;

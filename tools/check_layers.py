@@ -3,8 +3,9 @@
 
 The layers are SHARDSIM_LAYERS in CMakeLists.txt, bottom to top (docs/architecture.md). A file
 in sim/<layer>/ may include "<seen>/file.hpp" for its own layer and the layers before it in that
-list; the function lab (sim/lab) sees core and itself, the mpi transport (sim/transport) core and
-itself, the CLI (sim/cli) everything. include/shardsim/ (the public API) may include any layer.
+list (in an op's folder sim/ops/<op>/, entry.cpp is the scenario layer's and step.hpp the
+runner's); the function lab (sim/lab) sees core and itself, the mpi transport (sim/transport) core
+and itself, the CLI (sim/cli) everything. The headers CMake generates count as present. include/shardsim/ (the public API) may include any layer.
 No include climbs with "../" or names a file that does not exist. The build enforces most of this
 by each layer's include path (CMakeLists.txt); this check also covers headers that only a higher
 layer's sources include, which the compiler sees under that higher layer's path.
@@ -36,8 +37,29 @@ def visible_from(layers):
     return visible
 
 
+# An op's folder sim/ops/<op>/ holds files of three layers (CMakeLists.txt SHARDSIM_OPS): its
+# scenario entry is compiled into the scenario layer and its runner step is the runner's.
+OP_FOLDER_FILES = {"entry.cpp": "scenario", "step.hpp": "runner"}
+
+
+def generated_headers(cmake_text):
+    """The headers CMakeLists.txt generates, as included: "<layer>/file"."""
+    found = re.findall(r"\$\{generated\}/(\w+)/(\w+)/([\w.]+) CONTENT", cmake_text)
+    return {f"{inner}/{name}" for layer, inner, name in found if layer == inner}
+
+
+def layer_of(rel):
+    """The layer of a file under sim/ (rel = "sim/<folder>/...")."""
+    parts = rel.split("/")
+    if parts[1] == "ops" and len(parts) == 4 and parts[3] in OP_FOLDER_FILES:
+        return OP_FOLDER_FILES[parts[3]]
+    return parts[1]
+
+
 def violations(root):
-    layers = layers_of(open(os.path.join(root, "CMakeLists.txt")).read())
+    cmake_text = open(os.path.join(root, "CMakeLists.txt")).read()
+    layers = layers_of(cmake_text)
+    generated = generated_headers(cmake_text)
     visible = visible_from(layers)
     sim = os.path.join(root, "sim")
     found = []
@@ -57,7 +79,7 @@ def violations(root):
                     continue
                 path = os.path.join(directory, name)
                 rel = os.path.relpath(path, root)
-                folder = rel.split("/")[1]
+                folder = layer_of(rel) if kind == "sim" else "include"
                 allowed = visible.get(folder, set()) if kind == "sim" else set(layers)
                 for number, line in enumerate(open(path, encoding="utf-8"), 1):
                     match = INCLUDE.match(line)
@@ -84,7 +106,7 @@ def violations(root):
                     elif head not in allowed:
                         found.append(f'{where}: "{target}": {folder} may not include {head} '
                                      f"(a back edge; CMakeLists.txt SHARDSIM_LAYERS)")
-                    elif not os.path.isfile(os.path.join(sim, target)):
+                    elif not os.path.isfile(os.path.join(sim, target)) and target not in generated:
                         found.append(f'{where}: "{target}" does not exist')
     return found
 

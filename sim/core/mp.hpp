@@ -4,7 +4,7 @@
 // are the bits Boost's backend gives.
 //
 // Only translation units that instantiate kernels for Mp include this header (the *_mp.cpp files,
-// the generated Mp units of CMakeLists.txt's SHARDSIM_KERNELS, and tests), so the rest of the
+// the Mp units CMakeLists.txt generates for every kernel, and tests), so the rest of the
 // build never sees MPFR.
 //
 // Precision: Boost's variable-precision interface counts decimal digits, and shardsim keeps its

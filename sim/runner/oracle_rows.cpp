@@ -27,17 +27,35 @@ std::int64_t oracle_rows_extent(const Scenario& scenario) {
   return 0;
 }
 
-namespace {
-
-std::string at_step(const Scenario& scenario, const StepSpec& step) {
-  std::string out = scenario.file;
-  if (step.loc.line > 0) {
-    out += ":" + std::to_string(step.loc.line) + ":" + std::to_string(step.loc.column);
+std::string OracleRowsUse::at_step() const {
+  std::string out = scenario_.file;
+  if (step_.loc.line > 0) {
+    out += ":" + std::to_string(step_.loc.line) + ":" + std::to_string(step_.loc.column);
   }
-  return out + ": steps[" + std::to_string(step.index) + "] (" + std::string(step.op()) + "): ";
+  return out + ": steps[" + std::to_string(step_.index) + "] (" + std::string(step_.op()) +
+         "): --oracle distributed: ";
 }
 
-}  // namespace
+void OracleRowsUse::sums_rows(const std::string& batch_axis) {
+  sums_ = true;
+  if (batch_axis != kOracleRowsAxis) {
+    throw InputError(at_step() + "the loss's batch_axis must be '" + std::string(kOracleRowsAxis) +
+                     "', the axis the oracle's row blocks cut; use --oracle root");
+  }
+}
+
+void OracleRowsUse::reduces_over(const std::string& axis, std::string_view what) {
+  if (axis == kOracleRowsAxis) {
+    throw InputError(at_step() + "this " + std::string(what) + " reduces over '" + axis +
+                     "', the axis the oracle's row blocks cut; use --oracle root");
+  }
+}
+
+void OracleRowsUse::refuse_in_training(std::string_view why) {
+  if (scenario_.train_steps > 0) {
+    throw InputError(at_step() + "in training, " + std::string(why) + "; use --oracle root");
+  }
+}
 
 void check_distributed_oracle(const Scenario& scenario, int processes) {
   const std::string axis(kOracleRowsAxis);
@@ -55,40 +73,9 @@ void check_distributed_oracle(const Scenario& scenario, int processes) {
   // block in row order: the batch axis must lead, so that row order is batch-major.
   bool sums_rows = scenario.train_steps > 0;
   for (const StepSpec& step : scenario.steps) {
-    std::string norm_axis;
-    switch (step.kind) {
-      case OpKind::mse_loss:
-        sums_rows = true;
-        if (step.as<MseLossArgs>().batch_axis != axis) {
-          throw InputError(at_step(scenario, step) + flag + ": the loss's batch_axis must be '" +
-                           axis + "', the axis the oracle's row blocks cut; use --oracle root");
-        }
-        break;
-      case OpKind::layer_norm:
-        norm_axis = step.as<LayerNormArgs>().axis;
-        break;
-      case OpKind::rms_norm:
-        norm_axis = step.as<RmsNormArgs>().axis;
-        break;
-      case OpKind::sliding_window_attention:
-        if (scenario.train_steps > 0) {
-          throw InputError(at_step(scenario, step) + flag +
-                           ": in training, attention's weight gradients total every (batch, "
-                           "position) before they are added, which row blocks would reorder; "
-                           "use --oracle root");
-        }
-        break;
-      case OpKind::redistribute:
-      case OpKind::linear:
-      case OpKind::gelu:
-      case OpKind::dropout:
-      case OpKind::add:
-        break;
-    }
-    if (norm_axis == axis) {
-      throw InputError(at_step(scenario, step) + flag + ": this norm reduces over '" + axis +
-                       "', the axis the oracle's row blocks cut; use --oracle root");
-    }
+    OracleRowsUse use(scenario, step);
+    step_oracle_rows(step, use);
+    sums_rows = sums_rows || use.sums();
   }
   std::int64_t rows = -1;
   for (const TensorSpec& spec : scenario.tensors) {

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "core/placement.hpp"
-#include "scenario/scenario.hpp"
 #include "core/tensor.hpp"
+#include "scenario/scenario.hpp"
 
 namespace shardsim {
 
@@ -49,6 +49,37 @@ OracleRows oracle_rows(std::int64_t extent, int process, int processes);
 // axis not leading with a loss or training (carried sums need batch-major row order); fewer
 // batch rows than processes.
 void check_distributed_oracle(const Scenario& scenario, int processes);
+
+// What one step asks of the row blocks, for check_distributed_oracle. Every op's step.hpp defines
+// an overload check_oracle_rows(const TypeArgs&, OracleRowsUse&) (the build fails without one),
+// which says what the op does across rows of the batch axis; an op that computes each row from
+// that row alone says nothing. Each call throws a located InputError when the rows cannot carry it.
+class OracleRowsUse {
+ public:
+  OracleRowsUse(const Scenario& scenario, const StepSpec& step)
+      : scenario_(scenario), step_(step) {}
+
+  // The op sums over rows (a loss) along `batch_axis`, which must be the row axis; the sum is
+  // carried from block to block in row order (StepEnv::chain_rows).
+  void sums_rows(const std::string& batch_axis);
+  // The op (`what`, e.g. "norm") reduces over `axis`, which must not be the row axis.
+  void reduces_over(const std::string& axis, std::string_view what);
+  // In training the op totals over rows in an order row blocks would change (`why`): refused.
+  void refuse_in_training(std::string_view why);
+
+  bool sums() const { return sums_; }
+
+ private:
+  std::string at_step() const;
+
+  const Scenario& scenario_;
+  const StepSpec& step_;
+  bool sums_ = false;
+};
+
+// Calls the check_oracle_rows overload of `step`'s op (runner.cpp, where every op's step.hpp is
+// included).
+void step_oracle_rows(const StepSpec& step, OracleRowsUse& use);
 
 // The batch axis' extent: that of the scenario's inputs. REQUIRES: check_distributed_oracle passed.
 std::int64_t oracle_rows_extent(const Scenario& scenario);

@@ -8,6 +8,17 @@
 
 namespace shardsim {
 
+void step_oracle_rows(const StepSpec& step, OracleRowsUse& use) {
+  switch (step.kind) {
+#define SHARDSIM_OP_ORACLE_ROWS(name, Type)        \
+  case OpKind::name:                               \
+    check_oracle_rows(step.as<Type##Args>(), use); \
+    return;
+    SHARDSIM_OP_LIST(SHARDSIM_OP_ORACLE_ROWS)
+#undef SHARDSIM_OP_ORACLE_ROWS
+  }
+}
+
 ReduceOrder effective_reduce_order(const Scenario& scenario, const RunOptions& options) {
   return options.reduce_order.value_or(scenario.mesh.reduce_order);
 }

@@ -6,7 +6,7 @@
 // loader refuses it and says what the fault needs. The rules follow the plans' own choices:
 //   layer_norm   input Shard(axis) on the step's dim -> the hidden-sharded plans (stats mode;
 //                redistribute runs the row plan after its all-to-all); anything else -> the
-//                row plan (sim/ops/layer_norm_faults.hpp lists who uses what)
+//                row plan (sim/ops/layer_norm/layer_norm_faults.hpp lists who uses what)
 //   mse_loss     input Replicate on every dim -> computed whole on every rank (loss_plan.hpp:
 //                one holder, whose own mean is the call's: average_of_rank_means shows only
 //                with micro-batches, averaging twice never); padding needs valid_lengths below
@@ -38,9 +38,9 @@
 #include <optional>
 #include <string>
 
-#include "scenario/scenario.hpp"
 #include "scenario/fault_plans_internal.hpp"
 #include "scenario/loader.hpp"
+#include "scenario/scenario.hpp"
 
 namespace shardsim {
 

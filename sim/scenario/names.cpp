@@ -14,9 +14,9 @@
 #include <string_view>
 
 #include "ops/attention/parts.hpp"
-#include "ops/layer_norm.hpp"
-#include "ops/loss_plan.hpp"
-#include "ops/rms_norm.hpp"
+#include "ops/layer_norm/layer_norm.hpp"
+#include "ops/loss/loss_plan.hpp"
+#include "ops/rms_norm/rms_norm.hpp"
 #include "scenario/loader_internal.hpp"
 
 namespace shardsim {

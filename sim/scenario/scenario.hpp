@@ -16,14 +16,14 @@
 #include <vector>
 
 #include "core/fault_list.hpp"
-#include "core/mesh.hpp"
-#include "core/storage.hpp"
-#include "core/op_list.hpp"
-#include "core/placement.hpp"
 #include "core/magnitude.hpp"
+#include "core/mesh.hpp"
+#include "core/placement.hpp"
 #include "core/rng.hpp"
 #include "core/scalar.hpp"
 #include "core/shape.hpp"
+#include "core/storage.hpp"
+#include "ops/op_list.hpp"
 
 namespace shardsim {
 
@@ -141,7 +141,7 @@ std::vector<std::int64_t> micro_batch_rows(std::int64_t rows, int k);
 struct FsdpSpec {
   enum class Style { flat, per_param };
   Style style = Style::flat;
-  int dim = 0;  // the mesh dim the parameters are sharded over
+  int dim = 0;                            // the mesh dim the parameters are sharded over
   std::optional<Precision> param_dtype;   // bf16, f16, f32 or f64
   std::optional<Precision> reduce_dtype;  // bf16, f16, f32 or f64
   struct Unit {

@@ -6,12 +6,12 @@
 
 #include "bench.hpp"
 #include "core/lane_isa.hpp"
-#include "ops/layer_norm-inl.hpp"
-#include "ops/layer_norm_plan.hpp"
 #include "core/rng.hpp"
 #include "core/storage.hpp"
 #include "core/trace.hpp"
 #include "core/world.hpp"
+#include "ops/layer_norm/layer_norm-inl.hpp"
+#include "ops/layer_norm/layer_norm_plan.hpp"
 
 namespace bench {
 namespace {
@@ -119,8 +119,8 @@ int one_dtype(const Options& o, TorchServer* torch, const char* dtype, double go
   const double tol = sizeof(T) == 4 ? 1e-4 : 1e-12;
   int failures = 0;
   if (!(err <= tol * scale)) {
-    std::printf("  [%s] kernel disagrees with the naive loop: max err %.3g (scale %.3g)\n",
-                dtype, err, scale);
+    std::printf("  [%s] kernel disagrees with the naive loop: max err %.3g (scale %.3g)\n", dtype,
+                err, scale);
     ++failures;
   }
   // The SSE2 and the AVX2 copies of the lane kernels must give the same bits (lane_isa.hpp).
@@ -147,8 +147,8 @@ int one_dtype(const Options& o, TorchServer* torch, const char* dtype, double go
   const char* yard_name = "naive scalar loop";
   if (torch) {
     yard_name = "PyTorch CPU (1 thread)";
-    const std::string req = std::string("ln ") + dtype + " " + std::to_string(rows) + " " +
-                            std::to_string(h);
+    const std::string req =
+        std::string("ln ") + dtype + " " + std::to_string(rows) + " " + std::to_string(h);
     // The server times the call itself (no pipe latency); the two sides alternate rep by rep.
     torch->time(req);
     std::vector<double> tk, tt;
@@ -161,7 +161,8 @@ int one_dtype(const Options& o, TorchServer* torch, const char* dtype, double go
     kernel_s = median(tk);
     yard_s = median(tt);
   } else {
-    std::tie(kernel_s, yard_s) = interleave(reps, [&] { c.run(); }, naive);
+    std::tie(kernel_s, yard_s) = interleave(
+        reps, [&] { c.run(); }, naive);
   }
   std::printf("  [%s %lldx%lld fwd+bwd] shardsim %.3f G elem/s, %s %.3f G elem/s\n", dtype,
               (long long)rows, (long long)h, elems / kernel_s * 1e-9, yard_name,
@@ -203,8 +204,9 @@ int bf16_ratio(const Options& o) {
   int failures = 0;
   for (std::int64_t i = 0; i < rows * h; ++i) {
     const auto reference = [](float v) {
-      return shardsim::narrow_to_float(shardsim::NarrowFormat::bf16,
-                                       shardsim::narrow_from_float(shardsim::NarrowFormat::bf16, v));
+      return shardsim::narrow_to_float(
+          shardsim::NarrowFormat::bf16,
+          shardsim::narrow_from_float(shardsim::NarrowFormat::bf16, v));
     };
     if (c.y[i] != reference(y32[static_cast<std::size_t>(i)]) ||
         c.dx[i] != reference(dx32[static_cast<std::size_t>(i)])) {
@@ -214,9 +216,10 @@ int bf16_ratio(const Options& o) {
     }
   }
   if (o.smoke) return failures;
-  const auto [f32_s, bf16_s] = interleave(reps, [&] { c.run(); }, bf16_run);
-  std::printf("  [bf16 %lldx%lld fwd+bwd] f32 pass %.2f ms, bf16 storage %.2f ms\n", (long long)rows,
-              (long long)h, f32_s * 1e3, bf16_s * 1e3);
+  const auto [f32_s, bf16_s] = interleave(
+      reps, [&] { c.run(); }, bf16_run);
+  std::printf("  [bf16 %lldx%lld fwd+bwd] f32 pass %.2f ms, bf16 storage %.2f ms\n",
+              (long long)rows, (long long)h, f32_s * 1e3, bf16_s * 1e3);
   verdict(1, "bf16 LayerNorm fwd+bwd / shardsim f32", f32_s / bf16_s, 0.8, true);
   return failures;
 }
@@ -241,8 +244,7 @@ int target_emulation(const Options& o) {
   LnCase<float> c(rows, h);
   shardsim::World<float> world(8, shardsim::ReduceOrder::rank, shardsim::Schedule{});
   std::vector<shardsim::TraceEntry> trace;
-  world.set_hook([&](const shardsim::BoundaryLabel& label,
-                     const shardsim::DistTensor<float>& t) {
+  world.set_hook([&](const shardsim::BoundaryLabel& label, const shardsim::DistTensor<float>& t) {
     shardsim::TraceEntry e;
     e.id = static_cast<int>(trace.size());
     e.op = label.op;
@@ -267,7 +269,7 @@ int target_emulation(const Options& o) {
     trace.clear();
     sy = shardsim::layer_norm_row_sharded(world, sx, &sw, &sb, c.params, "y", ssaved);
     grads = shardsim::layer_norm_row_sharded_backward(world, sdy, sx, &sw, &sb, ssaved, c.params,
-                                                     "grad(x)", "grad(w)", "grad(b)");
+                                                      "grad(x)", "grad(w)", "grad(b)");
     world.compare_boundary({.op = "layer_norm_backward", .tensor = "grad(x)"}, grads.dx);
   };
   sharded();
@@ -284,7 +286,8 @@ int target_emulation(const Options& o) {
     }
   }
   if (o.smoke) return failures;
-  const auto [dense_s, sharded_s] = interleave(reps, [&] { c.run(); }, sharded);
+  const auto [dense_s, sharded_s] = interleave(
+      reps, [&] { c.run(); }, sharded);
   std::printf("  dense %.2f ms, sharded (8 ranks, %zu trace entries) %.2f ms\n", dense_s * 1e3,
               trace.size(), sharded_s * 1e3);
   verdict(2, "sharded / dense time (f32 fwd+bwd)", sharded_s / dense_s, 1.15, false);

@@ -9,7 +9,7 @@
 #include "bench.hpp"
 #include "core/mp.hpp"
 #include "ops/attention/attention-inl.hpp"
-#include "ops/layer_norm-inl.hpp"
+#include "ops/layer_norm/layer_norm-inl.hpp"
 
 namespace bench {
 

@@ -357,7 +357,7 @@ void attention_merge(Tensor<T>& out, Tensor<T>& lse, const Tensor<T>& block_out,
 }  // namespace shardsim
 
 // Explicit instantiation list: the op's .cpp instantiates float and double, and CMakeLists.txt
-// (SHARDSIM_KERNELS) generates the Mp, NarrowFloat, Dd and Qd units.
+// finds this macro and generates the Mp, NarrowFloat, Dd and Qd units.
 #define SHARDSIM_INSTANTIATE_ATTENTION(T)                                                        \
   template void attention_forward(                                                               \
       const Tensor<T>&, const std::vector<std::int64_t>&, const Tensor<T>&, const Tensor<T>&,    \

@@ -13,14 +13,14 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "core/op_list.hpp"
-#include "ops/add_plan.hpp"
+#include "core/world.hpp"
+#include "ops/add/add_plan.hpp"
 #include "ops/attention/attention.hpp"
 #include "ops/attention/parts.hpp"
 #include "ops/attention/project.hpp"
+#include "ops/attention/rope.hpp"
 #include "ops/attention/stream.hpp"
-#include "ops/rope.hpp"
-#include "core/world.hpp"
+#include "ops/op_list.hpp"
 
 namespace shardsim {
 

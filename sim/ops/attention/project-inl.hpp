@@ -326,7 +326,7 @@ void project_out_backward(const Tensor<T>& dy, const Tensor<T>& attn, const Tens
 }  // namespace shardsim
 
 // Explicit instantiation list: the op's .cpp instantiates float and double, and CMakeLists.txt
-// (SHARDSIM_KERNELS) generates the Mp, NarrowFloat, Dd and Qd units.
+// finds this macro and generates the Mp, NarrowFloat, Dd and Qd units.
 #define SHARDSIM_INSTANTIATE_ATTENTION_PROJECT(T)                                            \
   template void project_heads(const Tensor<T>&, const Tensor<T>&, Tensor<T>&);               \
   template void project_heads_backward(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&, \

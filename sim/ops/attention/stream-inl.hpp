@@ -93,7 +93,7 @@ void stream_attention_backward(const Tensor<T>& dy, const Tensor<T>& x, const Te
 }  // namespace shardsim
 
 // Explicit instantiation list: the op's .cpp instantiates float and double, and CMakeLists.txt
-// (SHARDSIM_KERNELS) generates the Mp, NarrowFloat, Dd and Qd units.
+// finds this macro and generates the Mp, NarrowFloat, Dd and Qd units.
 #define SHARDSIM_INSTANTIATE_ATTENTION_STREAM(T)                                                \
   template void stream_attention_forward(                                                       \
       const Tensor<T>&, const Tensor<T>&, const Tensor<T>&, const Tensor<T>&, const Tensor<T>&, \

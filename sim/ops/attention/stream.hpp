@@ -26,7 +26,7 @@
 
 #include "ops/attention/attention.hpp"
 #include "ops/attention/project.hpp"
-#include "ops/rope.hpp"
+#include "ops/attention/rope.hpp"
 
 namespace shardsim {
 

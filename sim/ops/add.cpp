@@ -1,8 +1,0 @@
-#include "ops/add-inl.hpp"
-
-namespace shardsim {
-
-SHARDSIM_INSTANTIATE_ADD(float)
-SHARDSIM_INSTANTIATE_ADD(double)
-
-}  // namespace shardsim

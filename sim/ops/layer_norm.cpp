@@ -1,8 +1,0 @@
-#include "ops/layer_norm-inl.hpp"
-
-namespace shardsim {
-
-SHARDSIM_INSTANTIATE_LAYER_NORM(float)
-SHARDSIM_INSTANTIATE_LAYER_NORM(double)
-
-}  // namespace shardsim

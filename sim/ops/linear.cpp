@@ -1,8 +1,0 @@
-#include "ops/linear-inl.hpp"
-
-namespace shardsim {
-
-SHARDSIM_INSTANTIATE_LINEAR(float)
-SHARDSIM_INSTANTIATE_LINEAR(double)
-
-}  // namespace shardsim

@@ -1,8 +1,0 @@
-#include "ops/rms_norm-inl.hpp"
-
-namespace shardsim {
-
-SHARDSIM_INSTANTIATE_RMS_NORM(float)
-SHARDSIM_INSTANTIATE_RMS_NORM(double)
-
-}  // namespace shardsim
