@@ -191,8 +191,9 @@ def run_tour(shardsim, source):
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     try:
         for command, expected in commands:
-            shell = re.sub(r"(?<![\w/.-])build/shardsim(?![\w/.-])", shardsim.replace("\\", "\\\\"), command)
-            shell = re.sub(r"(?<![\w/.-])/tmp/", scratch.replace("\\", "\\\\") + "/", shell)
+            # /tmp/ first: the binary's own path may lie under /tmp (a clone in /tmp/x).
+            shell = re.sub(r"(?<![\w/.-])/tmp/", scratch.replace("\\", "\\\\") + "/", command)
+            shell = re.sub(r"(?<![\w/.-])build/shardsim(?![\w/.-])", shardsim.replace("\\", "\\\\"), shell)
             result = subprocess.run(shell, shell=True, cwd=source, env=env, stdin=subprocess.DEVNULL,
                                     capture_output=True, text=True, timeout=600)
             stdout.append(result.stdout)
