@@ -131,6 +131,16 @@ TEST_CASE("cli: bad command-line usage exits 2 and writes nothing", "[cli]") {
     CHECK(r.err.find("does not exist") != std::string::npos);
     CHECK_FALSE(fs::exists(target.parent_path()));
   }
+  SECTION("(m) an extra positional argument, named (issue 51)") {
+    const CliResult r = run_cli("run " + shell_quoted(scenario) + " extra" + report);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("unexpected argument 'extra': this command takes 1 positional argument") !=
+          std::string::npos);
+    const CliResult c = run_cli("compare a b more");
+    CHECK(c.exit_code == 2);
+    CHECK(c.err.find("unexpected argument 'more': this command takes 2 positional arguments") !=
+          std::string::npos);
+  }
   SECTION("no command, and an unknown command") {
     CHECK(run_cli("").exit_code == 2);
     const CliResult r = run_cli("frobnicate");
@@ -211,6 +221,8 @@ TEST_CASE("cli: explain, validate and list", "[cli]") {
   CHECK(list.exit_code == 0);
   CHECK(list.out.find("layer_norm") != std::string::npos);
   CHECK(list.out.find("redistribute") != std::string::npos);
+  // Every split the placement parser accepts (core/placement.cpp), zigzag included (issue 51).
+  CHECK(list.out.find("Shard(AXIS[, chunk|balanced|padded|zigzag])") != std::string::npos);
 }
 
 TEST_CASE("cli: --resources prints and reports each run's peak RSS and wall time, only on request",

@@ -3,11 +3,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <limits>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
+#include "cli/commands.hpp"
 #include "core/error.hpp"
 #include "core/parallel.hpp"
-#include "cli/commands.hpp"
 
 namespace po = boost::program_options;
 
@@ -29,7 +32,8 @@ std::vector<std::string> split_list(const std::string& flag, const std::string& 
 
 std::uint64_t parse_bytes(const std::string& text) {
   std::size_t end = 0;
-  while (end < text.size() && (std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '.')) {
+  while (end < text.size() &&
+         (std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '.')) {
     ++end;
   }
   const std::string number = text.substr(0, end);
@@ -70,14 +74,35 @@ void parse_command_line(const Args& args, const po::options_description& options
                         po::variables_map& vm) {
   constexpr int kStyle =
       po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
-  po::store(
-      po::command_line_parser(args).options(options).positional(positional).style(kStyle).run(),
-      vm);
+  // Positional words past the command's own go to a hidden option, so that the error can name
+  // the first of them (Boost's own says only "too many positional options").
+  constexpr const char* kExtra = "unexpected-argument";
+  const unsigned named = positional.max_total_count();
+  const bool bounded = named != std::numeric_limits<unsigned>::max();
+  po::options_description all;
+  all.add(options);
+  po::positional_options_description with_extra;
+  if (bounded) {
+    all.add_options()(kExtra, po::value<std::vector<std::string>>());
+    for (unsigned i = 0; i < named; ++i) with_extra.add(positional.name_for_position(i).c_str(), 1);
+    with_extra.add(kExtra, -1);
+  }
+  po::store(po::command_line_parser(args)
+                .options(all)
+                .positional(bounded ? with_extra : positional)
+                .style(kStyle)
+                .run(),
+            vm);
+  if (vm.count(kExtra)) {
+    throw InputError("unexpected argument " + quote(vm[kExtra].as<std::vector<std::string>>()[0]) +
+                     ": this command takes " + std::to_string(named) + " positional argument" +
+                     (named == 1 ? "" : "s"));
+  }
   po::notify(vm);
 }
 
-bool parse_scenario_args(const Args& args, po::options_description& options,
-                         po::variables_map& vm, const char* usage) {
+bool parse_scenario_args(const Args& args, po::options_description& options, po::variables_map& vm,
+                         const char* usage) {
   options.add_options()("help,h", "show this help");
   po::options_description all;
   all.add(options).add_options()("scenario", po::value<std::string>(), "scenario file");

@@ -369,7 +369,7 @@ int list_command(const Args& args) {
   std::cout << "faults:\n";
   for (const FaultInfo& f : fault_catalogue())
     std::cout << "  " << f.name << ": " << f.summary << "\n";
-  std::cout << "placements: Replicate, Partial(sum), Shard(AXIS[, chunk|balanced|padded])\n"
+  std::cout << "placements: Replicate, Partial(sum), Shard(AXIS[, chunk|balanced|padded|zigzag])\n"
                "reduce orders: rank, ring, tree\n"
                "schedules: rank, reverse, shuffle:SEED\n"
                "precisions: bf16, f16, f32, f64, dd, qd, mp<bits> ("
