@@ -44,10 +44,16 @@ inline constexpr std::size_t kOpCount = std::size(kOpNames);
 
 constexpr std::string_view op_name(OpKind kind) { return kOpNames[static_cast<std::size_t>(kind)]; }
 // The op label of a boundary the op's forward or backward records ("layer_norm",
-// "layer_norm_backward").
-std::string op_label(OpKind kind);
-std::string backward_label(OpKind kind);
-std::optional<OpKind> find_op(std::string_view name);
+// "layer_norm_backward"). Inline, like the whole list: the scenario layer names ops without
+// linking the ops library.
+inline std::string op_label(OpKind kind) { return std::string(op_name(kind)); }
+inline std::string backward_label(OpKind kind) { return std::string(op_name(kind)) + "_backward"; }
+inline std::optional<OpKind> find_op(std::string_view name) {
+  for (std::size_t k = 0; k < kOpCount; ++k) {
+    if (kOpNames[k] == name) return static_cast<OpKind>(k);
+  }
+  return std::nullopt;
+}
 
 // std::monostate (not parsed yet), then one alternative per op in OpKind order.
 using OpArgs = std::variant<std::monostate
