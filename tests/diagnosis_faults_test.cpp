@@ -80,7 +80,13 @@ TEST_CASE("every seeded fault's top-ranked cause is the right one", "[diagnosis]
       {"micro_batch_mean",
        "no loss weighting models micro-batches: none divides a micro-batch's sum by the step's "
        "valid-token count, so the loss signature stands aside on micro-batched runs"},
-      {"fsdp_clip_padding", "no signature for padding summed into a norm"}};
+      {"fsdp_clip_padding", "no signature for padding summed into a norm"},
+      {"lm_ce_local_max", "N-D mesh (dp x tp); no cross-entropy signature yet"},
+      {"lm_ce_target_every_rank", "N-D mesh (dp x tp); no cross-entropy signature yet"},
+      {"lm_ce_ignored_tokens_counted", "N-D mesh (dp x tp); no cross-entropy signature yet"},
+      {"lm_vocab_padding_in_softmax", "N-D mesh (dp x tp); no cross-entropy signature yet"},
+      {"lm_embedding_partial_not_reduced", "N-D mesh (dp x tp); no embedding signature yet"},
+      {"lm_tied_grad_one_use", "N-D mesh (dp x tp); no tied-weight signature yet"}};
   for (const auto& [name, reason] : undiagnosed) {
     INFO(name << ": " << reason);
     const Replay r = replay(kScenarios / "faults" / (name + ".toml"));
@@ -126,9 +132,9 @@ TEST_CASE("no clean twin produces a diagnosis", "[diagnosis][scenario]") {
       CHECK_FALSE(json.contains("diagnosis"));
     }
   }
-  // 12 normalization, 5 mesh, 1 micro-batch and 6 fsdp twins in scenarios/, 10 attention
-  // twins in faults/.
-  CHECK(twins == 34);
+  // 12 normalization, 5 mesh, 1 micro-batch, 6 fsdp and 6 language-model twins in scenarios/,
+  // 10 attention twins in faults/.
+  CHECK(twins == 40);
 }
 
 TEST_CASE("the documented cancellation is diagnosed as rounding, with a condition estimate",

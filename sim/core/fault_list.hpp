@@ -46,7 +46,13 @@
   X(fsdp_full_param_step)           \
   X(fsdp_clip_padding)              \
   X(fsdp_stale_shard)               \
-  X(fsdp_reduce_dtype_bf16)
+  X(fsdp_reduce_dtype_bf16)         \
+  X(ce_local_max)                   \
+  X(ce_target_every_rank)           \
+  X(ce_ignored_tokens_counted)      \
+  X(vocab_padding_in_softmax)       \
+  X(embedding_partial_not_reduced)  \
+  X(tied_grad_one_use)
 
 namespace shardsim {
 

@@ -71,6 +71,18 @@ float init_value(const InitSpec& spec, std::uint64_t seed, std::uint64_t index) 
                                             std::cos(2.0 * std::numbers::pi * u2));
 }
 
+std::int64_t randint_value(std::int64_t low, std::int64_t high, std::uint64_t seed,
+                           std::uint64_t index) {
+  SHARDSIM_ASSERT(low < high && static_cast<std::uint64_t>(high - low) <= (std::uint64_t{1} << 32),
+                  "randint_value: needs low < high and a range of at most 2^32");
+  const PhiloxKey key{static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32)};
+  const PhiloxCounter ctr{static_cast<std::uint32_t>(index),
+                          static_cast<std::uint32_t>(index >> 32), kInitStream, 0};
+  const PhiloxCounter out = philox4x32_10(ctr, key);
+  const std::uint64_t word = std::uint64_t{out[0]} | (std::uint64_t{out[1]} << 32);
+  return low + static_cast<std::int64_t>(word % static_cast<std::uint64_t>(high - low));
+}
+
 std::string_view dropout_policy_name(DropoutPolicy policy) {
   switch (policy) {
     case DropoutPolicy::global: return "global";

@@ -57,6 +57,13 @@ struct InitSpec {
 // REQUIRES: spec.dist != InitDist::file.
 float init_value(const InitSpec& spec, std::uint64_t seed, std::uint64_t index);
 
+// Element `index` of an i64 tensor drawn with init = { dist = "randint", low, high } (token ids,
+// labels): uniform on the integers [low, high), torch.randint's range. The init counter above,
+// w = out[0] + 2^32 out[1] (64 bits), value = low + (w mod (high - low)). REQUIRES: low < high,
+// high - low <= 2^32, so the modulo's bias is below 2^-32.
+std::int64_t randint_value(std::int64_t low, std::int64_t high, std::uint64_t seed,
+                           std::uint64_t index);
+
 // Stream ids used in the Philox counter's third word.
 inline constexpr std::uint32_t kInitStream = 0x494e4954;  // "INIT"
 

@@ -48,6 +48,11 @@ constexpr std::string_view op_name(OpKind kind) { return kOpNames[static_cast<st
 // linking the ops library.
 inline std::string op_label(OpKind kind) { return std::string(op_name(kind)); }
 inline std::string backward_label(OpKind kind) { return std::string(op_name(kind)) + "_backward"; }
+// The ops that end a training step's forward with the scalar loss (mse_loss, cross_entropy): a
+// training scenario's last step, averaged once over the step's global count of valid tokens.
+inline bool is_loss(OpKind kind) {
+  return kind == OpKind::mse_loss || kind == OpKind::cross_entropy;
+}
 inline std::optional<OpKind> find_op(std::string_view name) {
   for (std::size_t k = 0; k < kOpCount; ++k) {
     if (kOpNames[k] == name) return static_cast<OpKind>(k);

@@ -41,7 +41,7 @@ void ScenarioRun<T>::run_micro_batched_step() {
   run_whole_batch_oracle();
   std::vector<std::string> losses;
   for (const StepSpec& spec : scenario_.steps) {
-    if (spec.kind == OpKind::mse_loss) losses.push_back(spec.output());
+    if (is_loss(spec.kind)) losses.push_back(spec.output());
   }
   for (micro_ = 1; micro_ <= k; ++micro_) {
     occurrences_.clear();
@@ -87,7 +87,7 @@ void ScenarioRun<T>::run_whole_batch_oracle() {
   std::erase_if(env_.sharded, [](const auto& entry) { return is_grad_name(entry.first); });
   forward();
   for (const StepSpec& spec : scenario_.steps) {
-    if (spec.kind != OpKind::mse_loss) continue;
+    if (!is_loss(spec.kind)) continue;
     for (const std::string& name : {spec.output(), part_name(spec.output(), loss_parts::sum),
                                     part_name(spec.output(), loss_parts::valid_tokens)}) {
       whole_oracle_.insert_or_assign(name, env_.dense.at(name));

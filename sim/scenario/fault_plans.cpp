@@ -260,10 +260,90 @@ std::string init_effect(Fault fault, const Scenario& s) {
          "to zeros, and here there is none, or each already holds exactly those values";
 }
 
+// The cross_entropy faults: the vocabulary faults need logits whose vocabulary some dim of two
+// or more ranks shards (vocab_padding_in_softmax: with a padded split that pads); counting the
+// ignored tokens needs a label equal to ignore_index.
+std::string cross_entropy_effect(Fault fault, const Scenario& s) {
+  auto vocab_split = [&](const CrossEntropyArgs& a, bool padded) {
+    const Scenario::TensorLayout* t = layout_of(s, a.input);
+    if (t == nullptr) return false;
+    for (int d = 0; d < t->layout.ndim() && d < s.mesh.devices.ndim(); ++d) {
+      const Placement& p = t->layout.on(d);
+      const int k = s.mesh.devices.dim(d).size;
+      if (!p.is_shard() || p.axis != a.vocab_axis || k < 2) continue;
+      if (!padded) return true;
+      if (p.split == SplitPolicy::padded && t->shape.extent(a.vocab_axis) % k != 0) return true;
+    }
+    return false;
+  };
+  switch (fault) {
+    case Fault::ce_local_max:
+    case Fault::ce_target_every_rank:
+      if (any_step<CrossEntropyArgs>(s, OpKind::cross_entropy, [&](const StepSpec&, const auto& a) {
+            return vocab_split(a, false);
+          })) {
+        return "";
+      }
+      return "it changes the vocab-parallel cross-entropy, and no cross_entropy here has logits "
+             "Shard(vocab) on a dim of two or more ranks";
+    case Fault::vocab_padding_in_softmax:
+      if (any_step<CrossEntropyArgs>(s, OpKind::cross_entropy, [&](const StepSpec&, const auto& a) {
+            return vocab_split(a, true);
+          })) {
+        return "";
+      }
+      return "it lets padded vocabulary columns into the softmax, and no cross_entropy here has "
+             "logits Shard(vocab, padded) over a vocabulary its dim's size does not divide";
+    case Fault::embedding_partial_not_reduced:
+      if (any_step<EmbeddingArgs>(s, OpKind::embedding, [&](const StepSpec& st, const auto& a) {
+            const Placement on = on_step_dim(s, st, a.weight);
+            return on.is_shard() && s.mesh.devices.dim(st.mesh_dim).size > 1;
+          })) {
+        return "";
+      }
+      return "it skips the vocab-parallel embedding's reduction, and no embedding here has its "
+             "weight Shard(vocab) on a dim of two or more ranks";
+    case Fault::ce_ignored_tokens_counted:
+      if (any_step<CrossEntropyArgs>(s, OpKind::cross_entropy, [&](const StepSpec&, const auto& a) {
+            const TensorSpec* labels = s.find_ids(a.labels);
+            return labels != nullptr &&
+                   std::find(labels->ids->begin(), labels->ids->end(), a.ignore_index) !=
+                       labels->ids->end();
+          })) {
+        return "";
+      }
+      return "it counts ignored tokens in the mean, and no cross_entropy here has a label equal "
+             "to its ignore_index";
+    default:
+      return "";
+  }
+}
+
+// tied_grad_one_use: some parameter is named by two or more steps (a tied weight).
+std::string tied_effect(Fault fault, const Scenario& s) {
+  if (fault != Fault::tied_grad_one_use) return "";
+  for (const TensorSpec& t : s.tensors) {
+    if (t.role != TensorRole::parameter) continue;
+    int uses = 0;
+    for (const StepSpec& step : s.steps) {
+      for (const auto& [key, value] : step.params) {
+        const auto* name = std::get_if<std::string>(&value.value);
+        if (name && *name == t.name && key != "output") {
+          ++uses;
+          break;
+        }
+      }
+    }
+    if (uses >= 2) return "";
+  }
+  return "it drops one use's gradient of a parameter two steps use, and no parameter here is "
+         "named by two steps (tie an embedding and an LM head by naming one weight in both)";
+}
+
 // Why `fault` changes nothing this scenario runs, or "" when it changes something.
 std::string no_effect(Fault fault, const Scenario& s) {
   for (auto* effect : {norm_effect, loss_effect, attention_effect, linear_effect, transition_effect,
-                       grad_reduce_effect, init_effect}) {
+                       grad_reduce_effect, init_effect, cross_entropy_effect, tied_effect}) {
     std::string why = effect(fault, s);
     if (!why.empty()) return why;
   }

@@ -185,6 +185,35 @@ const std::vector<FaultInfo>& fault_catalogue() {
          "fsdp: the gradient reduce-scatter runs in bf16 (each addend and each hop's partial "
          "sum rounded to bf16) although the scenario's reduce_dtype is wider (f32)",
          {}},
+        {Fault::ce_local_max,
+         "",
+         "cross_entropy (vocab-parallel): each rank's log-sum-exp uses its own maximum, never "
+         "all-reduced",
+         {OpKind::cross_entropy}},
+        {Fault::ce_target_every_rank,
+         "",
+         "cross_entropy (vocab-parallel): a rank that does not hold the target class adds its "
+         "first column's logit instead of 0 (predicted_logits[target_mask] = 0 forgotten)",
+         {OpKind::cross_entropy}},
+        {Fault::ce_ignored_tokens_counted,
+         "",
+         "cross_entropy: the mean's denominator counts the tokens labelled ignore_index",
+         {OpKind::cross_entropy}},
+        {Fault::vocab_padding_in_softmax,
+         "",
+         "cross_entropy (vocab-parallel, padded split): the padded vocabulary columns enter the "
+         "max and the sum of exponentials",
+         {OpKind::cross_entropy}},
+        {Fault::embedding_partial_not_reduced,
+         "",
+         "embedding (vocab-parallel): each rank's masked lookup (zeros for the ids it does not "
+         "hold) is used as the output, without the all-reduce or reduce-scatter",
+         {OpKind::embedding}},
+        {Fault::tied_grad_one_use,
+         "",
+         "a parameter two steps use (tied embedding and LM head): its gradient keeps only the "
+         "last contribution backward reaches instead of the sum of both uses",
+         {}},
     };
     SHARDSIM_ASSERT(rows.size() == kFaultCount, "one catalogue row per fault");
     for (std::size_t k = 0; k < rows.size(); ++k) {

@@ -83,10 +83,10 @@ const Loader::InputFile& Loader::input_file(const toml::node& node, const std::s
   return *input_files_.emplace(resolved, std::move(file)).first->second;
 }
 
-InitSpec Loader::init_file(const toml::table& t, const std::string& path) const {
+Loader::FileTensor Loader::file_tensor(const toml::table& t, const std::string& path,
+                                       InitSpec& spec) const {
   check_keys(t, path, {"file", "tensor"});
   const toml::node& file_node = *t.get("file");
-  InitSpec spec;
   spec.dist = InitDist::file;
   spec.file = string(file_node, path + ".file");
   if (spec.file.empty()) fail(file_node, path + ".file", "the file name must not be empty");
@@ -115,29 +115,59 @@ InitSpec Loader::init_file(const toml::table& t, const std::string& path) const 
                (hint.empty() ? "" : " (did you mean " + quote(hint) + "?)"));
     }
   }
+  spec.file_dtype = std::string(format::dtype_info(raw->dtype).safetensors);
+  spec.file_sha256 = file.sha256;
+  spec.file_read = resolved;
+  spec.file_shape = raw->shape;
   // Problems of the tensor itself are located at its name (at the file for an npy).
-  const toml::node& at = name_node ? *name_node : file_node;
-  const std::string at_path = path + (name_node ? ".tensor" : ".file");
-  const std::string what = (file.npy ? "" : quote(spec.file_tensor) + " in ") + quote(spec.file);
-  const format::DtypeInfo& info = format::dtype_info(raw->dtype);
+  return {raw, name_node ? name_node : &file_node, path + (name_node ? ".tensor" : ".file"),
+          (file.npy ? "" : quote(spec.file_tensor) + " in ") + quote(spec.file)};
+}
+
+InitSpec Loader::init_file(const toml::table& t, const std::string& path) const {
+  InitSpec spec;
+  const FileTensor found = file_tensor(t, path, spec);
+  const RawTensor* raw = found.raw;
   if (!exact_input_dtype(raw->dtype)) {
-    fail(at, at_path,
-         what + " has dtype " + std::string(info.safetensors) +
-             "; inputs are read exactly from F64, F32, BF16 or F16");
+    fail(*found.at, found.at_path,
+         found.what + " has dtype " + spec.file_dtype +
+             "; inputs are read exactly from F64, F32, BF16 or F16 (token ids: declare the "
+             "tensor dtype = \"i64\")");
   }
   std::vector<double> values = raw_values(*raw);
   for (std::size_t i = 0; i < values.size(); ++i) {
     if (std::isfinite(values[i])) continue;
-    fail(at, at_path,
-         "element " + index_str(raw->shape, static_cast<std::int64_t>(i)) + " of " + what + " is " +
-             format_number(values[i]) + ": inputs must be finite");
+    fail(*found.at, found.at_path,
+         "element " + index_str(raw->shape, static_cast<std::int64_t>(i)) + " of " + found.what +
+             " is " + format_number(values[i]) + ": inputs must be finite");
   }
   spec.values = std::make_shared<const std::vector<double>>(std::move(values));
-  spec.file_dtype = std::string(info.safetensors);
-  spec.file_sha256 = file.sha256;
-  spec.file_read = resolved;
-  spec.file_shape = raw->shape;
   return spec;
+}
+
+std::vector<std::int64_t> Loader::ids_file(const toml::table& t, const std::string& path,
+                                           TensorSpec& spec) const {
+  const FileTensor found = file_tensor(t, path, spec.init);
+  const RawTensor* raw = found.raw;
+  const std::size_t width = raw->dtype == format::Dtype::i64   ? 8
+                            : raw->dtype == format::Dtype::i32 ? 4
+                                                               : 0;
+  if (width == 0) {
+    fail(*found.at, found.at_path,
+         found.what + " has dtype " + spec.init.file_dtype +
+             "; an i64 tensor is read from I64 or I32 values");
+  }
+  std::vector<std::int64_t> values(static_cast<std::size_t>(raw->numel()));
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    std::uint64_t bits = 0;  // little-endian, as both formats store them
+    for (std::size_t b = 0; b < width; ++b) {
+      bits |= std::uint64_t{static_cast<unsigned char>(raw->bytes[i * width + b])} << (8 * b);
+    }
+    if (width == 4) bits = static_cast<std::uint64_t>(static_cast<std::int64_t>(
+                        static_cast<std::int32_t>(static_cast<std::uint32_t>(bits))));
+    values[i] = static_cast<std::int64_t>(bits);
+  }
+  return values;
 }
 
 void Loader::check_init_file_shape(const toml::node& node, const std::string& path,
@@ -155,7 +185,11 @@ void Loader::check_init_file_shape(const toml::node& node, const std::string& pa
 
 std::vector<std::string> input_paths(const Scenario& scenario) {
   std::vector<std::string> out{scenario.file};
-  for (const TensorSpec& spec : scenario.tensors) {
+  std::vector<const TensorSpec*> all;
+  for (const TensorSpec& spec : scenario.tensors) all.push_back(&spec);
+  for (const TensorSpec& spec : scenario.id_tensors) all.push_back(&spec);
+  for (const TensorSpec* tensor : all) {
+    const TensorSpec& spec = *tensor;
     if (spec.init.dist != InitDist::file) continue;
     if (std::find(out.begin(), out.end(), spec.init.file_read) == out.end()) {
       out.push_back(spec.init.file_read);

@@ -11,6 +11,8 @@
 
 namespace shardsim {
 
+struct RawTensor;  // io/tensor_file.hpp
+
 class Loader : public TomlReader {
  public:
   using TomlReader::TomlReader;
@@ -45,10 +47,26 @@ class Loader : public TomlReader {
   // candidate (every length checked against the file size before anything is allocated, no
   // partial reads); F64, F32, BF16 and F16 only, every value finite. Called from init().
   InitSpec init_file(const toml::table& t, const std::string& path) const;
+  // The tensor init = { file, tensor } names, read (its file details recorded in `spec`), and
+  // where and how a message about it is located.
+  struct FileTensor {
+    const RawTensor* raw;
+    const toml::node* at;
+    std::string at_path;
+    std::string what;  // "'x' in 'inputs.safetensors'" or "'x.npy'"
+  };
+  FileTensor file_tensor(const toml::table& t, const std::string& path, InitSpec& spec) const;
   // The file's shape must be the declared shape; the message names both.
   void check_init_file_shape(const toml::node& node, const std::string& path,
                              const TensorSpec& spec) const;
 
+  // dtype = "i64": the values, drawn (randint) or read (ids_file); records the file's details in
+  // spec.init as init_file does.
+  std::shared_ptr<const std::vector<std::int64_t>> ids_init(const toml::node& node,
+                                                            const std::string& path,
+                                                            TensorSpec& spec) const;
+  std::vector<std::int64_t> ids_file(const toml::table& t, const std::string& path,
+                                     TensorSpec& spec) const;
   TensorSpec tensor(const toml::node& node, const std::string& path, std::uint64_t scenario_seed,
                     const Mesh& mesh);
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,6 +15,7 @@ namespace shardsim {
 struct TensorState {
   Shape shape;
   Layout layout;
+  std::shared_ptr<const std::vector<std::int64_t>> ids;  // an i64 tensor's values; else null
 
   // The placement on the mesh dim `step` runs on.
   const Placement& placement(const StepSpec& step) const { return layout.on(step.mesh_dim); }
@@ -32,6 +34,9 @@ class StepContext {
 
   // The state of the tensor named by step parameter `key`. Fails if it is not defined yet.
   const TensorState& tensor(const StepSpec& step, const std::string& key);
+  // The state of the i64 tensor (token ids, labels) named by step parameter `key`; tensor()
+  // refuses one, this refuses anything else.
+  const TensorState& ids(const StepSpec& step, const std::string& key);
   // Defines the tensor named by step parameter `key`. Fails on a duplicate name.
   void define(const StepSpec& step, const std::string& key, TensorState state);
   [[noreturn]] void fail(const StepSpec& step, const std::string& key, const std::string& message);

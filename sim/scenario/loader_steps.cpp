@@ -157,6 +157,11 @@ StreamSpec Loader::stream(const toml::table& t, const Scenario& s) const {
     fail(*axis, "stream.axis", "no input or target has an axis " + quote(spec.axis) + " to stream");
   }
   for (const StepSpec& step : s.steps) {
+    if (step.kind == OpKind::cross_entropy) {
+      throw LocatedError(located(file_, step.loc, "steps[" + std::to_string(step.index) + "]",
+                                 "cross_entropy reads its labels by global token, and [stream] "
+                                 "cuts the tokens into chunks; it is not supported with [stream]"));
+    }
     if (step.kind == OpKind::mse_loss && step.has("valid_lengths")) {
       throw LocatedError(located(file_, step.params.at("valid_lengths").loc,
                                  "steps[" + std::to_string(step.index) + "].valid_lengths",

@@ -32,6 +32,13 @@ const TensorSpec* Scenario::find_tensor(std::string_view wanted) const {
   return nullptr;
 }
 
+const TensorSpec* Scenario::find_ids(std::string_view wanted) const {
+  for (const TensorSpec& t : id_tensors) {
+    if (t.name == wanted) return &t;
+  }
+  return nullptr;
+}
+
 bool Scenario::has_fault(Fault fault) const {
   return std::find(faults.begin(), faults.end(), fault) != faults.end();
 }
@@ -125,6 +132,29 @@ const TensorState& StepContext::tensor(const StepSpec& step, const std::string& 
     std::string hint = nearest(name, known);
     fail(step, key,
          "tensor " + quote(name) + " is used before it is defined" +
+             (hint.empty() ? std::string() : " (did you mean " + quote(hint) + "?)"));
+  }
+  if (it->second.ids) {
+    fail(step, key,
+         quote(name) + " is an i64 tensor (token ids or labels); " + std::string(step.op()) +
+             " needs a floating tensor here");
+  }
+  return it->second;
+}
+
+const TensorState& StepContext::ids(const StepSpec& step, const std::string& key) {
+  const std::string& name = step.str(key);
+  auto it = tensors_.find(name);
+  if (it == tensors_.end() || !it->second.ids) {
+    std::vector<std::string> known;
+    for (const auto& [defined, state] : tensors_) {
+      if (state.ids) known.push_back(defined);
+    }
+    const std::string hint = nearest(name, known);
+    fail(step, key,
+         quote(name) + (it == tensors_.end() ? " is not a tensor of [[tensors]]"
+                                             : " is a floating tensor") +
+             "; " + key + " names an i64 tensor (dtype = \"i64\")" +
              (hint.empty() ? std::string() : " (did you mean " + quote(hint) + "?)"));
   }
   return it->second;

@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "ops/attention/parts.hpp"
+#include "ops/cross_entropy/cross_entropy_plan.hpp"
 #include "ops/layer_norm/layer_norm.hpp"
 #include "ops/loss/loss_plan.hpp"
 #include "ops/rms_norm/rms_norm.hpp"
@@ -47,7 +48,10 @@ bool is_runner_part(std::string_view part) {
         layer_norm_parts::token_count, layer_norm_parts::sum_dnorm,
         layer_norm_parts::sum_dnorm_norm, layer_norm_parts::gathered, rms_norm_parts::rrms,
         rms_norm_parts::sum_sq, rms_norm_parts::sum_dnorm_norm, loss_parts::sum,
-        loss_parts::valid_tokens, loss_parts::step_valid_tokens}) {
+        loss_parts::valid_tokens, loss_parts::step_valid_tokens, cross_entropy_parts::max,
+        cross_entropy_parts::max_shards, cross_entropy_parts::sumexp,
+        cross_entropy_parts::target_logit, cross_entropy_parts::logit_sum,
+        cross_entropy_parts::lse}) {
     if (head == p) return true;
   }
   for (const AttentionPartRow& row : kAttentionParts) {

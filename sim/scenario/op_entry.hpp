@@ -108,9 +108,11 @@ class OpEntryBuilder {
         },
         getter(field));
   }
-  OpEntryBuilder& placement(std::string key, Placement Args::*field, std::string help) {
+  // A placement; optional ones keep the field's initial value as their default.
+  OpEntryBuilder& placement(std::string key, Placement Args::*field, std::string help,
+                            bool required = true) {
     return add(
-        {std::move(key), ParamType::placement, true, std::move(help), {}, {}},
+        {std::move(key), ParamType::placement, required, std::move(help), {}, {}},
         [field](Args& a, const StepValue& v) { a.*field = parse_placement(text_of(v)); },
         [field](const Args& a) { return ParamValue(std::string((a.*field).str())); });
   }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -43,6 +44,13 @@ struct TensorSpec {
   std::uint64_t init_seed = 0;  // from init.seed, else scenario seed ^ fnv1a64(name)
   Layout layout;                // how the sharded program holds it at the start
   SourceLoc loc;
+  // dtype = "i64" (token ids, labels): every element, row-major, fixed at load time (drawn by
+  // init = { dist = "randint" } or read from an I64/I32 file). Such a tensor is never rounded,
+  // never differentiated and never a DistTensor: the ops that read it (cross_entropy's labels)
+  // look its values up by global index. Null for a floating tensor.
+  std::shared_ptr<const std::vector<std::int64_t>> ids;
+
+  bool is_ids() const { return ids != nullptr; }
 };
 
 struct StepValue {
@@ -171,6 +179,9 @@ struct Scenario {
   Accumulate accumulate = Accumulate::f32;
   MeshSpec mesh;
   std::vector<TensorSpec> tensors;
+  // The i64 tensors of [[tensors]] (TensorSpec::ids), in declaration order; kept apart from
+  // `tensors`, whose every entry the runner holds as a floating DistTensor.
+  std::vector<TensorSpec> id_tensors;
   std::vector<StepSpec> steps;
   std::vector<Fault> faults;
   // precision name -> rtol override; a Magnitude, since an mp level's rtol can lie below the
@@ -202,6 +213,7 @@ struct Scenario {
   std::map<std::string, TensorLayout> tensor_layouts;
 
   const TensorSpec* find_tensor(std::string_view name) const;
+  const TensorSpec* find_ids(std::string_view name) const;  // an i64 tensor, or null
   bool has_fault(Fault fault) const;
   std::vector<std::string> fault_names() const;
   // Relative tolerance for non-exact boundaries at `precision`: the override, or

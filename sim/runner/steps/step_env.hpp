@@ -43,7 +43,7 @@ inline std::set<std::string> stored_tensor_names(const Scenario& scenario) {
   std::set<std::string> names;
   for (const TensorSpec& spec : scenario.tensors) names.insert(spec.name);
   for (const StepSpec& step : scenario.steps) {
-    if (step.kind != OpKind::mse_loss) names.insert(step.output());
+    if (!is_loss(step.kind)) names.insert(step.output());
   }
   for (const std::string& name : std::set<std::string>(names)) {
     names.insert(grad_name(name));
@@ -234,9 +234,15 @@ struct StepEnv {
     }
     Tensor<T>& dense_sum = found->second;
     for (std::int64_t i = 0; i < dense_sum.numel(); ++i) dense_sum[i] += dense_grad[i];
+    // The tied_grad_one_use fault: a parameter's second use overwrites the first's gradient.
+    const TensorSpec* spec = scenario.find_tensor(name);
+    const bool overwrite = spec != nullptr && spec->role == TensorRole::parameter &&
+                           scenario.has_fault(Fault::tied_grad_one_use);
     world.for_each_rank([&](int r) {
       Tensor<T>& local = sharded_sum.local(r);
-      for (std::int64_t i = 0; i < local.numel(); ++i) local[i] += sharded_grad.local(r)[i];
+      for (std::int64_t i = 0; i < local.numel(); ++i) {
+        local[i] = overwrite ? sharded_grad.local(r)[i] : local[i] + sharded_grad.local(r)[i];
+      }
     });
     label.inputs.push_back(key);
     world.compare_boundary(label, sharded_sum);
