@@ -15,6 +15,11 @@ headers named); the capture recognizes these classes and writes their parameters
   the documented duck type the capture accepts from other code: a module whose class name ends
   in "RMSNorm", with a 1-D `weight` (or None) and a float `eps` (or `variance_epsilon`, as in
   Hugging Face's LlamaRMSNorm), computing that formula over the last axis.
+- SwiGLU: the Llama MLP, down(silu(gate(x)) * up(x)), gate and up nn.Linear(hidden, ffn), down
+  nn.Linear(ffn, hidden); the capture writes linear, linear, swiglu (sim/ops/swiglu/swiglu.hpp:
+  y = silu(g) * u, silu(g) = g / (1 + exp(-g)), as PyTorch's CPU silu), linear. The product
+  silu(g) * u is what the capture maps, so a module of another class computing it with nn.SiLU
+  or F.silu (Hugging Face's LlamaMLP) is captured the same way.
 - mse_loss: op mse_loss, (1 / V) * sum over valid tokens of sum_h (y - target)^2, V the number of
   valid tokens (token (b, s) is valid iff s < valid_lengths[b]). Note: not F.mse_loss's mean over
   every element, which divides by V * H as well.
@@ -141,6 +146,19 @@ class RMSNorm(nn.Module):
     def forward(self, x):
         y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         return y * self.weight if self.weight is not None else y
+
+
+class SwiGLU(nn.Module):
+    """y = down(silu(gate(x)) * up(x)): Llama's MLP (no biases by default)."""
+
+    def __init__(self, hidden, ffn, bias=False, dtype=None):
+        super().__init__()
+        self.gate = nn.Linear(hidden, ffn, bias=bias, dtype=dtype)
+        self.up = nn.Linear(hidden, ffn, bias=bias, dtype=dtype)
+        self.down = nn.Linear(ffn, hidden, bias=bias, dtype=dtype)
+
+    def forward(self, x):
+        return self.down(nn.functional.silu(self.gate(x)) * self.up(x))
 
 
 def mse_loss(y, target, valid_lengths=None):

@@ -20,7 +20,8 @@ import pytest
 MODULES = ("shardsim", "shardsim.golden", "shardsim.golden_format", "shardsim.golden_layout",
            "shardsim.golden_manifest", "shardsim.modules", "shardsim.capture",
            "shardsim.capture.plan", "shardsim.capture.tracing", "shardsim.capture.arguments",
-           "shardsim.capture.values", "shardsim.capture.ops", "shardsim.capture.builder")
+           "shardsim.capture.values", "shardsim.capture.ops", "shardsim.capture.losses",
+           "shardsim.capture.builder")
 
 
 def python(code, cwd, pythonpath, *args):

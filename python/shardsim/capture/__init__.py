@@ -10,28 +10,33 @@
 Needs PyTorch (Debian's python3-torch, tools/bootstrap --torch; /usr/bin/python3). The model is
 traced with torch.fx in execution order. Supported: nn.LayerNorm (over the last axis), RMSNorm by
 duck type (shardsim.modules states it), nn.Linear, nn.GELU (both approximations), nn.Dropout
-(its p; 0 when the model is in eval mode), nn.Identity, residual adds (`a + b` of two tensors),
-shardsim.modules.SlidingWindowAttention, and the loss MSELoss (shardsim's masked MSE).
+(its p; 0 when the model is in eval mode), nn.Identity, nn.Embedding (of int64 token ids; an
+nn.Linear whose weight is the embedding's Parameter is the tied LM head: one scenario
+parameter), residual adds (`a + b` of two tensors), SwiGLU's silu(gate(x)) * up(x) (F.silu or
+nn.SiLU; shardsim.modules.SwiGLU), shardsim.modules.SlidingWindowAttention, and the losses
+MSELoss (shardsim's masked MSE) and CrossEntropyLoss (F.cross_entropy with int64 labels).
 Anything else is a CaptureError naming the module's path and type (or the function and the
 module that calls it): a layer is never skipped silently.
 
 The plan mirrors DTensor's parallelize_module: {module path: style}, a style being a name
 ("ColwiseParallel", "RowwiseParallel", "SequenceParallel", "ContextParallel") or an instance of
 the marker classes of shardsim.capture.plan, exported here (or of DTensor's own classes of those
-names, read by duck type). Every model input is (batch, seq, hidden) and starts Shard(seq) when
-the plan uses SequenceParallel, else Replicate. The mesh is 1-D for now ({"tp": 4} -> ranks =
-4); N-D meshes are refused.
+names, read by duck type). Every floating model input is (batch, seq, hidden) and starts
+Shard(seq) when the plan uses SequenceParallel, else Replicate; token ids are (batch, seq)
+torch.int64, Replicate. RowwiseParallel on an nn.Embedding is DTensor's vocab-parallel embedding
+(weight Shard(vocab)). The mesh is 1-D for now ({"tp": 4} -> ranks = 4); N-D meshes are refused.
 
-The modules: plan (the vocabulary, Mesh, MSELoss, CaptureError; no torch), tracing (module
-kinds, torch.fx), arguments (capture()'s arguments checked), values and ops (one function per
-module kind), builder (the scenario's tensors and steps, written out). Each imports only the
-ones before it in that order, and none imports this file: there is no import cycle.
+The modules: plan (the vocabulary, Mesh, MSELoss, CrossEntropyLoss, CaptureError; no torch),
+tracing (module kinds, torch.fx), arguments (capture()'s arguments checked), values, ops (one
+function per module kind) and losses (one per loss), builder (the scenario's tensors and steps,
+written out). Each imports only the ones before it in that order, and none imports this file:
+there is no import cycle.
 """
 from . import arguments as args
 from . import builder as build
 from .plan import (STYLES, CaptureError, ColwiseParallel, ContextParallel,  # noqa: F401
-                   Mesh, MSELoss, ParallelStyle, Replicate, RowwiseParallel, SequenceParallel,
-                   Shard, Style, _nearest)
+                   CrossEntropyLoss, Mesh, MSELoss, ParallelStyle, Replicate, RowwiseParallel,
+                   SequenceParallel, Shard, Style, _nearest)
 from .tracing import is_rms_norm, module_kind, trace  # noqa: F401
 
 
@@ -39,8 +44,9 @@ def capture(model, example_inputs, mesh, plan, out, loss=None, train_steps=None,
             name=None, precisions=("f32", "f64", "mp256"), stream=None, seed=None):
     """Writes OUT/scenario.toml and OUT/inputs.safetensors; returns the scenario's path.
 
-    example_inputs: a tensor or a tuple of tensors, each (batch, seq, hidden). loss: MSELoss or
-    None (forward only). train_steps, lr: SGD steps (need a loss). stream: chunk lengths along
+    example_inputs: a tensor or a tuple of tensors, each (batch, seq, hidden) floating or
+    (batch, seq) torch.int64 token ids. loss: MSELoss, CrossEntropyLoss or None (forward only).
+    train_steps, lr: SGD steps (need a loss). stream: chunk lengths along
     seq (shardsim's [stream]). precisions: the scenario's precision list. seed: the scenario
     seed (dropout masks). An argument `shardsim run` would refuse in the scenario (lr without
     train_steps included: it would be ignored) raises CaptureError, and nothing is written."""

@@ -1,6 +1,7 @@
 """The arguments of shardsim.capture.capture, checked before anything is traced or written, by
 the rules `shardsim run` applies to the scenario they become (sim/scenario/loader.cpp header
-and training, loader_steps.cpp stream, ops/loss.cpp mse_loss_rules, input_files.cpp), so that
+and training, loader_steps.cpp stream, ops/loss.cpp mse_loss_rules, the cross_entropy keys of
+docs/ops/language-model.md, input_files.cpp), so that
 a capture either writes a scenario shardsim accepts or raises CaptureError naming the argument.
 """
 import math
@@ -10,7 +11,7 @@ import re
 
 import torch
 
-from .plan import CaptureError, MSELoss
+from .plan import LOSSES, CaptureError, CrossEntropyLoss, MSELoss
 
 DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 F32_MAX = 3.4028234663852886e+38
@@ -62,15 +63,40 @@ def check_precisions(precisions):
     return list(precisions)
 
 
-def check_tensor(value, what):
+def check_tensor(value, what, ids=False):
     """A model input or loss target: a (batch, seq, hidden) floating tensor of positive
-    extents, which the capture writes to inputs.safetensors."""
+    extents, which the capture writes to inputs.safetensors; ids: a model input may also be
+    (batch, seq) torch.int64 token ids, written as an i64 tensor."""
     if not isinstance(value, torch.Tensor):
         raise CaptureError(f"{what} is {type(value).__name__}, not a torch.Tensor")
-    if value.dim() != 3 or value.dtype not in DTYPES or min(value.shape) < 1:
+    token_ids = ids and value.dim() == 2 and value.dtype == torch.int64
+    if (not token_ids and (value.dim() != 3 or value.dtype not in DTYPES)) or (
+            min(value.shape) < 1):
+        also = " or (batch, seq) torch.int64 token ids" if ids else ""
         raise CaptureError(f"{what} is {tuple(value.shape)} {value.dtype}; inputs are (batch, "
-                           f"seq, hidden) floating tensors (float64, float32, bfloat16, float16) "
-                           f"with positive extents")
+                           f"seq, hidden) floating tensors (float64, float32, bfloat16, float16)"
+                           f"{also} with positive extents")
+
+
+def check_cross_entropy(loss):
+    """The cross_entropy keys (docs/ops/language-model.md): labels a torch.int64 tensor of
+    positive extents (their values against the vocabulary: the builder), ignore_index an
+    integer of the i64 range, label_smoothing in [0, 1], z_loss in [0, 1e6]."""
+    labels = loss.labels
+    if not isinstance(labels, torch.Tensor):
+        raise CaptureError(f"CrossEntropyLoss labels are {type(labels).__name__}, not a "
+                           f"torch.Tensor")
+    if labels.dtype != torch.int64 or labels.dim() < 1 or min(labels.shape) < 1:
+        raise CaptureError(f"CrossEntropyLoss labels are {tuple(labels.shape)} {labels.dtype}; "
+                           f"labels are class indices, a torch.int64 tensor of the logits' token "
+                           f"axes (batch, seq) (class probabilities are not supported)")
+    integer(loss.ignore_index, "CrossEntropyLoss ignore_index", -INT64_MAX - 1, INT64_MAX)
+    for what, value, high in (("label_smoothing", loss.label_smoothing, 1.0),
+                              ("z_loss", loss.z_loss, 1e6)):
+        if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+                or not math.isfinite(value) or not 0 <= value <= high):
+            raise CaptureError(f"CrossEntropyLoss {what}={value!r}: expected a number in "
+                               f"[0, {high:g}]")
 
 
 def check_valid_lengths(loss, batch, seq):
@@ -96,7 +122,8 @@ def check_training(loss, train_steps, lr):
     if train_steps is not None:
         integer(train_steps, "train_steps", 1, 100000)
         if loss is None:
-            raise CaptureError("train_steps needs a loss (loss=MSELoss(target))")
+            raise CaptureError("train_steps needs a loss (loss=MSELoss(target) or "
+                               "CrossEntropyLoss(labels))")
     if lr is None:
         return
     if train_steps is None:
@@ -120,6 +147,8 @@ def check_stream(stream, loss, seqs):
         if sum(chunks) != seq:
             raise CaptureError(f"stream chunks {chunks} sum to {sum(chunks)}, but the seq extent "
                                f"(axis 1) of {what} is {seq}")
+    if isinstance(loss, CrossEntropyLoss):  # loader_steps.cpp: no [stream] with cross_entropy
+        raise CaptureError("CrossEntropyLoss cannot be combined with stream")
     if loss is not None and loss.valid_lengths is not None:
         raise CaptureError("MSELoss valid_lengths cannot be combined with stream")
     return chunks
@@ -129,13 +158,15 @@ def check_arguments(inputs, loss, train_steps, lr, name, precisions, stream, see
     """Every argument of capture() but the model, mesh and plan (checked where they are read).
     Returns (precisions, stream) normalized to lists."""
     for i, x in enumerate(inputs):
-        check_tensor(x, f"example input {i}")
-    if loss is not None:
-        if not isinstance(loss, MSELoss):
-            raise CaptureError(f"loss={type(loss).__name__}: expected shardsim.capture.MSELoss "
-                               f"or None")
+        check_tensor(x, f"example input {i}", ids=True)
+    if loss is not None and not isinstance(loss, LOSSES):
+        raise CaptureError(f"loss={type(loss).__name__}: expected shardsim.capture.MSELoss, "
+                           f"shardsim.capture.CrossEntropyLoss or None")
+    if isinstance(loss, MSELoss):
         check_tensor(loss.target, "MSELoss target")
         check_valid_lengths(loss, loss.target.shape[0], loss.target.shape[1])
+    elif isinstance(loss, CrossEntropyLoss):
+        check_cross_entropy(loss)
     check_training(loss, train_steps, lr)
     if name is not None:
         if not isinstance(name, str) or not name or has_control_character(name):
@@ -148,7 +179,7 @@ def check_arguments(inputs, loss, train_steps, lr, name, precisions, stream, see
     if seed is not None:
         integer(seed, "seed", 0, INT64_MAX)
     seqs = [(f"example input {i}", x.shape[1]) for i, x in enumerate(inputs)]
-    if loss is not None:
+    if isinstance(loss, MSELoss):
         seqs.append(("the MSELoss target", loss.target.shape[1]))
     chunks = check_stream(stream, loss, seqs)
     if not isinstance(out, (str, os.PathLike)):

@@ -10,12 +10,13 @@ import copy
 import torch
 
 from .plan import CaptureError
-from .values import PARTIAL, REPLICATE, Value, shard
+from .values import PARTIAL, REPLICATE, Gate, Value, shard
 
 SP = ("SequenceParallel",)
 STYLES_FOR = {"linear": ("ColwiseParallel", "RowwiseParallel"), "layer_norm": SP,
               "rms_norm": SP, "gelu": SP, "dropout": SP, "identity": (),
-              "attention": ("ContextParallel",)}
+              "attention": ("ContextParallel",), "embedding": ("RowwiseParallel",),
+              "silu": ()}
 
 
 def layout_placement(layout, axes, where):
@@ -41,11 +42,15 @@ def sequence_parallel(b, x, path):
     return b.redistribute(x, shard("seq"), f"SequenceParallel '{b.display[path]}' takes Shard(seq)")
 
 
-def out_axis_name(b, x, features):
-    """The name of a Linear's output axis: "hidden" when it maps back to the model's width from
-    another axis, else the first of ffn, ffn2, ... that is not the input axis."""
-    hidden = b.tensors[0]["shape"][-1]
-    if features == hidden and x.axes[-1] != "hidden":
+def out_axis_name(b, x, m):
+    """The name of a Linear's output axis: "vocab" for an LM head (its weight an embedding's, or
+    its width an embedding's vocabulary and not the model's); "hidden" when it maps back to the
+    model's width from another axis; else the first of ffn, ffn2, ... that is not the input
+    axis."""
+    features = m.out_features
+    if id(m.weight) in b.embedding_weights or (features in b.vocab_sizes and features != b.hidden):
+        return "vocab"
+    if features == b.hidden and x.axes[-1] != "hidden":
         return "hidden"
     k = 1
     while (name := "ffn" if k == 1 else f"ffn{k}") == x.axes[-1]:
@@ -55,7 +60,7 @@ def out_axis_name(b, x, features):
 
 def linear(b, path, m, style, x, name, out_shape):
     kind = style.kind if style else None
-    in_axis, out_axis = x.axes[-1], out_axis_name(b, x, m.out_features)
+    in_axis, out_axis = x.axes[-1], out_axis_name(b, x, m)
     label = f"'{b.display[path]}'"
     if kind == "ColwiseParallel":
         x = b.whole(x, f"ColwiseParallel {label} takes a Replicate input")
@@ -177,3 +182,45 @@ def attention(b, path, m, style, x, name, out_shape):
     return b.step("sliding_window_attention", f"{b.display[path]}: SlidingWindowAttention, "
                   f"ContextParallel(mode={mode!r}, layout='chunk')",
                   Value(name, x.axes, out_shape), REPLICATE, **keys)
+
+
+def embedding(b, path, m, style, ids, name, out_shape):
+    """nn.Embedding without padding_idx, max_norm or scale_grad_by_freq: y[t] = W[id_t]. The ids
+    are Replicate. RowwiseParallel (DTensor's vocab-parallel Embedding): W Shard(vocab), each
+    rank's masked lookup reduced at once (the op's `to`)."""
+    label = f"Embedding '{b.display[path]}'"
+    for field, plain in (("padding_idx", None), ("max_norm", None),
+                         ("scale_grad_by_freq", False)):
+        if getattr(m, field) != plain:
+            raise CaptureError(f"{label} has {field}={getattr(m, field)!r}; shardsim's embedding "
+                               f"is nn.Embedding's plain lookup ({field}={plain!r})")
+    if not ids.integer:
+        raise CaptureError(f"{label} takes token ids, a (batch, seq) torch.int64 model input; "
+                           f"got '{ids.name}' {dict(zip(ids.axes, ids.shape))}")
+    axes = ids.axes + ["hidden"]
+    keys = dict(input=ids.name)
+    if style:
+        keys["weight"] = b.parameter(path, "weight", ["vocab", "hidden"], shard("vocab"))
+        to = b.stream_placement
+        if style.output_layouts is not None:
+            to = layout_placement(style.output_layouts, axes, f"plan['{b.display[path]}']")
+        if to != REPLICATE and to[len("Shard("):-1] not in ids.axes:
+            raise CaptureError(f"plan['{b.display[path]}']: output_layouts {to}; a vocab-parallel "
+                               f"embedding reduces to Replicate or Shard of a token axis "
+                               f"({', '.join(ids.axes)})")
+        keys["to"] = out_placement = to
+        how = f"RowwiseParallel, vocab-parallel: masked lookups, reduced to {to}"
+    else:
+        keys["weight"] = b.parameter(path, "weight", ["vocab", "hidden"], REPLICATE)
+        out_placement, how = b.place[ids.name], "replicated"
+    return b.step("embedding", f"{b.display[path]}: nn.Embedding({m.num_embeddings}, "
+                  f"{m.embedding_dim}), {how}", Value(name, axes, out_shape), out_placement,
+                  **keys)
+
+
+def silu(b, path, m, style, x, name, out_shape):
+    """nn.SiLU: no step of its own; a Gate that the multiplication by the up projection turns
+    into a swiglu step (Builder.mul)."""
+    b.used.discard(name)
+    return Gate(b.whole(x, f"SiLU '{b.display[path]}' is elementwise on whole values"),
+                f"module '{b.display[path]}'")

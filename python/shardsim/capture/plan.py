@@ -39,7 +39,10 @@ class ColwiseParallel(ParallelStyle):
 class RowwiseParallel(ParallelStyle):
     """nn.Linear: weight Shard(in), bias Replicate; the output is Partial(sum), reduced when the
     next op needs it (reduce-scatter to Shard(seq) under sequence parallelism, else all-reduce),
-    or at once to `output_layouts` when given (Shard(1) or Replicate())."""
+    or at once to `output_layouts` when given (Shard(1) or Replicate()).
+    nn.Embedding (as DTensor shards it): weight Shard(vocab), its dim 0 (vocab-parallel); the
+    ids Replicate; the masked lookups reduced at once, to `output_layouts` when given, else to
+    Shard(seq) under sequence parallelism (reduce-scatter), else Replicate (all-reduce)."""
 
 
 class SequenceParallel(ParallelStyle):
@@ -81,6 +84,25 @@ class MSELoss:
                 raise CaptureError(f"MSELoss valid_lengths={valid_lengths!r}: expected a list of "
                                    f"integers, one per batch element")
             self.valid_lengths = [int(n) for n in lengths]
+
+
+class CrossEntropyLoss:
+    """shardsim's cross_entropy of the model's output (the logits, vocabulary last) against
+    `labels`, class indices (torch.int64) of the logits' other axes: PyTorch's
+    F.cross_entropy(logits.flatten(0, -2), labels.flatten(), ignore_index=ignore_index,
+    label_smoothing=label_smoothing), the mean over the labels that are not ignore_index; plus,
+    when z_loss > 0, PaLM's z-loss z_loss * (sum of lse^2 over those tokens) / their count (not
+    in PyTorch). Class weights, class-probability labels and other reductions are not
+    supported. The numbers are checked by capture() (shardsim.capture.arguments)."""
+
+    def __init__(self, labels, ignore_index=-100, label_smoothing=0.0, z_loss=0.0):
+        self.labels = labels
+        self.ignore_index = ignore_index
+        self.label_smoothing = label_smoothing
+        self.z_loss = z_loss
+
+
+LOSSES = (MSELoss, CrossEntropyLoss)
 
 
 # ---- mesh and plan ----

@@ -32,6 +32,10 @@ def module_kind(module):
         return "dropout"
     if isinstance(module, nn.Identity):
         return "identity"
+    if isinstance(module, nn.Embedding):
+        return "embedding"
+    if isinstance(module, nn.SiLU):
+        return "silu"  # only as SwiGLU's gate: silu(gate(x)) * up(x)
     if isinstance(module, SlidingWindowAttention):
         return "attention"
     return None
@@ -79,8 +83,8 @@ class _Root(nn.Module):
 class _ShapeProp(fx.Interpreter):
     """Runs the traced model on the example inputs and records each node's output shape
     (node.meta['tensor_meta'].shape), as torch.fx's ShapeProp does; a node that fails (a
-    LayerNorm of another width, an integer input) is a CaptureError naming the module, instead
-    of ShapeProp's printed traceback and RuntimeError."""
+    LayerNorm of another width, a token id out of range) is a CaptureError naming the module,
+    instead of ShapeProp's printed traceback and RuntimeError."""
 
     def __init__(self, module, prefix):
         super().__init__(module)
