@@ -147,7 +147,7 @@ TEST_CASE("cross_entropy: label smoothing and z-loss follow PyTorch's and PaLM's
   }
 }
 
-TEST_CASE("cross_entropy: an ignored token counts nowhere; the fault counts it", "[cross_entropy]") {
+TEST_CASE("cross_entropy: an ignored token counts nowhere, the fault counts it", "[cross_entropy]") {
   // Token 0 is ignored (-100), token 1 is class 0 of two equal logits: l = log 2. Its mean over
   // one counted token is log 2; counting the ignored token too halves it.
   const auto x = make<double>(Shape({{"tok", 2}, {"vocab", 2}}), {5.0, -1.0, 0.0, 0.0});

@@ -33,6 +33,27 @@ Replay replay(const fs::path& path) {
 
 const fs::path kScenarios = fs::path(SHARDSIM_SOURCE_DIR) / "scenarios";
 
+// Faults the diagnosis does not rank yet, each with the reason; they must not be given a
+// cause (a wrong cause is worse than none).
+const std::vector<std::pair<std::string, std::string>> kUndiagnosed{
+    {"mesh_column_backward_unreduced", "N-D mesh: the signatures read 1-D placements"},
+    {"mesh_grad_reduce_mean", "N-D mesh"},
+    {"mesh_grad_reduce_wrong_dim", "N-D mesh"},
+    {"mesh_row_bias_every_rank", "N-D mesh"},
+    {"mesh_gather_wrong_axis", "no signature for buffers concatenated along the wrong axis"},
+    {"attention_mask_zigzag_contiguous",
+     "zigzag: the position signatures read one offset per shard, a zigzag share has two"},
+    {"micro_batch_mean",
+     "no loss weighting models micro-batches: none divides a micro-batch's sum by the step's "
+     "valid-token count, so the loss signature stands aside on micro-batched runs"},
+    {"fsdp_clip_padding", "no signature for padding summed into a norm"},
+    {"lm_ce_local_max", "N-D mesh (dp x tp); no cross-entropy signature yet"},
+    {"lm_ce_target_every_rank", "N-D mesh (dp x tp); no cross-entropy signature yet"},
+    {"lm_ce_ignored_tokens_counted", "N-D mesh (dp x tp); no cross-entropy signature yet"},
+    {"lm_vocab_padding_in_softmax", "N-D mesh (dp x tp); no cross-entropy signature yet"},
+    {"lm_embedding_partial_not_reduced", "N-D mesh (dp x tp); no embedding signature yet"},
+    {"lm_tied_grad_one_use", "N-D mesh (dp x tp); no tied-weight signature yet"}};
+
 }  // namespace
 
 TEST_CASE("every seeded fault's top-ranked cause is the right one", "[diagnosis][scenario]") {
@@ -67,26 +88,7 @@ TEST_CASE("every seeded fault's top-ranked cause is the right one", "[diagnosis]
       {"norm_unbiased_variance", Cause::normalization_convention},
       {"norm_unreduced_param_grads", Cause::unreduced_gradients},
       {"norm_wrong_axis", Cause::axis_order}};
-  // Faults the diagnosis does not rank yet, each with the reason; they must not be given a
-  // cause (a wrong cause is worse than none).
-  const std::vector<std::pair<std::string, std::string>> undiagnosed{
-      {"mesh_column_backward_unreduced", "N-D mesh: the signatures read 1-D placements"},
-      {"mesh_grad_reduce_mean", "N-D mesh"},
-      {"mesh_grad_reduce_wrong_dim", "N-D mesh"},
-      {"mesh_row_bias_every_rank", "N-D mesh"},
-      {"mesh_gather_wrong_axis", "no signature for buffers concatenated along the wrong axis"},
-      {"attention_mask_zigzag_contiguous",
-       "zigzag: the position signatures read one offset per shard, a zigzag share has two"},
-      {"micro_batch_mean",
-       "no loss weighting models micro-batches: none divides a micro-batch's sum by the step's "
-       "valid-token count, so the loss signature stands aside on micro-batched runs"},
-      {"fsdp_clip_padding", "no signature for padding summed into a norm"},
-      {"lm_ce_local_max", "N-D mesh (dp x tp); no cross-entropy signature yet"},
-      {"lm_ce_target_every_rank", "N-D mesh (dp x tp); no cross-entropy signature yet"},
-      {"lm_ce_ignored_tokens_counted", "N-D mesh (dp x tp); no cross-entropy signature yet"},
-      {"lm_vocab_padding_in_softmax", "N-D mesh (dp x tp); no cross-entropy signature yet"},
-      {"lm_embedding_partial_not_reduced", "N-D mesh (dp x tp); no embedding signature yet"},
-      {"lm_tied_grad_one_use", "N-D mesh (dp x tp); no tied-weight signature yet"}};
+  const std::vector<std::pair<std::string, std::string>>& undiagnosed = kUndiagnosed;
   for (const auto& [name, reason] : undiagnosed) {
     INFO(name << ": " << reason);
     const Replay r = replay(kScenarios / "faults" / (name + ".toml"));

@@ -84,52 +84,6 @@ InitSpec Loader::init(const toml::node& node, const std::string& path, std::uint
   return spec;
 }
 
-// An i64 tensor's values: init = { dist = "randint", low, high [, seed] } drawn by
-// randint_value at every element's global flat index, or an I64/I32 file (input_files.cpp).
-std::shared_ptr<const std::vector<std::int64_t>> Loader::ids_init(const toml::node& node,
-                                                                   const std::string& path,
-                                                                   TensorSpec& spec) const {
-  const toml::table& t = table(node, path);
-  if (t.get("file")) {
-    std::vector<std::int64_t> values = ids_file(t, path, spec);
-    check_init_file_shape(node, path, spec);
-    return std::make_shared<const std::vector<std::int64_t>>(std::move(values));
-  }
-  check_keys(t, path, {"dist", "low", "high", "seed"});
-  const toml::node* dist_node = t.get("dist");
-  if (!dist_node) {
-    fail(node, path, "an i64 tensor needs dist = \"randint\" (keys low, high) or a file");
-  }
-  const std::string dist = string(*dist_node, path + ".dist");
-  if (dist != "randint") {
-    fail(*dist_node, path + ".dist",
-         "an i64 tensor is drawn with dist = \"randint\" (integers in [low, high)), not " +
-             quote(dist));
-  }
-  for (const char* key : {"low", "high"}) {
-    if (!t.get(key)) fail(node, path, std::string("dist = \"randint\" needs ") + key);
-  }
-  const std::int64_t low = integer(*t.get("low"), path + ".low");
-  const std::int64_t high = integer(*t.get("high"), path + ".high");
-  if (!(low < high)) fail(node, path, "randint init needs low < high (high is excluded)");
-  if (static_cast<std::uint64_t>(high) - static_cast<std::uint64_t>(low) >
-      (std::uint64_t{1} << 32)) {
-    fail(node, path, "randint init draws from at most 2^32 values (high - low <= 4294967296)");
-  }
-  if (auto* v = t.get("seed")) {
-    const std::int64_t seed = integer(*v, path + ".seed");
-    if (seed < 0) fail(*v, path + ".seed", "seed must be >= 0");
-    spec.init_seed = static_cast<std::uint64_t>(seed);
-  }
-  spec.init.low = static_cast<double>(low);
-  spec.init.high = static_cast<double>(high);
-  std::vector<std::int64_t> values(static_cast<std::size_t>(spec.shape.numel()));
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    values[i] = randint_value(low, high, spec.init_seed, i);
-  }
-  return std::make_shared<const std::vector<std::int64_t>>(std::move(values));
-}
-
 TensorSpec Loader::tensor(const toml::node& node, const std::string& path,
                           std::uint64_t scenario_seed, const Mesh& mesh) {
   const toml::table& t = table(node, path);
@@ -193,23 +147,7 @@ TensorSpec Loader::tensor(const toml::node& node, const std::string& path,
   }
   spec.init_seed = scenario_seed ^ fnv1a64(spec.name);
   if (const toml::node* dtype = t.get("dtype")) {
-    const std::string text = string(*dtype, path + ".dtype");
-    if (text != "i64") {
-      fail(*dtype, path + ".dtype",
-           "unknown dtype " + quote(text) +
-               ": \"i64\" declares token ids or labels; a floating tensor leaves dtype out "
-               "(it takes the run's precision)");
-    }
-    if (spec.role == TensorRole::parameter) {
-      fail(*t.get("role"), path + ".role", "an i64 tensor is data, not a parameter");
-    }
-    const toml::node* init_node = t.get("init");
-    if (!init_node) {
-      fail(node, path,
-           "an i64 tensor needs init = { dist = \"randint\", low, high } or a file "
-           "(init = { file, tensor })");
-    }
-    spec.ids = ids_init(*init_node, path + ".init", spec);
+    ids_dtype(t, *dtype, node, path, spec);
   } else if (const toml::node* init_node = t.get("init")) {
     spec.init = init(*init_node, path + ".init", spec.init_seed);
     if (spec.init.dist == InitDist::file) check_init_file_shape(*init_node, path + ".init", spec);

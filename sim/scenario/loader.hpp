@@ -65,6 +65,8 @@ class Loader : public TomlReader {
   std::shared_ptr<const std::vector<std::int64_t>> ids_init(const toml::node& node,
                                                             const std::string& path,
                                                             TensorSpec& spec) const;
+  void ids_dtype(const toml::table& t, const toml::node& dtype, const toml::node& node,
+                 const std::string& path, TensorSpec& spec) const;
   std::vector<std::int64_t> ids_file(const toml::table& t, const std::string& path,
                                      TensorSpec& spec) const;
   TensorSpec tensor(const toml::node& node, const std::string& path, std::uint64_t scenario_seed,

@@ -74,44 +74,19 @@ inline int vocab_dim(const Layout& layout, const std::string& vocab_axis) {
   return -1;
 }
 
-// y: the logits (global [tokens..., vocab]); ids: the labels' global values, of shape `labels`
-// (the whole step's batch). Returns the scalar loss, Replicate.
+// Step 1: the per-token maximum over the vocabulary, on every rank. Vocab-parallel: each rank's
+// maximum over its real columns, all-gathered over the vocabulary's dim `dv`, then their maximum
+// (`local_max`, the ce_local_max fault: each rank keeps its own).
 template <typename T>
-DistTensor<T> cross_entropy_sharded(const World<T>& world, const DistTensor<T>& y,
-                                    const Shape& labels, const std::vector<std::int64_t>& ids,
-                                    const std::string& vocab_axis, const std::string& batch_axis,
-                                    const CrossEntropyParams& params,
-                                    const CrossEntropyFaults& faults, const std::string& output,
-                                    const CrossEntropyMicro& micro, CrossEntropySaved<T>& saved) {
+DistTensor<T> ce_max_sharded(const World<T>& world, const DistTensor<T>& y, int dv,
+                             const Shape& tokens, const Layout& token_layout, bool with_pad,
+                             bool local_max, const std::string& output,
+                             const CrossEntropySaved<T>& saved) {
   namespace parts = cross_entropy_parts;
   const Mesh& mesh = *y.mesh;
-  const int dv = vocab_dim(y.layout, vocab_axis);
-  const Shape tokens = y.global.without(vocab_axis);
-  Layout token_layout = y.layout;
-  if (dv >= 0) token_layout.dims[static_cast<std::size_t>(dv)] = Placement::replicate();
-  const std::size_t ranks = static_cast<std::size_t>(world.size());
-  saved.labels.assign(ranks, {});
-  saved.columns.assign(ranks, {});
-  saved.divisor.assign(ranks, T(0));
-  world.for_each_rank([&](int r) {
-    const Slice cols = axis_slice(y.global, y.layout, mesh, r, vocab_axis);
-    saved.columns[static_cast<std::size_t>(r)] = {cols.begin, cols.valid()};
-    saved.labels[static_cast<std::size_t>(r)] = frame_labels(
-        labels, ids,
-        token_frame(y.global, y.layout, mesh, r, labels, batch_axis, micro.batch_begin));
-  });
-  const bool with_pad = faults.padding_in_softmax;
   const std::vector<std::string> from_logits{y.name};
-  auto vocab_label = [&](std::string_view part, bool exact) {
-    return BoundaryLabel{.op = "all_reduce",
-                         .tensor = part_name(output, part),
-                         .exact = exact,
-                         .inputs = from_logits};
-  };
-
-  // 1. The maximum.
   DistTensor<T> max = world.make(part_name(output, parts::max), tokens, token_layout);
-  if (dv < 0 || faults.local_max) {
+  if (dv < 0 || local_max) {
     world.for_each_rank([&](int r) {
       ce_row_max(y.local(r), saved.columns[static_cast<std::size_t>(r)], with_pad, max.local(r));
     });
@@ -148,52 +123,23 @@ DistTensor<T> cross_entropy_sharded(const World<T>& world, const DistTensor<T>& 
                           .inputs = from_logits},
                          max);
 
-  // 2-4. The sums over the vocabulary: Partial on its dim, then all-reduced.
-  const Layout sums_layout =
-      dv < 0 ? token_layout : token_layout.with(dv, Placement::partial());
-  auto vocab_sum = [&](std::string_view part, bool exact, auto&& fill) {
-    DistTensor<T> t = world.make(part_name(output, part), tokens, sums_layout);
-    world.for_each_rank([&](int r) { fill(r, t.local(r)); });
-    if (dv >= 0) return world.on(dv).all_reduce(t, vocab_label(part, exact));
-    world.compare_boundary({.op = op_label(OpKind::cross_entropy),
-                            .tensor = t.name,
-                            .exact = true,
-                            .inputs = {y.name, max.name}},
-                           t);
-    return t;
-  };
-  const DistTensor<T> sumexp = vocab_sum(parts::sumexp, false, [&](int r, Tensor<T>& out) {
-    ce_row_sumexp(y.local(r), saved.columns[static_cast<std::size_t>(r)], with_pad, max.local(r),
-                  out);
-  });
-  const DistTensor<T> target = vocab_sum(parts::target_logit, true, [&](int r, Tensor<T>& out) {
-    ce_row_target(y.local(r), saved.columns[static_cast<std::size_t>(r)],
-                  saved.labels[static_cast<std::size_t>(r)], params, faults.target_every_rank,
-                  out);
-  });
-  DistTensor<T> logit_sum;
-  if (params.label_smoothing > 0) {
-    logit_sum = vocab_sum(parts::logit_sum, false, [&](int r, Tensor<T>& out) {
-      ce_row_sum(y.local(r), saved.columns[static_cast<std::size_t>(r)], out);
-    });
-  }
+  return max;
+}
 
-  // 5. lse and each token's loss, on every rank alike.
-  DistTensor<T> lse = world.make(part_name(output, parts::lse), tokens, token_layout);
-  std::vector<Tensor<T>> token_loss(ranks);
-  world.for_each_rank([&](int r) {
-    const std::size_t i = static_cast<std::size_t>(r);
-    token_loss[i] = Tensor<T>(lse.local(r).shape());
-    ce_token_loss(max.local(r), sumexp.local(r), target.local(r),
-                  params.label_smoothing > 0 ? logit_sum.local(r) : target.local(r),
-                  saved.labels[i], params, lse.local(r), token_loss[i]);
-  });
-  world.compare_boundary({.op = op_label(OpKind::cross_entropy),
-                          .tensor = lse.name,
-                          .exact = dv < 0,
-                          .inputs = {max.name, sumexp.name}},
-                         lse);
-
+// The token dims, as mse_loss does: each rank's sum of its counted tokens' losses and its count,
+// all-reduced over every dim other than the vocabulary's `dv` that shards the tokens; with
+// micro-batches the whole step's count; then the loss, divided once.
+template <typename T>
+DistTensor<T> ce_reduce_tokens(const World<T>& world, const DistTensor<T>& y, int dv,
+                               const Shape& labels, const std::vector<std::int64_t>& ids,
+                               const std::string& batch_axis, const CrossEntropyParams& params,
+                               const CrossEntropyFaults& faults, const std::string& output,
+                               const CrossEntropyMicro& micro,
+                               const std::vector<Tensor<T>>& token_loss,
+                               const std::vector<std::string>& token_inputs,
+                               CrossEntropySaved<T>& saved) {
+  namespace parts = cross_entropy_parts;
+  const Mesh& mesh = *y.mesh;
   // The token dims: sums and counts Partial where the tokens are sharded.
   const Shape scalar;
   Layout partial = Layout::uniform(y.layout.ndim(), Placement::replicate());
@@ -214,7 +160,6 @@ DistTensor<T> cross_entropy_sharded(const World<T>& world, const DistTensor<T>& 
     sums.local(r)[0] = sum;
     counts.local(r)[0] = T(count);
   });
-  const std::vector<std::string> token_inputs{lse.name, target.name};
   auto reduce_tokens = [&](DistTensor<T> t, bool exact) {
     if (!sharded_tokens) {
       world.compare_boundary({.op = op_label(OpKind::cross_entropy),
@@ -269,6 +214,105 @@ DistTensor<T> cross_entropy_sharded(const World<T>& world, const DistTensor<T>& 
                           .exact = dv < 0 && !sharded_tokens,
                           .inputs = from},
                          loss);
+  return loss;
+}
+
+// Each rank's vocabulary columns and its tokens' labels (saved for the backward).
+template <typename T>
+void ce_rank_tokens(const World<T>& world, const DistTensor<T>& y, const Shape& labels,
+                    const std::vector<std::int64_t>& ids, const std::string& vocab_axis,
+                    const std::string& batch_axis, std::int64_t batch_begin,
+                    CrossEntropySaved<T>& saved) {
+  const Mesh& mesh = *y.mesh;
+  const std::size_t ranks = static_cast<std::size_t>(world.size());
+  saved.labels.assign(ranks, {});
+  saved.columns.assign(ranks, {});
+  saved.divisor.assign(ranks, T(0));
+  world.for_each_rank([&](int r) {
+    const Slice cols = axis_slice(y.global, y.layout, mesh, r, vocab_axis);
+    saved.columns[static_cast<std::size_t>(r)] = {cols.begin, cols.valid()};
+    saved.labels[static_cast<std::size_t>(r)] = frame_labels(
+        labels, ids, token_frame(y.global, y.layout, mesh, r, labels, batch_axis, batch_begin));
+  });
+}
+
+// y: the logits (global [tokens..., vocab]); ids: the labels' global values, of shape `labels`
+// (the whole step's batch). Returns the scalar loss, Replicate.
+template <typename T>
+DistTensor<T> cross_entropy_sharded(const World<T>& world, const DistTensor<T>& y,
+                                    const Shape& labels, const std::vector<std::int64_t>& ids,
+                                    const std::string& vocab_axis, const std::string& batch_axis,
+                                    const CrossEntropyParams& params,
+                                    const CrossEntropyFaults& faults, const std::string& output,
+                                    const CrossEntropyMicro& micro, CrossEntropySaved<T>& saved) {
+  namespace parts = cross_entropy_parts;
+  const int dv = vocab_dim(y.layout, vocab_axis);
+  const Shape tokens = y.global.without(vocab_axis);
+  Layout token_layout = y.layout;
+  if (dv >= 0) token_layout.dims[static_cast<std::size_t>(dv)] = Placement::replicate();
+  const std::size_t ranks = static_cast<std::size_t>(world.size());
+  ce_rank_tokens(world, y, labels, ids, vocab_axis, batch_axis, micro.batch_begin, saved);
+  const bool with_pad = faults.padding_in_softmax;
+  const std::vector<std::string> from_logits{y.name};
+  auto vocab_label = [&](std::string_view part, bool exact) {
+    return BoundaryLabel{.op = "all_reduce",
+                         .tensor = part_name(output, part),
+                         .exact = exact,
+                         .inputs = from_logits};
+  };
+
+  // 1. The maximum.
+  DistTensor<T> max =
+      ce_max_sharded(world, y, dv, tokens, token_layout, with_pad, faults.local_max, output, saved);
+
+  // 2-4. The sums over the vocabulary: Partial on its dim, then all-reduced.
+  const Layout sums_layout =
+      dv < 0 ? token_layout : token_layout.with(dv, Placement::partial());
+  auto vocab_sum = [&](std::string_view part, bool exact, auto&& fill) {
+    DistTensor<T> t = world.make(part_name(output, part), tokens, sums_layout);
+    world.for_each_rank([&](int r) { fill(r, t.local(r)); });
+    if (dv >= 0) return world.on(dv).all_reduce(t, vocab_label(part, exact));
+    world.compare_boundary({.op = op_label(OpKind::cross_entropy),
+                            .tensor = t.name,
+                            .exact = true,
+                            .inputs = {y.name, max.name}},
+                           t);
+    return t;
+  };
+  const DistTensor<T> sumexp = vocab_sum(parts::sumexp, false, [&](int r, Tensor<T>& out) {
+    ce_row_sumexp(y.local(r), saved.columns[static_cast<std::size_t>(r)], with_pad, max.local(r),
+                  out);
+  });
+  const DistTensor<T> target = vocab_sum(parts::target_logit, true, [&](int r, Tensor<T>& out) {
+    ce_row_target(y.local(r), saved.columns[static_cast<std::size_t>(r)],
+                  saved.labels[static_cast<std::size_t>(r)], params, faults.target_every_rank,
+                  out);
+  });
+  DistTensor<T> logit_sum;
+  if (params.label_smoothing > 0) {
+    logit_sum = vocab_sum(parts::logit_sum, false, [&](int r, Tensor<T>& out) {
+      ce_row_sum(y.local(r), saved.columns[static_cast<std::size_t>(r)], out);
+    });
+  }
+
+  // 5. lse and each token's loss, on every rank alike.
+  DistTensor<T> lse = world.make(part_name(output, parts::lse), tokens, token_layout);
+  std::vector<Tensor<T>> token_loss(ranks);
+  world.for_each_rank([&](int r) {
+    const std::size_t i = static_cast<std::size_t>(r);
+    token_loss[i] = Tensor<T>(lse.local(r).shape());
+    ce_token_loss(max.local(r), sumexp.local(r), target.local(r),
+                  params.label_smoothing > 0 ? logit_sum.local(r) : target.local(r),
+                  saved.labels[i], params, lse.local(r), token_loss[i]);
+  });
+  world.compare_boundary({.op = op_label(OpKind::cross_entropy),
+                          .tensor = lse.name,
+                          .exact = dv < 0,
+                          .inputs = {max.name, sumexp.name}},
+                         lse);
+
+  DistTensor<T> loss = ce_reduce_tokens(world, y, dv, labels, ids, batch_axis, params, faults, output,
+                                        micro, token_loss, {lse.name, target.name}, saved);
   saved.max = std::move(max);
   saved.sumexp = sumexp;
   saved.lse = std::move(lse);

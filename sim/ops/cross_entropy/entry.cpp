@@ -19,6 +19,30 @@ std::string element_str(const Shape& shape, std::int64_t flat) {
   return out + "]";
 }
 
+// Every label is a class in [0, classes) or ignore_index, and some label is not ignore_index.
+void check_labels(const CrossEntropyArgs& args, const StepSpec& step, StepContext& ctx,
+                  const TensorState& labels, std::int64_t classes) {
+  const std::vector<std::int64_t>& ids = *labels.ids;
+  std::int64_t counted = 0;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const std::int64_t y = ids[i];
+    if (y == args.ignore_index) continue;
+    if (y < 0 || y >= classes) {
+      ctx.fail(step, "labels",
+               "element " + element_str(labels.shape, static_cast<std::int64_t>(i)) + " of " +
+                   quote(step.str("labels")) + " is " + std::to_string(y) +
+                   ": a label is a class in [0, " + std::to_string(classes) +
+                   ") or ignore_index (" + std::to_string(args.ignore_index) + ")");
+    }
+    ++counted;
+  }
+  if (counted == 0) {
+    ctx.fail(step, "labels",
+             "every label of " + quote(step.str("labels")) + " is ignore_index (" +
+                 std::to_string(args.ignore_index) + "): the mean over no tokens is undefined");
+  }
+}
+
 // The logits [tokens..., vocab]: the vocabulary the last axis, Shard(vocab) on the step's dim at
 // most, Shard of a token axis or Replicate elsewhere. The labels: an i64 tensor of the token axes,
 // held as the logits hold their tokens (Replicate where the logits shard the vocabulary), every
@@ -84,26 +108,7 @@ void cross_entropy_rules(const CrossEntropyArgs& args, const StepSpec& step, Ste
                    " " + logits.shape.str());
     }
   }
-  const std::int64_t classes = logits.shape.extent(vocab);
-  const std::vector<std::int64_t>& ids = *labels.ids;
-  std::int64_t counted = 0;
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    const std::int64_t y = ids[i];
-    if (y == args.ignore_index) continue;
-    if (y < 0 || y >= classes) {
-      ctx.fail(step, "labels",
-               "element " + element_str(labels.shape, static_cast<std::int64_t>(i)) + " of " +
-                   quote(step.str("labels")) + " is " + std::to_string(y) +
-                   ": a label is a class in [0, " + std::to_string(classes) +
-                   ") or ignore_index (" + std::to_string(args.ignore_index) + ")");
-    }
-    ++counted;
-  }
-  if (counted == 0) {
-    ctx.fail(step, "labels",
-             "every label of " + quote(step.str("labels")) + " is ignore_index (" +
-                 std::to_string(args.ignore_index) + "): the mean over no tokens is undefined");
-  }
+  check_labels(args, step, ctx, labels, logits.shape.extent(vocab));
   ctx.define(step, "output",
              {Shape(), Layout::uniform(logits.layout.ndim(), Placement::replicate())});
 }
