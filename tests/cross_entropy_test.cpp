@@ -226,7 +226,7 @@ TEST_CASE("frame_labels maps a shard's tokens to the global labels, padding to k
   CHECK(shardsim::frame_labels(labels, ids, micro) == std::vector<std::int64_t>{3, 4, 5});
 }
 
-TEST_CASE("randint draws every value of [low, high) from the init counter", "[cross_entropy]") {
+TEST_CASE("randint draws every value in low..high-1 from the init counter", "[cross_entropy]") {
   // Element i depends on (seed, i) only; over 4000 draws of [-1, 3) every value appears, none
   // outside, and a different seed gives a different sequence.
   std::vector<int> seen(4, 0);

@@ -254,7 +254,7 @@ TEST_CASE("input files: located errors for shape, dtype, values, names and keys"
         "-inf: inputs must be finite");
   CHECK(load_error(dir, R"({ file = "in.safetensors", tensor = "i" })") ==
         "s.toml:11:44: tensors[0].init.tensor: 'i' in 'in.safetensors' has dtype I32; inputs are "
-        "read exactly from F64, F32, BF16 or F16");
+        "read exactly from F64, F32, BF16 or F16 (token ids: declare the tensor dtype = \"i64\")");
   CHECK(load_error(dir, R"({ file = "in.safetensors", tensor = "wid" })") ==
         "s.toml:11:44: tensors[0].init.tensor: no tensor 'wid' in 'in.safetensors' (did you mean "
         "'wide'?)");

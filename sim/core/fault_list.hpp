@@ -52,7 +52,9 @@
   X(ce_ignored_tokens_counted)      \
   X(vocab_padding_in_softmax)       \
   X(embedding_partial_not_reduced)  \
-  X(tied_grad_one_use)
+  X(tied_grad_one_use)              \
+  X(adamw_bias_correction_missing)  \
+  X(adamw_decay_coupled)
 
 namespace shardsim {
 

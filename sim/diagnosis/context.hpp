@@ -53,6 +53,21 @@ Finding ring_signature(Context& ctx, int id);
 Finding provenance_signature(Context& ctx, int id);
 Finding norm_signature(Context& ctx, int id);
 Finding loss_signature(Context& ctx, int id);
+
+// adamw_update: at a failing AdamW boundary (a parameter, NAME.exp_avg or NAME.exp_avg_sq; no
+// micro-batches), the update recomputed in double from the oracle's inputs before it (the
+// parameter, the reduced gradient, the previous step's moments or zeros) under each of
+// adamw_variants(); a variant that reproduces the ranks' values within 2^12 units of the analysed
+// run's rounding while the correct update misses by 16 times that -> optimizer_convention.
+struct AdamWVariant {
+  std::string what;  // the evidence's words
+  bool bias_correction = true;
+  bool coupled_decay = false;   // g + weight_decay * p, no decoupled decay
+  bool eps_inside_sqrt = false;
+  int step_shift = 0;  // the bias correction's t + shift
+};
+const std::vector<AdamWVariant>& adamw_variants();
+Finding optimizer_signature(Context& ctx, int id);
 // The counts a ratio may be: ranks, every axis extent of the program, batch*seq.
 std::vector<NamedCount> program_counts(const Scenario& scenario);
 

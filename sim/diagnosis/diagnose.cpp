@@ -90,6 +90,7 @@ std::vector<Finding> measure(diag::Context& ctx, int id, const std::vector<Trend
           diag::provenance_signature(ctx, id),
           diag::norm_signature(ctx, id),
           diag::loss_signature(ctx, id),
+          diag::optimizer_signature(ctx, id),
           precision_trend(points)};
 }
 

@@ -36,9 +36,10 @@ enum class Cause {
   default_value,             // a constant (ones/zeros init) in place of the data
   wrong_stage,               // another boundary's values: a transform skipped or a stale tensor
   softmax_merge,             // partial softmax results merged wrongly (ring / flash LSE merge)
+  optimizer_convention,      // another update rule: AdamW's bias correction, decay, eps, step t
   rounding,                  // not a bug: the gap shrinks with precision
 };
-inline constexpr int kCauseCount = 14;
+inline constexpr int kCauseCount = 15;
 
 // "wrong_divisor", ... (the report's "cause").
 std::string_view cause_name(Cause cause);

@@ -34,6 +34,8 @@ std::string_view cause_name(Cause cause) {
       return "wrong_stage";
     case Cause::softmax_merge:
       return "softmax_merge";
+    case Cause::optimizer_convention:
+      return "optimizer_convention";
     case Cause::rounding:
       return "rounding";
   }
@@ -71,6 +73,10 @@ std::string_view cause_summary(Cause cause) {
     case Cause::softmax_merge:
       return "softmax merge: the partial results of KV blocks combined wrongly (the log-sum-exp "
              "merge of ring or flash attention)";
+    case Cause::optimizer_convention:
+      return "optimizer convention: another update rule (AdamW without bias correction, L2 "
+             "instead of decoupled weight decay, eps inside the square root, a step count off "
+             "by one)";
     case Cause::rounding:
       return "not a bug: rounding noise, the gap shrinks with precision";
   }

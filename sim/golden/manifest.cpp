@@ -30,13 +30,20 @@ Json param_json(const ParamValue& value) {
 }
 
 // A boundary's parameters: the op's keys for a step's boundary (defaults filled in), the
-// learning rate for a parameter update, null otherwise.
+// learning rate for a parameter update (AdamW: its hyperparameters and the training step, which
+// is its update count t without [stream]), null otherwise.
 Json params_json(const Scenario& scenario, const TraceEntry& e) {
   if (e.scenario_step >= 0) {
     Json out = Json::object();
     const StepSpec& step = scenario.steps.at(static_cast<std::size_t>(e.scenario_step));
     for (const ResolvedParam& p : resolved_params(step, scenario)) out[p.key] = param_json(p.value);
     return out;
+  }
+  if (e.kind == BoundaryKind::update && scenario.adamw()) {
+    const Scenario::Optimizer& o = scenario.optimizer;
+    return Json{{"optimizer", "adamw"},       {"learning_rate", scenario.learning_rate},
+                {"betas", {o.beta1, o.beta2}}, {"eps", o.eps},
+                {"weight_decay", o.weight_decay}, {"update", e.step}};
   }
   if (e.kind == BoundaryKind::update) return Json{{"learning_rate", scenario.learning_rate}};
   return nullptr;

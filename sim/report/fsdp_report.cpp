@@ -22,7 +22,10 @@ nlohmann::ordered_json fsdp_json(const Scenario& scenario) {
                              {"dim", scenario.mesh.devices.dim(spec.dim).name},
                              {"units", units},
                              {"grad_reduce", kGradReduceReason},
-                             {"optimizer_state", "none (plain SGD)"}};
+                             {"optimizer_state", scenario.adamw()
+                                                     ? "AdamW exp_avg and exp_avg_sq, sharded "
+                                                       "like the parameters"
+                                                     : "none (plain SGD)"}};
   // Mixed precision, only where declared (docs/layouts.md "Mixed precision").
   if (spec.param_dtype) out["param_dtype"] = spec.param_dtype->name();
   if (spec.reduce_dtype) out["reduce_dtype"] = spec.reduce_dtype->name();
@@ -40,7 +43,9 @@ std::string format_parameter_memory(const ParameterMemory& memory) {
       << "), bytes per rank:\n";
   line("parameter shards", memory.sharded_params);
   line("gradient shards", memory.sharded_grads);
-  line("optimizer state (plain SGD keeps none)", memory.optimizer_state);
+  line(memory.adamw ? "optimizer state (AdamW: two moments)"
+                    : "optimizer state (plain SGD keeps none)",
+       memory.optimizer_state);
   line("gathered parameters, peak (one unit at a time)", memory.gathered_peak);
   line("unsharded gradients, peak (until the reduce-scatter)", memory.unsharded_grads_peak);
   return out.str();

@@ -184,6 +184,16 @@ class Fsdp {
   void refresh_dense(const std::string& name, StepEnv<T>& env) const {
     if (flat()) env.dense[name] = flatten_dense(env.dense, members(name), name);
   }
+  // The same for a per-parameter part (AdamW's NAME.exp_avg): the flat NAME.PART from each
+  // member's MEMBER.PART.
+  void refresh_dense_part(const std::string& name, std::string_view part,
+                          StepEnv<T>& env) const {
+    if (!flat()) return;
+    std::vector<std::string> parts;
+    for (const std::string& m : members(name)) parts.push_back(part_name(m, part));
+    const std::string flat_part = part_name(name, part);
+    env.dense[flat_part] = flatten_dense(env.dense, parts, flat_part);
+  }
 
   // fsdp_full_param_step: every rank keeps the unsharded parameter (gathered again here), steps
   // it with its own unreduced gradient, and takes its shard from that copy. The dense side steps

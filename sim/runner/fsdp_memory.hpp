@@ -21,7 +21,8 @@ inline std::int64_t fsdp_dtype_bytes(const std::optional<Precision>& dtype,
   return std::min(bytes, run_bytes);
 }
 
-// Master shards, gradient shards and optimizer state count `element_bytes` (the run's); the
+// Master shards, gradient shards and optimizer state (SGD none, AdamW two moments per element)
+// count `element_bytes` (the run's); the
 // gathered copy counts param_dtype's bytes, the unsharded gradients param_dtype's (autograd's)
 // plus, when reduce_dtype is another dtype, the reduce_dtype copy the reduce-scatter reads (both
 // live while it is cast). REQUIRES: scenario.fsdp.
@@ -41,6 +42,7 @@ inline ParameterMemory fsdp_parameter_memory(const Scenario& scenario, std::int6
   ParameterMemory memory;
   memory.style = std::string(fsdp_style_name(spec.style));
   memory.dim = mesh.dim(spec.dim).name;
+  memory.adamw = scenario.adamw();
   for (auto* figure : {&memory.sharded_params, &memory.sharded_grads, &memory.optimizer_state,
                        &memory.gathered_peak, &memory.unsharded_grads_peak}) {
     figure->assign(static_cast<std::size_t>(ranks), 0);
@@ -70,6 +72,8 @@ inline ParameterMemory fsdp_parameter_memory(const Scenario& scenario, std::int6
       }
     }
     if (scenario.train_steps > 0) memory.sharded_grads[rank] = memory.sharded_params[rank];
+    // AdamW keeps exp_avg and exp_avg_sq, each sharded like the parameters.
+    if (scenario.adamw()) memory.optimizer_state[rank] = 2 * memory.sharded_params[rank];
   }
   return memory;
 }

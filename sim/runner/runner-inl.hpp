@@ -26,6 +26,7 @@
 
 #include "core/error.hpp"
 #include "core/narrow_float.hpp"
+#include "ops/adamw.hpp"
 #include "ops/sgd.hpp"
 #include "runner/runner.hpp"
 #include "runner/boundary_contract.hpp"
@@ -207,6 +208,14 @@ class ScenarioRun {
       if (spec.role == TensorRole::parameter) pinned_.insert(grad_name(spec.name));
     }
     for (const std::string& name : fsdp_.pinned()) pinned_.insert(name);
+    if (scenario_.adamw()) {  // AdamW's moments live from one update to the next
+      const std::set<std::string> held = pinned_;
+      for (const std::string& name : held) {
+        if (is_grad_name(name)) continue;
+        pinned_.insert(part_name(name, "exp_avg"));
+        pinned_.insert(part_name(name, "exp_avg_sq"));
+      }
+    }
     // A forward-only run without [stream] reads a declared tensor only in the steps that name
     // it: no update, no later chunk or micro-batch. With FSDP the units gather their parameters
     // by unit, not by step, so they stay.
@@ -301,6 +310,8 @@ class ScenarioRun {
   // SGD of one parameter; `clip_coef`: the ranks' clipping coefficient when clip_grad_norm
   // clipped the gradients (null otherwise).
   void step_parameter(const TensorSpec& spec, const DistTensor<T>* clip_coef = nullptr);
+  void adamw_parameter(const std::string& name, const std::vector<std::string>& members,
+                       DistTensor<T>& param, const DistTensor<T>& grad);
 
   const Scenario& scenario_;
   BoundarySink<T>& sink_;
@@ -313,6 +324,7 @@ class ScenarioRun {
   std::set<std::string> identical_;  // tensors whose latest boundary matched the oracle bitwise
   int step_ = 1;
   int chunk_ = 1;
+  std::int64_t updates_ = 0;  // parameter updates so far: AdamW's t
   int scenario_step_ = -1;  // the step whose forward or backward is running (TraceEntry)
   Fsdp<T> fsdp_;
   std::vector<std::unique_ptr<StepOp<T>>> ops_;

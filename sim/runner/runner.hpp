@@ -31,7 +31,8 @@ struct ParameterMemory {
   std::string dim;                            // the mesh dim the parameters are sharded over
   std::vector<std::int64_t> sharded_params;   // every unit's shard
   std::vector<std::int64_t> sharded_grads;    // the reduce-scattered gradient shards (training)
-  std::vector<std::int64_t> optimizer_state;  // plain SGD keeps none: zeros
+  std::vector<std::int64_t> optimizer_state;  // plain SGD keeps none: zeros; AdamW two moments
+  bool adamw = false;
   std::vector<std::int64_t> gathered_peak;    // the largest unit's gathered parameters
   // Its unsharded gradients, held from the unit's backward to its reduce-scatter (training).
   std::vector<std::int64_t> unsharded_grads_peak;

@@ -19,6 +19,7 @@ namespace shardsim::detail {
 // then all are clipped by their global norm (clip.hpp), then the updates run.
 template <typename T>
 void ScenarioRun<T>::update_parameters() {
+  ++updates_;
   std::vector<const TensorSpec*> trained;
   for (const TensorSpec& spec : scenario_.tensors) {
     if (spec.role == TensorRole::parameter && env_.has_grad(spec.name)) trained.push_back(&spec);
@@ -58,7 +59,7 @@ void ScenarioRun<T>::reduce_gradient(const TensorSpec& spec) {
   }
 }
 
-// SGD of one parameter; under fsdp of its storage (a flat unit once, at its first member).
+// SGD or AdamW of one parameter; under fsdp of its storage (a flat unit once, at its first member).
 template <typename T>
 void ScenarioRun<T>::step_parameter(const TensorSpec& spec, const DistTensor<T>* clip_coef) {
   std::string name = spec.name;
@@ -79,15 +80,19 @@ void ScenarioRun<T>::step_parameter(const TensorSpec& spec, const DistTensor<T>*
   }
   const std::string key = grad_name(name);
   const DistTensor<T>& grad = env_.sharded.at(key);
-  for (const std::string& m : members) {
-    sgd_update(env_.dense.at(m), env_.dense.at(grad_name(m)), scenario_.learning_rate);
-    env_.round_to_storage(env_.dense.at(m));  // the updated parameter is stored
+  if (scenario_.adamw()) {
+    adamw_parameter(name, members, *param, grad);
+  } else {
+    for (const std::string& m : members) {
+      sgd_update(env_.dense.at(m), env_.dense.at(grad_name(m)), scenario_.learning_rate);
+      env_.round_to_storage(env_.dense.at(m));  // the updated parameter is stored
+    }
+    fsdp_.refresh_dense(name, env_);
+    world_.for_each_rank([&](int r) {
+      sgd_update(param->local(r), grad.local(r), scenario_.learning_rate);
+      env_.round_to_storage(param->local(r));
+    });
   }
-  fsdp_.refresh_dense(name, env_);
-  world_.for_each_rank([&](int r) {
-    sgd_update(param->local(r), grad.local(r), scenario_.learning_rate);
-    env_.round_to_storage(param->local(r));
-  });
   if (has_replicate_dim(param->layout)) {
     // The first replica of each group is the reference (gathered to process 0).
     const DistTensor<T> gathered = world_.share(*param, /*to_root=*/true);
@@ -98,8 +103,67 @@ void ScenarioRun<T>::step_parameter(const TensorSpec& spec, const DistTensor<T>*
           .kind = BoundaryKind::check},
          *param, &reference);
   }
-  world_.compare_boundary(
-      {.op = "sgd", .tensor = name, .kind = BoundaryKind::update, .inputs = {name, key}}, *param);
+  world_.compare_boundary({.op = scenario_.adamw() ? "adamw" : "sgd",
+                           .tensor = name,
+                           .kind = BoundaryKind::update,
+                           .inputs = {name, key}},
+                          *param);
+}
+
+// AdamW of one parameter (or fsdp storage `name` holding `members`): the oracle steps each
+// member with its moments, the ranks step their locals with theirs (held like the parameter,
+// zeros before the first update), and each moment is a boundary (NAME.exp_avg, NAME.exp_avg_sq)
+// before the parameter's. A narrow run stores the moments in its format, as the parameter.
+template <typename T>
+void ScenarioRun<T>::adamw_parameter(const std::string& name,
+                                     const std::vector<std::string>& members, DistTensor<T>& param,
+                                     const DistTensor<T>& grad) {
+  const Scenario::Optimizer& o = scenario_.optimizer;
+  const AdamWHyper hyper{scenario_.learning_rate, o.beta1, o.beta2, o.eps, o.weight_decay};
+  const std::string avg = part_name(name, "exp_avg");
+  const std::string avg_sq = part_name(name, "exp_avg_sq");
+  const auto zeros_like = [](auto tensor) {
+    if constexpr (requires { tensor.locals; }) {
+      for (Tensor<T>& local : tensor.locals) local.values().assign(local.values().size(), T(0));
+    } else {
+      tensor.values().assign(tensor.values().size(), T(0));
+    }
+    return tensor;
+  };
+  for (const std::string& m : members) {
+    Tensor<T>& p = env_.dense.at(m);
+    for (const std::string& part : {part_name(m, "exp_avg"), part_name(m, "exp_avg_sq")}) {
+      if (!env_.dense.count(part)) env_.dense.emplace(part, zeros_like(p));
+    }
+    Tensor<T>& m1 = env_.dense.at(part_name(m, "exp_avg"));
+    Tensor<T>& m2 = env_.dense.at(part_name(m, "exp_avg_sq"));
+    adamw_step(p, env_.dense.at(grad_name(m)), m1, m2, hyper, updates_);
+    for (Tensor<T>* stored : {&p, &m1, &m2}) env_.round_to_storage(*stored);
+  }
+  fsdp_.refresh_dense(name, env_);
+  fsdp_.refresh_dense_part(name, "exp_avg", env_);
+  fsdp_.refresh_dense_part(name, "exp_avg_sq", env_);
+  for (const std::string& part : {avg, avg_sq}) {
+    if (!env_.sharded.count(part)) env_.sharded.emplace(part, zeros_like(param));
+  }
+  DistTensor<T>& m1 = env_.sharded.at(avg);
+  DistTensor<T>& m2 = env_.sharded.at(avg_sq);
+  const AdamWFault fault = scenario_.has_fault(Fault::adamw_bias_correction_missing)
+                               ? AdamWFault::bias_correction_missing
+                           : scenario_.has_fault(Fault::adamw_decay_coupled)
+                               ? AdamWFault::decay_coupled
+                               : AdamWFault::none;
+  world_.for_each_rank([&](int r) {
+    adamw_step(param.local(r), grad.local(r), m1.local(r), m2.local(r), hyper, updates_, fault);
+    for (Tensor<T>* stored : {&param.local(r), &m1.local(r), &m2.local(r)}) {
+      env_.round_to_storage(*stored);
+    }
+  });
+  for (const std::string& part : {avg, avg_sq}) {
+    world_.compare_boundary(
+        {.op = "adamw", .tensor = part, .kind = BoundaryKind::update, .inputs = {grad_name(name)}},
+        env_.sharded.at(part));
+  }
 }
 
 // A non-finite oracle is no reference: the scenario overflows (or is undefined) at this

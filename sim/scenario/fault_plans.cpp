@@ -30,6 +30,7 @@
 //                second dim where it is Replicate (fault_plans_grad.cpp)
 //   init         ones_init_assumed: some parameter a step names as its weight (bias) that does not
 //                already hold 1 (0) everywhere: a constant init or a file's values, bit for bit
+//   optimizer    adamw_*: optimizer.kind = "adamw"; adamw_decay_coupled also weight_decay > 0
 // Beyond that, numerical faults whose visibility depends on values (ring_merge_no_max needs
 // logits large enough to overflow) are not judged here.
 #include <algorithm>
@@ -340,10 +341,23 @@ std::string tied_effect(Fault fault, const Scenario& s) {
          "named by two steps (tie an embedding and an LM head by naming one weight in both)";
 }
 
+// The AdamW faults need the AdamW update; the coupled decay needs a decay to couple.
+std::string optimizer_effect(Fault fault, const Scenario& s) {
+  if (fault != Fault::adamw_bias_correction_missing && fault != Fault::adamw_decay_coupled) {
+    return "";
+  }
+  if (!s.adamw()) return "it changes the AdamW update, and this scenario's optimizer is SGD";
+  if (fault == Fault::adamw_decay_coupled && s.optimizer.weight_decay == 0) {
+    return "it moves the weight decay into the gradient, and optimizer.weight_decay is 0";
+  }
+  return "";
+}
+
 // Why `fault` changes nothing this scenario runs, or "" when it changes something.
 std::string no_effect(Fault fault, const Scenario& s) {
   for (auto* effect : {norm_effect, loss_effect, attention_effect, linear_effect, transition_effect,
-                       grad_reduce_effect, init_effect, cross_entropy_effect, tied_effect}) {
+                       grad_reduce_effect, init_effect, cross_entropy_effect, tied_effect,
+                       optimizer_effect}) {
     std::string why = effect(fault, s);
     if (!why.empty()) return why;
   }
@@ -354,6 +368,11 @@ std::string no_effect(Fault fault, const Scenario& s) {
 
 void Loader::fault_plans(const toml::array& list, const Scenario& s) const {
   for (std::size_t i = 0; i < list.size() && i < s.faults.size(); ++i) {
+    if (s.faults[i] == Fault::fsdp_full_param_step && s.adamw()) {
+      fail(*list.get(i), "faults[" + std::to_string(i) + "]",
+           "fault 'fsdp_full_param_step' is modelled with SGD only (the full copies would need "
+           "their own AdamW moments): use optimizer kind = \"sgd\"");
+    }
     const std::string why = no_effect(s.faults[i], s);
     if (why.empty()) continue;
     fail(*list.get(i), "faults[" + std::to_string(i) + "]",

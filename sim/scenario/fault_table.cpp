@@ -214,6 +214,16 @@ const std::vector<FaultInfo>& fault_catalogue() {
          "a parameter two steps use (tied embedding and LM head): its gradient keeps only the "
          "last contribution backward reaches instead of the sum of both uses",
          {}},
+        {Fault::adamw_bias_correction_missing,
+         "",
+         "adamw: the ranks step without bias correction (lr * m / (sqrt(v) + eps) with the raw "
+         "moments), a step 1 / (1 - beta1) times too large at step 1",
+         {}},
+        {Fault::adamw_decay_coupled,
+         "",
+         "adamw: the ranks add weight_decay * param to the gradient (Adam's L2) instead of "
+         "decaying the parameter by lr * weight_decay (decoupled)",
+         {}},
     };
     SHARDSIM_ASSERT(rows.size() == kFaultCount, "one catalogue row per fault");
     for (std::size_t k = 0; k < rows.size(); ++k) {

@@ -338,7 +338,17 @@ Scenario parse_scenario(std::string text, const std::string& file) {
   load.check_keys(root, "",
                   {"name", "description", "seed", "precisions", "mesh", "tensors", "steps",
                    "faults", "tolerance", "train_steps", "learning_rate", "expect", "stream",
-                   "accumulate", "clip_grad_norm", "fsdp", "micro_batches"});
+                   "accumulate", "clip_grad_norm", "fsdp", "micro_batches", "optimizer",
+                   "blocks"});
+  NodeOrigins origins;
+  load.expand_blocks(root, origins);
+  // loc_of reads the copies' positions from `origins` while this parse runs.
+  struct Origins {
+    explicit Origins(const NodeOrigins* map) { node_origins = map; }
+    ~Origins() { node_origins = nullptr; }
+    Origins(const Origins&) = delete;
+    Origins& operator=(const Origins&) = delete;
+  } in_scope(&origins);
   Scenario s;
   s.file = file;
   s.text = std::move(text);
@@ -350,6 +360,7 @@ Scenario parse_scenario(std::string text, const std::string& file) {
   load.tensors(root, s, defined);
   load.steps(root, s, defined);
   load.training(root, s);
+  load.optimizer(root, s);
   load.micro_batches(root, s);
   load.fsdp(root, s);
   if (const toml::node* v = root.get("faults")) {

@@ -17,11 +17,16 @@ class Loader : public TomlReader {
  public:
   using TomlReader::TomlReader;
 
+  // [blocks] instantiated into [[tensors]] and [[steps]] (loader_blocks.cpp), in place; first of
+  // all. The copies' positions go into `origins`.
+  void expand_blocks(toml::table& root, NodeOrigins& origins) const;
   void header(const toml::table& root, Scenario& s) const;
   void tensors(const toml::table& root, Scenario& s, std::map<std::string, TensorState>& defined);
   void steps(const toml::table& root, Scenario& s,
              std::map<std::string, TensorState>& defined) const;
   void training(const toml::table& root, Scenario& s) const;
+  // optimizer = { kind, lr, betas, eps, weight_decay } (loader_optimizer.cpp); after training.
+  void optimizer(const toml::table& root, Scenario& s) const;
   // micro_batches (loader_micro.cpp): k >= 1; with k >= 2 every input and target with the
   // batch axis has one extent that torch.chunk cuts into k non-empty pieces; refused with
   // [stream], dropout, a step that reduces over the batch axis or a loss on another batch axis.

@@ -30,8 +30,10 @@ constexpr std::array<std::string_view, 2> kRunnerRoots = {"grad_norm", "flat_par
 // Parts the runner and the plans record as OWNER.PART besides those with their own tables
 // (layer_norm_parts, rms_norm_parts, loss_parts, kAttentionParts): dropout's mask
 // (dropout_step.hpp, dropout_plan.hpp; its repetition check is mask@repetition), a micro-batched
-// run's accumulated loss and a gradient's moved addend (runner, micro_step-inl.hpp).
-constexpr std::array<std::string_view, 3> kOtherParts = {"mask", "accumulated", "addend"};
+// run's accumulated loss and a gradient's moved addend (runner, micro_step-inl.hpp), AdamW's
+// moments of a parameter (update_step-inl.hpp).
+constexpr std::array<std::string_view, 5> kOtherParts = {"mask", "accumulated", "addend",
+                                                         "exp_avg", "exp_avg_sq"};
 
 bool allowed_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||

@@ -190,7 +190,18 @@ struct Scenario {
   // Training: 0 runs the steps forward once. K >= 1 runs forward, backward and an SGD update of
   // every parameter K times; the last step must then be a loss.
   int train_steps = 0;
-  double learning_rate = 0.1;
+  double learning_rate = 0.1;  // the optimizer's lr (`learning_rate`, or `optimizer.lr`)
+  // The parameter update (`optimizer = { kind, lr, betas, eps, weight_decay }`): plain SGD by
+  // default, or AdamW as torch.optim.AdamW (ops/adamw.hpp), whose defaults these are.
+  struct Optimizer {
+    enum class Kind { sgd, adamw } kind = Kind::sgd;
+    double beta1 = 0.9;
+    double beta2 = 0.999;
+    double eps = 1e-8;
+    double weight_decay = 1e-2;
+  };
+  Optimizer optimizer;
+  bool adamw() const { return optimizer.kind == Optimizer::Kind::adamw; }
   // Gradient accumulation (docs/layouts.md "Micro-batches and gradient accumulation"): 1 runs
   // the whole batch at once. k >= 2 cuts every input and target on kMicroBatchAxis into k
   // consecutive micro-batches (torch.chunk sizes), run one after another, their parameter

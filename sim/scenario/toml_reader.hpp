@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,16 @@ inline std::string format_number(double x) {
   return text;
 }
 
+// Where the loader's copies of nodes came from: toml++ does not copy a node's source region, so
+// the nodes [blocks] expands (loader_blocks.cpp) are mapped to their originals' positions here,
+// for the parse that made them (set by parse_scenario, on its thread).
+using NodeOrigins = std::map<const toml::node*, SourceLoc>;
+inline thread_local const NodeOrigins* node_origins = nullptr;
+
 inline SourceLoc loc_of(const toml::node& node) {
+  if (node.source().begin.line == 0 && node_origins) {
+    if (const auto it = node_origins->find(&node); it != node_origins->end()) return it->second;
+  }
   return {static_cast<int>(node.source().begin.line), static_cast<int>(node.source().begin.column)};
 }
 
@@ -51,10 +61,13 @@ class TomlReader {
       const std::string name(key.str());
       if (std::find(allowed.begin(), allowed.end(), name) != allowed.end()) continue;
       const std::string hint = nearest(name, allowed);
+      // A copied key has no position: its value's (the same line) stands in.
+      const SourceLoc at = key.source().begin.line != 0
+                               ? SourceLoc{static_cast<int>(key.source().begin.line),
+                                           static_cast<int>(key.source().begin.column)}
+                               : loc_of(node);
       throw LocatedError(located(
-          file_,
-          {static_cast<int>(key.source().begin.line), static_cast<int>(key.source().begin.column)},
-          path.empty() ? clipped(name) : path + "." + clipped(name),
+          file_, at, path.empty() ? clipped(name) : path + "." + clipped(name),
           "unknown key " + quote(name) +
               (hint.empty() ? "" : " (did you mean " + quote(hint) + "?)")));
     }

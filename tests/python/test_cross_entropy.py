@@ -85,6 +85,20 @@ def single_rank(text):
     return text.replace('parallel = "column"\n', '')
 
 
+def both_layouts(scenario, ids, labels, directory):
+    """Goldens of `scenario` (a dp 2 x tp 2 file drawing ids and labels with randint over 97
+    classes) and of its 1-rank twin, both reading `ids` and `labels` from .npy files instead."""
+    with open(scenario) as f:
+        text = f.read()
+    draws = text.split('init = { dist = "randint", low = 0, high = 97 }')
+    assert len(draws) == 3, f"{scenario} draws ids and labels"
+    text = draws[0] + 'init = { file = "ids.npy" }' + draws[1] + \
+        'init = { file = "labels.npy" }' + draws[2]
+    arrays = {"ids.npy": ids, "labels.npy": labels}
+    return {"dp 2 x tp 2": goldens(text, os.path.join(directory, "sharded"), arrays),
+            "1 rank": goldens(single_rank(text), os.path.join(directory, "single"), arrays)}
+
+
 def torch_steps(h, w, labels, steps=2):
     """Per step: loss, logits, dlogits, dW, the updated W (PyTorch f64 autograd)."""
     out = []
@@ -181,16 +195,7 @@ class TiedEmbeddingTorchTest(unittest.TestCase):
         cls.ids = rng.integers(0, 97, size=(4, 6)).astype(np.int64)
         cls.ids[3, :3] = cls.ids[0, 0]  # one id four times, across both dp ranks
         cls.labels = rng.integers(0, 97, size=(4, 6)).astype(np.int64)
-        with open(TIED) as f:
-            text = f.read()
-        draws = text.split('init = { dist = "randint", low = 0, high = 97 }')
-        assert len(draws) == 3, "the tied scenario draws ids and labels"
-        text = draws[0] + 'init = { file = "ids.npy" }' + draws[1] + \
-            'init = { file = "labels.npy" }' + draws[2]
-        arrays = {"ids.npy": cls.ids, "labels.npy": cls.labels}
-        cls.sets = {"dp 2 x tp 2": goldens(text, os.path.join(cls.tmp.name, "sharded"), arrays),
-                    "1 rank": goldens(single_rank(text), os.path.join(cls.tmp.name, "single"),
-                                      arrays)}
+        cls.sets = both_layouts(TIED, cls.ids, cls.labels, cls.tmp.name)
 
     @classmethod
     def tearDownClass(cls):
