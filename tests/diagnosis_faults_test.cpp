@@ -76,6 +76,8 @@ TEST_CASE("every seeded fault's top-ranked cause is the right one", "[diagnosis]
       {"fsdp_grad_local_mean", Cause::wrong_divisor},
       {"fsdp_reduce_dtype_bf16", Cause::hidden_cast},
       {"fsdp_stale_shard", Cause::wrong_stage},
+      {"gqa_kv_grad_unreduced", Cause::unreduced_gradients},
+      {"gqa_wrong_group", Cause::head_grouping},
       {"lm_adamw_bias_correction_missing", Cause::optimizer_convention},
       {"lm_adamw_decay_coupled", Cause::optimizer_convention},
       {"norm_average_of_rank_means", Cause::wrong_divisor},
@@ -137,8 +139,8 @@ TEST_CASE("no clean twin produces a diagnosis", "[diagnosis][scenario]") {
     }
   }
   // 12 normalization, 5 mesh, 1 micro-batch, 6 fsdp and 8 language-model twins in scenarios/,
-  // 10 attention twins in faults/.
-  CHECK(twins == 42);
+  // 10 attention and 2 GQA twins in faults/.
+  CHECK(twins == 44);
 }
 
 TEST_CASE("the documented cancellation is diagnosed as rounding, with a condition estimate",

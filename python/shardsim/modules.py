@@ -11,6 +11,12 @@ headers named); the capture recognizes these classes and writes their parameters
   key k iff 0 <= p - k < window (causal without a window); scale 1/sqrt(D). The KV cache
   (KVCache) holds the last min(window - 1, L + t) keys AFTER RoPE and their values, detached: no
   gradient flows into an earlier chunk.
+- GQAttention: op gqa_attention (sim/ops/gqa_attention/gqa.hpp, docs/ops/language-model.md):
+  causal self-attention with n_kv_head key/value heads shared by groups of n_head / n_kv_head
+  query heads; wq [hidden, head, head_dim], wk and wv [hidden, kv_head, head_dim], wo [head,
+  head_dim, hidden], no biases. RoPE (rotate_half by default) on q and k at positions 0 .. seq-1;
+  query head h reads kv head h // (n_head // n_kv_head) (repeat_interleave); scale 1/sqrt(D);
+  y = attn wo. No KV cache (shardsim's gqa_attention does not stream).
 - RMSNorm: op rms_norm, y = (x * rrms) * weight, rrms = 1 / sqrt(sum x^2 / H + eps). It is also
   the documented duck type the capture accepts from other code: a module whose class name ends
   in "RMSNorm", with a 1-D `weight` (or None) and a float `eps` (or `variance_epsilon`, as in
@@ -133,6 +139,48 @@ def streamed(module, x, chunks):
         outputs.append(module(x[:, begin:begin + length], cache))
         begin += length
     return torch.cat(outputs, dim=1)
+
+
+class GQAttention(nn.Module):
+    """shardsim's gqa_attention as a module: forward(x) -> y, x (batch, seq, hidden) at positions
+    0 .. seq-1, causal. q = x wq, k = x wk, v = x wv (einsum over hidden), RoPE on q and k, query
+    head h reads kv head h // (n_head // n_kv_head), softmax(q k^T / sqrt(D)) v, then wo."""
+
+    def __init__(self, hidden, n_head, n_kv_head, head_dim, rope_theta=10000.0,
+                 rope="rotate_half", dtype=None):
+        super().__init__()
+        if n_kv_head < 1 or n_head % n_kv_head:
+            raise ValueError(f"n_kv_head must divide n_head, got {n_kv_head} kv heads for "
+                             f"{n_head} query heads")
+        if head_dim % 2:
+            raise ValueError(f"head_dim must be even (RoPE rotates pairs), got {head_dim}")
+        if rope not in ROPE_CONVENTIONS:
+            raise ValueError(f"rope must be one of {ROPE_CONVENTIONS}, got {rope!r}")
+        self.hidden, self.n_head, self.n_kv_head = hidden, n_head, n_kv_head
+        self.head_dim, self.rope, self.rope_theta = head_dim, rope, float(rope_theta)
+        scale = 1.0 / math.sqrt(hidden)
+
+        def weight(*shape):
+            return nn.Parameter((torch.rand(*shape, dtype=dtype) * 2 - 1) * scale)
+        self.wq = weight(hidden, n_head, head_dim)
+        self.wk = weight(hidden, n_kv_head, head_dim)
+        self.wv = weight(hidden, n_kv_head, head_dim)
+        self.wo = weight(n_head, head_dim, hidden)
+
+    def forward(self, x):
+        positions = torch.arange(x.shape[1])
+        q = apply_rope(torch.einsum("bsc,chd->bshd", x, self.wq), positions, self.rope_theta,
+                       self.rope)
+        k = apply_rope(torch.einsum("bsc,chd->bshd", x, self.wk), positions, self.rope_theta,
+                       self.rope)
+        v = torch.einsum("bsc,chd->bshd", x, self.wv)
+        group = self.n_head // self.n_kv_head  # query head h reads kv head h // group
+        k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * (1.0 / math.sqrt(self.head_dim))
+        causal = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).tril()
+        scores = scores.masked_fill(~causal[None, None], float("-inf"))
+        attn = torch.einsum("bhqk,bkhd->bqhd", torch.softmax(scores, dim=-1), v)
+        return torch.einsum("bshd,hdc->bsc", attn, self.wo)
 
 
 class RMSNorm(nn.Module):

@@ -54,7 +54,9 @@
   X(embedding_partial_not_reduced)  \
   X(tied_grad_one_use)              \
   X(adamw_bias_correction_missing)  \
-  X(adamw_decay_coupled)
+  X(adamw_decay_coupled)            \
+  X(gqa_wrong_group)                \
+  X(gqa_kv_grad_unreduced)
 
 namespace shardsim {
 

@@ -68,6 +68,16 @@ struct AdamWVariant {
 };
 const std::vector<AdamWVariant>& adamw_variants();
 Finding optimizer_signature(Context& ctx, int id);
+
+// kv_group: at the attn boundary of a gqa_attention step, attention recomputed in double from
+// the oracle's q_rot, k_rot and v with query head h reading kv head h % n_kv_head, or kv head 0
+// for every head; one that reproduces the ranks' values (2^12 units, 16 times closer than the
+// specified h / (n_head / n_kv_head)) -> head_grouping (heads.cpp).
+Finding kv_group_signature(Context& ctx, int id);
+// unreduced_share: a gradient held Replicate on two or more ranks whose copies differ and sum
+// (in rank order) to the oracle's within 2^12 units -> unreduced_gradients: each rank kept its
+// own share (heads.cpp).
+Finding unreduced_share_signature(Context& ctx, int id);
 // The counts a ratio may be: ranks, every axis extent of the program, batch*seq.
 std::vector<NamedCount> program_counts(const Scenario& scenario);
 

@@ -91,6 +91,8 @@ std::vector<Finding> measure(diag::Context& ctx, int id, const std::vector<Trend
           diag::norm_signature(ctx, id),
           diag::loss_signature(ctx, id),
           diag::optimizer_signature(ctx, id),
+          diag::kv_group_signature(ctx, id),
+          diag::unreduced_share_signature(ctx, id),
           precision_trend(points)};
 }
 

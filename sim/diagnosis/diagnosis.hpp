@@ -37,9 +37,10 @@ enum class Cause {
   wrong_stage,               // another boundary's values: a transform skipped or a stale tensor
   softmax_merge,             // partial softmax results merged wrongly (ring / flash LSE merge)
   optimizer_convention,      // another update rule: AdamW's bias correction, decay, eps, step t
+  head_grouping,             // query heads read the wrong kv heads (GQA group mapping)
   rounding,                  // not a bug: the gap shrinks with precision
 };
-inline constexpr int kCauseCount = 15;
+inline constexpr int kCauseCount = 16;
 
 // "wrong_divisor", ... (the report's "cause").
 std::string_view cause_name(Cause cause);

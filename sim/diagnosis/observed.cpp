@@ -36,6 +36,8 @@ std::string_view cause_name(Cause cause) {
       return "softmax_merge";
     case Cause::optimizer_convention:
       return "optimizer_convention";
+    case Cause::head_grouping:
+      return "head_grouping";
     case Cause::rounding:
       return "rounding";
   }
@@ -77,6 +79,9 @@ std::string_view cause_summary(Cause cause) {
       return "optimizer convention: another update rule (AdamW without bias correction, L2 "
              "instead of decoupled weight decay, eps inside the square root, a step count off "
              "by one)";
+    case Cause::head_grouping:
+      return "head grouping: query heads read the wrong kv heads (the GQA group of query head h "
+             "is h / (n_head / n_kv_head))";
     case Cause::rounding:
       return "not a bug: rounding noise, the gap shrinks with precision";
   }

@@ -31,6 +31,9 @@
 //   init         ones_init_assumed: some parameter a step names as its weight (bias) that does not
 //                already hold 1 (0) everywhere: a constant init or a file's values, bit for bit
 //   optimizer    adamw_*: optimizer.kind = "adamw"; adamw_decay_coupled also weight_decay > 0
+//   gqa          gqa_wrong_group: wk Replicate on the step's dim, n_kv_head >= 2 and a group of
+//                two or more query heads; gqa_kv_grad_unreduced: wq Shard(head) over two or more
+//                ranks with wk Replicate
 // Beyond that, numerical faults whose visibility depends on values (ring_merge_no_max needs
 // logits large enough to overflow) are not judged here.
 #include <algorithm>
@@ -320,44 +323,11 @@ std::string cross_entropy_effect(Fault fault, const Scenario& s) {
   }
 }
 
-// tied_grad_one_use: some parameter is named by two or more steps (a tied weight).
-std::string tied_effect(Fault fault, const Scenario& s) {
-  if (fault != Fault::tied_grad_one_use) return "";
-  for (const TensorSpec& t : s.tensors) {
-    if (t.role != TensorRole::parameter) continue;
-    int uses = 0;
-    for (const StepSpec& step : s.steps) {
-      for (const auto& [key, value] : step.params) {
-        const auto* name = std::get_if<std::string>(&value.value);
-        if (name && *name == t.name && key != "output") {
-          ++uses;
-          break;
-        }
-      }
-    }
-    if (uses >= 2) return "";
-  }
-  return "it drops one use's gradient of a parameter two steps use, and no parameter here is "
-         "named by two steps (tie an embedding and an LM head by naming one weight in both)";
-}
-
-// The AdamW faults need the AdamW update; the coupled decay needs a decay to couple.
-std::string optimizer_effect(Fault fault, const Scenario& s) {
-  if (fault != Fault::adamw_bias_correction_missing && fault != Fault::adamw_decay_coupled) {
-    return "";
-  }
-  if (!s.adamw()) return "it changes the AdamW update, and this scenario's optimizer is SGD";
-  if (fault == Fault::adamw_decay_coupled && s.optimizer.weight_decay == 0) {
-    return "it moves the weight decay into the gradient, and optimizer.weight_decay is 0";
-  }
-  return "";
-}
-
 // Why `fault` changes nothing this scenario runs, or "" when it changes something.
 std::string no_effect(Fault fault, const Scenario& s) {
   for (auto* effect : {norm_effect, loss_effect, attention_effect, linear_effect, transition_effect,
                        grad_reduce_effect, init_effect, cross_entropy_effect, tied_effect,
-                       optimizer_effect}) {
+                       optimizer_effect, gqa_effect}) {
     std::string why = effect(fault, s);
     if (!why.empty()) return why;
   }

@@ -96,5 +96,9 @@ bool any_step(const Scenario& s, OpKind kind, Pred pred) {
 // changes something or is not theirs.
 std::string attention_effect(Fault fault, const Scenario& s);
 std::string grad_reduce_effect(Fault fault, const Scenario& s);
+// fault_plans_lm.cpp: tied_grad_one_use, the AdamW and the GQA faults.
+std::string tied_effect(Fault fault, const Scenario& s);
+std::string optimizer_effect(Fault fault, const Scenario& s);
+std::string gqa_effect(Fault fault, const Scenario& s);
 
 }  // namespace shardsim::fault_plans

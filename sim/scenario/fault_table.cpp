@@ -224,6 +224,16 @@ const std::vector<FaultInfo>& fault_catalogue() {
          "adamw: the ranks add weight_decay * param to the gradient (Adam's L2) instead of "
          "decaying the parameter by lr * weight_decay (decoupled)",
          {}},
+        {Fault::gqa_wrong_group,
+         "",
+         "gqa_attention: query head h reads kv head h % n_kv_head instead of h / (n_head / "
+         "n_kv_head)",
+         {OpKind::gqa_attention}},
+        {Fault::gqa_kv_grad_unreduced,
+         "",
+         "gqa_attention (heads over tp, wk and wv Replicate): each rank's share of the shared kv "
+         "heads' gradient is taken as the whole, never summed over the ranks that share them",
+         {OpKind::gqa_attention}},
     };
     SHARDSIM_ASSERT(rows.size() == kFaultCount, "one catalogue row per fault");
     for (std::size_t k = 0; k < rows.size(); ++k) {

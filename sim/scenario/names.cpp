@@ -31,9 +31,10 @@ constexpr std::array<std::string_view, 2> kRunnerRoots = {"grad_norm", "flat_par
 // (layer_norm_parts, rms_norm_parts, loss_parts, kAttentionParts): dropout's mask
 // (dropout_step.hpp, dropout_plan.hpp; its repetition check is mask@repetition), a micro-batched
 // run's accumulated loss and a gradient's moved addend (runner, micro_step-inl.hpp), AdamW's
-// moments of a parameter (update_step-inl.hpp).
-constexpr std::array<std::string_view, 5> kOtherParts = {"mask", "accumulated", "addend",
-                                                         "exp_avg", "exp_avg_sq"};
+// moments of a parameter (update_step-inl.hpp), gqa_attention's rotated keys (its other parts
+// share kAttentionParts' names: q, k, v, q_rot, attn).
+constexpr std::array<std::string_view, 6> kOtherParts = {"mask",    "accumulated", "addend",
+                                                         "exp_avg", "exp_avg_sq",  "k_rot"};
 
 bool allowed_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||

@@ -305,8 +305,8 @@ class Errors(unittest.TestCase):
         model.act = nn.ReLU()
         self.assertEqual(self.capture_error(model),
                          "unsupported module 'act' (torch.nn.modules.activation.ReLU): shardsim "
-                         "maps LayerNorm, RMSNorm, Linear, GELU, Dropout, Identity, Embedding and "
-                         "SlidingWindowAttention, and SiLU as SwiGLU's gate")
+                         "maps LayerNorm, RMSNorm, Linear, GELU, Dropout, Identity, Embedding, "
+                         "SlidingWindowAttention and GQAttention, and SiLU as SwiGLU's gate")
 
     def test_unsupported_function_names_the_module_calling_it(self):
         class Relu(nn.Module):

@@ -13,18 +13,22 @@ duck type (shardsim.modules states it), nn.Linear, nn.GELU (both approximations)
 (its p; 0 when the model is in eval mode), nn.Identity, nn.Embedding (of int64 token ids; an
 nn.Linear whose weight is the embedding's Parameter is the tied LM head: one scenario
 parameter), residual adds (`a + b` of two tensors), SwiGLU's silu(gate(x)) * up(x) (F.silu or
-nn.SiLU; shardsim.modules.SwiGLU), shardsim.modules.SlidingWindowAttention, and the losses
-MSELoss (shardsim's masked MSE) and CrossEntropyLoss (F.cross_entropy with int64 labels).
+nn.SiLU; shardsim.modules.SwiGLU), shardsim.modules.SlidingWindowAttention,
+shardsim.modules.GQAttention (grouped kv heads, op gqa_attention), and the losses MSELoss
+(shardsim's masked MSE) and CrossEntropyLoss (F.cross_entropy with int64 labels).
 Anything else is a CaptureError naming the module's path and type (or the function and the
 module that calls it): a layer is never skipped silently.
 
 The plan mirrors DTensor's parallelize_module: {module path: style}, a style being a name
-("ColwiseParallel", "RowwiseParallel", "SequenceParallel", "ContextParallel") or an instance of
-the marker classes of shardsim.capture.plan, exported here (or of DTensor's own classes of those
-names, read by duck type). Every floating model input is (batch, seq, hidden) and starts
-Shard(seq) when the plan uses SequenceParallel, else Replicate; token ids are (batch, seq)
-torch.int64, Replicate. RowwiseParallel on an nn.Embedding is DTensor's vocab-parallel embedding
-(weight Shard(vocab)). The mesh is 1-D for now ({"tp": 4} -> ranks = 4); N-D meshes are refused.
+("ColwiseParallel", "RowwiseParallel", "SequenceParallel", "HeadParallel", "ContextParallel") or
+an instance of the marker classes of shardsim.capture.plan, exported here (or of DTensor's own
+classes of those names, read by duck type). HeadParallel is a GQAttention's query heads over the
+mesh dim (Megatron's ParallelAttention); torchtitan's spelling of it, ATTN.wq, .wk, .wv
+ColwiseParallel and ATTN.wo RowwiseParallel, is read as ATTN: HeadParallel. Every floating model
+input is (batch, seq, hidden) and starts Shard(seq) when the plan uses SequenceParallel, else
+Replicate; token ids are (batch, seq) torch.int64, Replicate. RowwiseParallel on an nn.Embedding
+is DTensor's vocab-parallel embedding (weight Shard(vocab)). The mesh is 1-D for now ({"tp": 4}
+-> ranks = 4); N-D meshes are refused.
 
 The modules: plan (the vocabulary, Mesh, MSELoss, CrossEntropyLoss, CaptureError; no torch),
 tracing (module kinds, torch.fx), arguments (capture()'s arguments checked), values, ops (one
@@ -35,8 +39,9 @@ there is no import cycle.
 from . import arguments as args
 from . import builder as build
 from .plan import (STYLES, CaptureError, ColwiseParallel, ContextParallel,  # noqa: F401
-                   CrossEntropyLoss, Mesh, MSELoss, ParallelStyle, Replicate, RowwiseParallel,
-                   SequenceParallel, Shard, Style, _nearest)
+                   CrossEntropyLoss, HeadParallel, Mesh, MSELoss, ParallelStyle, Replicate,
+                   RowwiseParallel, SequenceParallel, Shard, Style, _nearest,
+                   head_parallel_plan)
 from .tracing import is_rms_norm, module_kind, trace  # noqa: F401
 
 
@@ -60,8 +65,10 @@ def capture(model, example_inputs, mesh, plan, out, loss=None, train_steps=None,
                module.named_modules()}
     if plan is not None and not isinstance(plan, dict):
         plan = {"": plan}  # one style for the model itself, as parallelize_module accepts
+    attentions = {display[p] for p, m in module.named_modules()
+                  if module_kind(m) == "gqa_attention"}
     styles = {}
-    for path, value in (plan or {}).items():
+    for path, value in head_parallel_plan(plan or {}, attentions).items():
         inner = prefix + path if path else prefix.rstrip(".")
         if inner not in display:
             known = [p for p in display.values() if p]
@@ -69,7 +76,7 @@ def capture(model, example_inputs, mesh, plan, out, loss=None, train_steps=None,
                                f"{type(model).__name__}{_nearest(path, known)}")
         styles[inner] = Style(path, value)
         mesh.dim_of(path, styles[inner])
-    builder = build.Builder(module, display, styles, mesh, inputs)
+    builder = build.Builder(module, display, styles, mesh, inputs, stream)
     builder.walk()
     builder.finish(loss, stream)
     plan_text = ", ".join(

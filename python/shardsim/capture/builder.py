@@ -4,9 +4,10 @@ Builder walks the traced graph in execution order and emits shardsim steps. Each
 has one placement (a shardsim placement string) on the 1-D mesh. The rules, per op:
   - a style wants a placement: ColwiseParallel wants a Replicate input (all-gather/all-reduce
     first), RowwiseParallel wants Shard(in) (a local slice from Replicate), SequenceParallel
-    wants Shard(seq), attention wants Replicate;
-  - a Partial(sum) value (a RowwiseParallel output) stays pending until an op needs it whole:
-    then it is reduced to the stream placement (Shard(seq) when the plan uses
+    wants Shard(seq), attention wants Replicate (HeadParallel's too; its output is Partial, as
+    RowwiseParallel's);
+  - a Partial(sum) value (a RowwiseParallel or HeadParallel output) stays pending until an op
+    needs it whole: then it is reduced to the stream placement (Shard(seq) when the plan uses
     SequenceParallel: a reduce-scatter; else Replicate: an all-reduce), or at once to the
     style's output_layouts when given;
   - an add gets both operands in one placement (Partial operands reduced, a Replicate operand
@@ -16,10 +17,10 @@ has one placement (a shardsim placement string) on the 1-D mesh. The rules, per 
   - silu(g) is kept pending (values.Gate) until it is multiplied by the up projection u: then
     g and u get one placement, as an add's operands, and the product is a swiglu step.
 Every move is a `redistribute` step named SOURCE.full (to Replicate) or SOURCE.AXIS (to
-Shard(AXIS)); a Replicate input of a column-parallel layer gets SOURCE.tp, Replicate ->
-Replicate, Megatron's f (its backward all-reduces the Partial input gradient, as DTensor's
-ColwiseParallel does). For an N-D mesh a placement becomes a tuple indexed by mesh dim and each rule
-runs on its style's dim (Mesh.dim_of).
+Shard(AXIS)); a Replicate input of a column-parallel layer or a HeadParallel attention gets
+SOURCE.tp, Replicate -> Replicate, Megatron's f (its backward all-reduces the Partial input
+gradient, as DTensor's ColwiseParallel does). For an N-D mesh a placement becomes a tuple indexed
+by mesh dim and each rule runs on its style's dim (Mesh.dim_of).
 """
 import json
 import operator
@@ -38,14 +39,14 @@ INTEGERS = {torch.int64: "I64"}  # token ids and labels: dtype = "i64" tensors
 ADDS = (operator.add, torch.add, "add")
 MULS = (operator.mul, torch.mul, "mul")
 SILUS = (nn.functional.silu,)
-MAPPED = ("LayerNorm, RMSNorm, Linear, GELU, Dropout, Identity, Embedding and "
-          "SlidingWindowAttention")
+MAPPED = ("LayerNorm, RMSNorm, Linear, GELU, Dropout, Identity, Embedding, "
+          "SlidingWindowAttention and GQAttention")
 
 
 class Builder:
-    def __init__(self, module, display, styles, mesh, inputs):
+    def __init__(self, module, display, styles, mesh, inputs, stream=None):
         self.module, self.display, self.styles, self.mesh = module, display, styles, mesh
-        self.inputs = inputs
+        self.inputs, self.stream = inputs, stream
         self.sp = any(s.kind == "SequenceParallel" for s in styles.values())
         self.stream_placement = shard("seq") if self.sp else REPLICATE
         self.tensors = []      # declared: dicts name, axes, shape, role, placement, value, comment

@@ -16,7 +16,7 @@ SP = ("SequenceParallel",)
 STYLES_FOR = {"linear": ("ColwiseParallel", "RowwiseParallel"), "layer_norm": SP,
               "rms_norm": SP, "gelu": SP, "dropout": SP, "identity": (),
               "attention": ("ContextParallel",), "embedding": ("RowwiseParallel",),
-              "silu": ()}
+              "silu": (), "gqa_attention": ("HeadParallel",)}
 
 
 def layout_placement(layout, axes, where):
@@ -182,6 +182,51 @@ def attention(b, path, m, style, x, name, out_shape):
     return b.step("sliding_window_attention", f"{b.display[path]}: SlidingWindowAttention, "
                   f"ContextParallel(mode={mode!r}, layout='chunk')",
                   Value(name, x.axes, out_shape), REPLICATE, **keys)
+
+
+def gqa_attention(b, path, m, style, x, name, out_shape):
+    """shardsim.modules.GQAttention. No plan entry: wq, wk, wv, wo Replicate, the input made
+    Replicate, the output Replicate. HeadParallel (Megatron's ParallelAttention; torchtitan's wq,
+    wk, wv ColwiseParallel and wo RowwiseParallel): wq and wo Shard(head) (the mesh dim's P ranks
+    divide n_head), wk and wv Shard(kv_head) when P divides n_kv_head, else Replicate (each kv
+    head on every rank); the input made Replicate with Megatron's f (its backward all-reduces
+    the Partial grad(x)); the output Partial(sum), reduced when an op needs it, or at once to
+    output_layouts."""
+    label = f"GQAttention '{b.display[path]}'"
+    if x.axes != ["batch", "seq", "hidden"]:
+        raise CaptureError(f"{label} takes (batch, seq, hidden), got "
+                           f"{dict(zip(x.axes, x.shape))}")
+    if b.stream is not None:
+        raise CaptureError(f"{label} with stream={b.stream!r}: shardsim's gqa_attention has no "
+                           f"KV cache; it attends over the whole sequence at once")
+    ranks = b.mesh.dims[b.mesh.dim_of(b.display[path], style)][1] if style else 1
+    if style and m.n_head % ranks:
+        raise CaptureError(f"plan['{b.display[path]}'] = HeadParallel over {ranks} ranks, which "
+                           f"do not divide n_head = {m.n_head} (equal head groups, as Megatron)")
+    heads = shard("head") if style else REPLICATE
+    kv_heads = shard("kv_head") if style and m.n_kv_head % ranks == 0 else REPLICATE
+    why = f"{label} takes a Replicate input"
+    x = b.whole(x, why)
+    x = b.redistribute(x, REPLICATE, why + (" (backward: all-reduce the Partial input gradient)"
+                                            if style else ""), conjugate=bool(style))
+    keys = dict(input=x.name,
+                wq=b.parameter(path, "wq", ["hidden", "head", "head_dim"], heads),
+                wk=b.parameter(path, "wk", ["hidden", "kv_head", "head_dim"], kv_heads),
+                wv=b.parameter(path, "wv", ["hidden", "kv_head", "head_dim"], kv_heads),
+                wo=b.parameter(path, "wo", ["head", "head_dim", "hidden"], heads),
+                n_head=m.n_head, n_kv_head=m.n_kv_head, head_dim=m.head_dim,
+                rope_theta=float(m.rope_theta))
+    if m.rope != "rotate_half":
+        keys["rope"] = m.rope
+    how = (f"HeadParallel: {m.n_head // ranks} query heads per rank, wk, wv {kv_heads}"
+           if style else "replicated")
+    y = b.step("gqa_attention", f"{b.display[path]}: GQAttention({m.n_head} heads, "
+               f"{m.n_kv_head} kv heads), {how}", Value(name, x.axes, out_shape),
+               PARTIAL if style else REPLICATE, **keys)
+    if style and style.output_layouts is not None:
+        to = layout_placement(style.output_layouts, y.axes, f"plan['{b.display[path]}']")
+        y = b.redistribute(y, to, f"HeadParallel {label} output_layouts")
+    return y
 
 
 def embedding(b, path, m, style, ids, name, out_shape):

@@ -53,6 +53,14 @@ class SequenceParallel(ParallelStyle):
         self.sequence_dim = sequence_dim
 
 
+class HeadParallel(ParallelStyle):
+    """shardsim.modules.GQAttention, heads over the mesh dim (Megatron's ParallelAttention;
+    torchtitan plans it as wq, wk, wv ColwiseParallel and wo RowwiseParallel, which capture()
+    also reads): wq and wo Shard(head), wk and wv Shard(kv_head) when the dim's size divides
+    n_kv_head, else Replicate; the input is made Replicate; the output is Partial(sum), reduced
+    when the next op needs it (as RowwiseParallel's), or at once to `output_layouts`."""
+
+
 class ContextParallel:
     """shardsim.modules.SlidingWindowAttention: the KV axis is split over the mesh dim's ranks.
     mode: allgather | ring | ulysses (docs/ops/attention.md); layout: how the KV
@@ -66,7 +74,7 @@ class ContextParallel:
 
 
 STYLES = {cls.__name__: cls for cls in (ColwiseParallel, RowwiseParallel, SequenceParallel,
-                                        ContextParallel)}
+                                        HeadParallel, ContextParallel)}
 
 
 class MSELoss:
@@ -170,6 +178,42 @@ class Style:
             if self.layout not in ContextParallel.LAYOUTS:
                 raise CaptureError(f"plan['{path}']: ContextParallel layout {self.layout!r} "
                                    f"(known: {', '.join(ContextParallel.LAYOUTS)})")
+
+
+TORCHTITAN_ATTENTION = (("wq", "ColwiseParallel"), ("wk", "ColwiseParallel"),
+                        ("wv", "ColwiseParallel"), ("wo", "RowwiseParallel"))
+
+
+def head_parallel_plan(plan, attentions):
+    """torchtitan's spelling of head-parallel attention read as HeadParallel: the plan keys
+    ATTN.wq, ATTN.wk, ATTN.wv (ColwiseParallel) and ATTN.wo (RowwiseParallel), ATTN the path of a
+    GQAttention (one of `attentions`; "" for the model itself), become one entry ATTN:
+    HeadParallel, with wo's output_layouts, on their mesh dim. Some of the four, another style
+    or a second plan entry for ATTN is a CaptureError. Other keys are returned as they are."""
+    fields = dict(TORCHTITAN_ATTENTION)
+    found, result = {}, {}
+    for path, value in plan.items():
+        owner, _, field = path.rpartition(".")
+        if field in fields and owner in attentions:
+            found.setdefault(owner, {})[field] = Style(path, value)
+        else:
+            result[path] = value
+    for owner, entries in found.items():
+        keys = {field: f"{owner}.{field}" if owner else field for field in fields}
+        want = ", ".join(f"'{keys[f]}': {kind}" for f, kind in TORCHTITAN_ATTENTION)
+        wrong = [f"plan['{keys[f]}'] = {s.kind}" for f, s in entries.items() if s.kind != fields[f]]
+        wrong += [f"plan['{keys[f]}'] missing" for f in fields if f not in entries]
+        if owner in result:
+            wrong.append(f"plan['{owner}'] = {Style(owner, result[owner]).kind} as well")
+        if len({repr(s.mesh_dim) for s in entries.values()}) > 1:
+            wrong.append("the four on different mesh dims")
+        if wrong:
+            raise CaptureError(f"{'; '.join(wrong)}: GQAttention '{owner or 'the model'}' is "
+                               f"planned as torchtitan plans attention, {{{want}}} (all four, on "
+                               f"one mesh dim), or as {{'{owner}': HeadParallel}}")
+        wo = entries["wo"]
+        result[owner] = HeadParallel(output_layouts=wo.output_layouts, mesh_dim=wo.mesh_dim)
+    return result
 
 
 def _nearest(word, candidates):

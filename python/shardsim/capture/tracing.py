@@ -5,7 +5,7 @@ import torch
 import torch.fx as fx
 from torch import nn
 
-from ..modules import SlidingWindowAttention
+from ..modules import GQAttention, SlidingWindowAttention
 from .plan import CaptureError
 
 
@@ -38,6 +38,8 @@ def module_kind(module):
         return "silu"  # only as SwiGLU's gate: silu(gate(x)) * up(x)
     if isinstance(module, SlidingWindowAttention):
         return "attention"
+    if isinstance(module, GQAttention):
+        return "gqa_attention"
     return None
 
 
