@@ -154,6 +154,12 @@ TEST_CASE("blocks: bad blocks and uses are located errors", "[blocks][loader]") 
                                                       "names each layer's result: it must "
                                                       "contain {layer}"));
 
+  CHECK_THAT(load_error(kHead + kBlock + use("op = \"add\"\ninput = \"x\"\nresidual = \"x\"\n"
+                                                "output = \"y\""),
+                        "b.toml"),
+             Catch::Contains("blocks.norm_res: block 'norm_res' is defined but no [[steps]] "
+                             "entry instantiates it"));
+
   std::string nested = kBlock + "[[blocks.norm_res.steps]]\nblock = \"norm_res\"\n";
   CHECK_THAT(error(nested, ok_use), Catch::Contains("cannot instantiate another block"));
 

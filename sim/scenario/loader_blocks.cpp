@@ -12,6 +12,7 @@
 // The copies keep their source positions, so an error in an expanded step or tensor points at
 // its line in the block; its key path is its index in the expanded program (what explain and
 // the reports show).
+#include <set>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,7 @@ void substitute_all(const TomlReader& r, toml::node& copy, const toml::node& ori
 // A copy's original, by its index in the expanded [[steps]] or [[tensors]].
 struct Copied {
   std::vector<std::pair<std::size_t, const toml::node*>> steps, tensors;
+  std::set<std::string> used;  // the blocks some entry instantiates
 };
 
 void instantiate(const TomlReader& r, const toml::table& use, const std::string& path,
@@ -107,6 +109,7 @@ void instantiate(const TomlReader& r, const toml::table& use, const std::string&
       r.fail(*v, path + ".first_layer", "first_layer is in [0, 1000000]");
     }
   }
+  copied.used.insert(name);
   const std::string block_path = "blocks." + name;
   const toml::table& block = *found->as_table();
   const std::string output = *block.get("output")->value<std::string>();
@@ -200,6 +203,15 @@ void Loader::expand_blocks(toml::table& root, NodeOrigins& origins) const {
   }
   // Every copy mapped to its original's position while the originals live; the copies keep
   // their addresses from here on (arrays and tables hold their elements by pointer).
+  // A block no entry instantiates would be read by nothing: refused, as any unread key.
+  for (auto&& [key, node] : blocks) {
+    const std::string name(key.str());
+    if (!copied.used.count(name)) {
+      fail(node, "blocks." + name,
+           "block " + quote(name) + " is defined but no [[steps]] entry instantiates it "
+           "({ block = \"" + name + "\", repeat = N, input, output })");
+    }
+  }
   for (const auto& [index, original] : copied.steps) {
     record_origins(*steps.get(index), *original, origins);
   }
