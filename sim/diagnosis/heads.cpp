@@ -52,17 +52,6 @@ std::vector<double> attend(const std::vector<double>& q, const std::vector<doubl
   return out;
 }
 
-double gap_to(const Observed& o, const std::vector<double>& values) {
-  double gap = 0;
-  double scale = 0;
-  for (const Held& h : held_elements(o)) {
-    const double want = values[static_cast<std::size_t>(h.global)];
-    gap = std::max(gap, std::abs(h.sharded - want));
-    scale = std::max(scale, std::abs(want));
-  }
-  return scale > 0 ? gap / scale : gap;
-}
-
 }  // namespace
 
 Finding kv_group_signature(Context& ctx, int id) {
@@ -87,7 +76,7 @@ Finding kv_group_signature(Context& ctx, int id) {
   const std::int64_t seq = shape.extent("seq");
   const std::int64_t group = a.n_head / a.n_kv_head;
   const auto run = [&](auto kv_of) {
-    return gap_to(ctx.observed(id),
+    return normwise_gap_to(ctx.observed(id),
                   attend(ctx.observed(*q).dense, ctx.observed(*k).dense, ctx.observed(*v).dense,
                          batch, seq, a.n_head, a.n_kv_head, a.head_dim, kv_of));
   };

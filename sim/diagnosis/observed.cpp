@@ -183,15 +183,17 @@ void set_held(Observed& o, int rank, std::int64_t global, double value) {
   SHARDSIM_ASSERT(found, "set_held: the rank does not hold that element");
 }
 
-double normwise_gap(const Observed& o) {
-  if (o.dense.empty()) return 0;
+double normwise_gap(const Observed& o) { return normwise_gap_to(o, o.dense); }
+
+double normwise_gap_to(const Observed& o, const std::vector<double>& reference) {
+  if (reference.empty()) return 0;
   double scale = 0;
-  for (double d : o.dense) {
+  for (double d : reference) {
     if (std::isfinite(d)) scale = std::max(scale, std::fabs(d));
   }
   double worst = 0;
   for (const Held& h : held_elements(o)) {
-    const double d = o.dense[static_cast<std::size_t>(h.global)];
+    const double d = reference[static_cast<std::size_t>(h.global)];
     if (h.sharded == d) continue;
     const double gap = std::fabs(h.sharded - d);
     worst = std::max(worst, std::isfinite(gap) ? gap : INFINITY);

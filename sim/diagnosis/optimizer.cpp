@@ -53,18 +53,6 @@ std::vector<double> variant(const AdamWInputs& in, const Scenario::Optimizer& o,
   return result;
 }
 
-// max |sharded - values| / max |values| over the elements the boundary holds.
-double gap_to(const Observed& o, const std::vector<double>& values) {
-  double gap = 0;
-  double scale = 0;
-  for (const Held& h : held_elements(o)) {
-    const double want = values[static_cast<std::size_t>(h.global)];
-    gap = std::max(gap, std::abs(h.sharded - want));
-    scale = std::max(scale, std::abs(want));
-  }
-  return scale > 0 ? gap / scale : gap;
-}
-
 }  // namespace
 
 const std::vector<AdamWVariant>& adamw_variants() {
@@ -118,9 +106,9 @@ Finding optimizer_signature(Context& ctx, int id) {
   // run's rounding (docs/diagnosis.md's rule for every recomputed alternative), and the correct
   // update's gap (the failure) is 16 times that or more.
   const double fit = 4096 * ctx.unit();
-  const double correct = gap_to(o, variant(in, s.optimizer, s.learning_rate, {}, out));
+  const double correct = normwise_gap_to(o, variant(in, s.optimizer, s.learning_rate, {}, out));
   for (const AdamWVariant& v : adamw_variants()) {
-    const double gap = gap_to(o, variant(in, s.optimizer, s.learning_rate, v, out));
+    const double gap = normwise_gap_to(o, variant(in, s.optimizer, s.learning_rate, v, out));
     if (gap <= fit && correct > 16 * fit) {
       f.confidence = 0.9;
       f.evidence = "the ranks' values are " + v.what + " (gap " + num(gap) +

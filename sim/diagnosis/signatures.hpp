@@ -50,6 +50,9 @@ std::vector<Held> held_elements(const Observed& o);
 void set_held(Observed& o, int rank, std::int64_t global, double value);
 // The normwise gap max|s - d| / max|d| over the held elements (0 when d is all zero and s = d).
 double normwise_gap(const Observed& o);
+// The same against `reference` (a recomputed alternative, global flat order) in place of the
+// oracle's values. REQUIRES: reference empty or holding the boundary's global element count.
+double normwise_gap_to(const Observed& o, const std::vector<double>& reference);
 
 // ---- values -----------------------------------------------------------------------------------
 

@@ -22,10 +22,9 @@ inline std::int64_t fsdp_dtype_bytes(const std::optional<Precision>& dtype,
 }
 
 // Master shards, gradient shards and optimizer state (SGD none, AdamW two moments per element)
-// count `element_bytes` (the run's); the
-// gathered copy counts param_dtype's bytes, the unsharded gradients param_dtype's (autograd's)
-// plus, when reduce_dtype is another dtype, the reduce_dtype copy the reduce-scatter reads (both
-// live while it is cast). REQUIRES: scenario.fsdp.
+// count `element_bytes` (the run's); the gathered copy counts param_dtype's bytes, the unsharded
+// gradients param_dtype's (autograd's) plus, when reduce_dtype is another dtype, the reduce_dtype
+// copy the reduce-scatter reads (both live while it is cast). REQUIRES: scenario.fsdp.
 inline ParameterMemory fsdp_parameter_memory(const Scenario& scenario, std::int64_t element_bytes) {
   const FsdpSpec& spec = *scenario.fsdp;
   const std::int64_t param_bytes = fsdp_dtype_bytes(spec.param_dtype, element_bytes);
