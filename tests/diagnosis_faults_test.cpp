@@ -46,13 +46,7 @@ const std::vector<std::pair<std::string, std::string>> kUndiagnosed{
     {"micro_batch_mean",
      "no loss weighting models micro-batches: none divides a micro-batch's sum by the step's "
      "valid-token count, so the loss signature stands aside on micro-batched runs"},
-    {"fsdp_clip_padding", "no signature for padding summed into a norm"},
-    {"lm_ce_local_max", "N-D mesh (dp x tp); no cross-entropy signature yet"},
-    {"lm_ce_target_every_rank", "N-D mesh (dp x tp); no cross-entropy signature yet"},
-    {"lm_ce_ignored_tokens_counted", "N-D mesh (dp x tp); no cross-entropy signature yet"},
-    {"lm_vocab_padding_in_softmax", "N-D mesh (dp x tp); no cross-entropy signature yet"},
-    {"lm_embedding_partial_not_reduced", "N-D mesh (dp x tp); no embedding signature yet"},
-    {"lm_tied_grad_one_use", "N-D mesh (dp x tp); no tied-weight signature yet"}};
+    {"fsdp_clip_padding", "no signature for padding summed into a norm"}};
 
 }  // namespace
 
@@ -80,6 +74,12 @@ TEST_CASE("every seeded fault's top-ranked cause is the right one", "[diagnosis]
       {"gqa_wrong_group", Cause::head_grouping},
       {"lm_adamw_bias_correction_missing", Cause::optimizer_convention},
       {"lm_adamw_decay_coupled", Cause::optimizer_convention},
+      {"lm_ce_local_max", Cause::vocab_reduction},
+      {"lm_ce_target_every_rank", Cause::vocab_reduction},
+      {"lm_ce_ignored_tokens_counted", Cause::padding_not_masked},
+      {"lm_vocab_padding_in_softmax", Cause::padding_not_masked},
+      {"lm_embedding_partial_not_reduced", Cause::unreduced_partial},
+      {"lm_tied_grad_one_use", Cause::tied_gradient},
       {"norm_average_of_rank_means", Cause::wrong_divisor},
       {"norm_combine_token_means", Cause::normalization_convention},
       {"norm_dtype_mismatch", Cause::hidden_cast},

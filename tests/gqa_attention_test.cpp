@@ -6,6 +6,7 @@
 #include "ops/gqa_attention/gqa.hpp"
 
 #include <catch2/catch.hpp>
+#include <limits>
 #include <string>
 
 #include "scenario/scenario.hpp"
@@ -223,4 +224,112 @@ TEST_CASE("gqa_attention: the loader's placement rules and fault reachability", 
                                  "faults = [\"gqa_kv_grad_unreduced\"]")),
              Catch::Contains("splits its query heads over two or more ranks with wk and wv "
                              "Replicate"));
+}
+
+TEST_CASE("gqa_attention: context parallel pieces reassemble the dense kernel",
+          "[gqa][cp]") {
+  // The pieces gqa_cp_plan.hpp runs per rank, on a sequence of 6 split 0-2 | 3-5 (2 query heads
+  // per kv head). allgather: the second half's queries at positions 3-5 against every key are
+  // the dense rows bit for bit (a row reads only its own scores). ring: the two key blocks merged
+  // by log-sum-exp, and the block backward summed over both blocks, give the dense values up to
+  // rounding (a reordered sum).
+  const std::int64_t heads = 4, kv_heads = 2, seq = 6;
+  const Weights w = weights(seq, heads, kv_heads);
+  const GqaParams p = params(heads, kv_heads);
+  GqaActivations<double> dense;
+  shardsim::gqa_forward(w.x, w.wq, w.wk, w.wv, w.wo, p, dense);
+  const std::vector<std::int64_t> all = shardsim::position_range(0, seq);
+  const std::vector<std::int64_t> first = shardsim::position_range(0, 3);
+  const std::vector<std::int64_t> second = shardsim::position_range(3, 3);
+  const auto half = [](const Tensor<double>& t, std::int64_t begin) {
+    return shardsim::slice_along(t, "seq", begin, 3);
+  };
+  shardsim::GqaRows<double> rows;  // the second half's rows at their global positions
+  shardsim::gqa_rows_forward(half(w.x, 3), w.wq, w.wk, w.wv, p, second, rows);
+  CHECK(rows.q_rot.values() == half(dense.q_rot, 3).values());
+  CHECK(rows.k_rot.values() == half(dense.k_rot, 3).values());
+
+  Tensor<double> out;
+  shardsim::AttentionSaved<double> saved;
+  shardsim::gqa_attend(rows.q_rot, second, dense.k_rot, dense.v, all, p, out, saved);
+  CHECK(out.values() == half(dense.attn, 3).values());
+
+  Tensor<double> merged(rows.q_rot.shape()), lse(rows.q_rot.shape().without("head_dim"));
+  for (double& v : lse.values()) v = -std::numeric_limits<double>::infinity();
+  for (const std::int64_t block : {3, 0}) {  // own block first, as the ring's arrival order
+    Tensor<double> block_out;
+    shardsim::AttentionSaved<double> block_saved;
+    shardsim::gqa_attend(rows.q_rot, second, half(dense.k_rot, block), half(dense.v, block),
+                         block == 0 ? first : second, p, block_out, block_saved);
+    shardsim::attention_merge(merged, lse, block_out, block_saved.lse);
+  }
+  for (std::int64_t i = 0; i < merged.numel(); ++i) {
+    CHECK(merged[i] == Approx(out[i]).margin(1e-14));
+  }
+
+  // Backward of the second half's queries: the full-key backward against the sum of the two
+  // block backwards from the merged results.
+  const Tensor<double> dout = filled(out.shape(), 3.3);
+  Tensor<double> dq_full, dk_full, dv_full;
+  shardsim::gqa_attend_backward(dout, rows.q_rot, second, dense.k_rot, dense.v, all, saved, p,
+                                dq_full, dk_full, dv_full);
+  Tensor<double> dq(rows.q_rot.shape());
+  for (const std::int64_t block : {3, 0}) {
+    Tensor<double> dk(half(dense.k_rot, 0).shape()), dv(half(dense.v, 0).shape());
+    shardsim::gqa_attend_block_backward(dout, rows.q_rot, second, half(dense.k_rot, block),
+                                        half(dense.v, block), block == 0 ? first : second, out,
+                                        saved.lse, p, dq, dk, dv);
+    const Tensor<double> dk_ref = half(dk_full, block), dv_ref = half(dv_full, block);
+    for (std::int64_t i = 0; i < dk.numel(); ++i) {
+      CHECK(dk[i] == Approx(dk_ref[i]).margin(1e-13));
+      CHECK(dv[i] == Approx(dv_ref[i]).margin(1e-13));
+    }
+  }
+  for (std::int64_t i = 0; i < dq.numel(); ++i) CHECK(dq[i] == Approx(dq_full[i]).margin(1e-13));
+}
+
+namespace {
+
+// One gqa_attention on cp x tp = 2 x 2 with x placed `x_on` ({ cp = ..., tp = ... }), heads
+// split over tp, and `extra` keys on the step.
+std::string cp_scenario(const std::string& x_on, const std::string& extra = "",
+                        const std::string& mesh_dim = "tp") {
+  std::string text = scenario(2, 2, "Shard(head)", "Shard(kv_head)");
+  const auto replace = [&](const std::string& from, const std::string& to) {
+    text.replace(text.find(from), from.size(), to);
+  };
+  replace("dims = { tp = 2 }", "dims = { cp = 2, tp = 2 }");
+  replace("shape = [1, 3, 4]\n", "shape = [1, 3, 4]\nplacement = " + x_on + "\n");
+  replace("shape = [1, 3, 4]\n[[tensors]]\nname = \"wq\"",
+          "shape = [1, 3, 4]\nplacement = " + x_on + "\n[[tensors]]\nname = \"wq\"");
+  for (const char* w : {"wq", "wk", "wv", "wo"}) {
+    const std::string at = "name = \"" + std::string(w) + "\"";
+    const std::size_t from = text.find("placement = \"", text.find(at));
+    const std::size_t end = text.find('\n', from);
+    const std::string on = text.substr(from + 13, end - from - 14);
+    text.replace(from, end - from, "placement = { tp = \"" + on + "\" }");
+  }
+  replace("head_dim = 2\n[[steps]]", "head_dim = 2\nmesh_dim = \"" + mesh_dim + "\"\n" + extra +
+                                         "[[steps]]");
+  replace("to = \"Replicate\"", "to = \"Replicate\"\nmesh_dim = \"tp\"");
+  replace("output = \"loss\"", "output = \"loss\"\nmesh_dim = \"cp\"");
+  return text;
+}
+
+}  // namespace
+
+TEST_CASE("gqa_attention: the loader's context-parallel rules", "[gqa][cp][loader]") {
+  CHECK(load_error(cp_scenario("{ cp = \"Shard(seq)\" }")).empty());
+  CHECK(load_error(cp_scenario("{ cp = \"Shard(seq, zigzag)\" }", "cp_mode = \"ring\"\n")).empty());
+  CHECK_THAT(load_error(cp_scenario("{ cp = \"Replicate\" }", "cp_mode = \"ring\"\n")),
+             Catch::Contains("steps[0].cp_mode: cp_mode is set but 'x' is not Shard(seq) on any "
+                             "mesh dim"));
+  CHECK_THAT(load_error(cp_scenario("{ cp = \"Shard(seq, padded)\" }")),
+             Catch::Contains("context parallelism needs every position a real token"));
+  CHECK_THAT(load_error(cp_scenario("{ cp = \"Shard(seq)\" }", "cp_mode = \"ulysses\"\n")),
+             Catch::Contains("ulysses"));
+  CHECK_THAT(load_error(cp_scenario("{ cp = \"Shard(seq)\", tp = \"Shard(seq)\" }")),
+             Catch::Contains("splits seq on two mesh dims"));
+  CHECK_THAT(load_error(cp_scenario("{ tp = \"Shard(seq)\" }", "", "tp")),
+             Catch::Contains("the heads split on the step's dim, where 'x' is Shard(seq)"));
 }

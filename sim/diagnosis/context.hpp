@@ -74,10 +74,22 @@ Finding optimizer_signature(Context& ctx, int id);
 // for every head; one that reproduces the ranks' values (2^12 units, 16 times closer than the
 // specified h / (n_head / n_kv_head)) -> head_grouping (heads.cpp).
 Finding kv_group_signature(Context& ctx, int id);
-// unreduced_share: a gradient held Replicate on two or more ranks whose copies differ and sum
-// (in rank order) to the oracle's within 2^12 units -> unreduced_gradients: each rank kept its
-// own share (heads.cpp).
+// unreduced_share: a tensor held Replicate on two or more ranks whose copies differ and sum (in
+// rank order) to the oracle's within 2^12 units -> unreduced_gradients for a gradient (each rank
+// kept its own share), unreduced_partial for an activation (a Partial output never all-reduced)
+// (heads.cpp).
 Finding unreduced_share_signature(Context& ctx, int id);
+// vocab_parallel: at a failing Replicate part of a cross_entropy step (NAME.max, .sumexp,
+// .target_logit, .lse), the part recomputed in double from the oracle's logits and the labels
+// with each rank's own maximum or sum (never all-reduced), the target logit added by every rank
+// (non-owners their shard's first column), or the padded columns (logit 0) inside the max and
+// sum; one that reproduces every rank's copy (2^12 units, 16 times closer than the specified
+// algorithm) -> vocab_reduction, or padding_not_masked for the padding (vocab.cpp).
+Finding vocab_signature(Context& ctx, int id);
+// tied_uses: a failing gradient that a second backward (another op) added to in the same step:
+// the ranks' values are this use's share alone or the earlier use's alone (the oracle's values
+// before and after the second use) -> tied_gradient (vocab.cpp).
+Finding tied_uses_signature(Context& ctx, int id);
 // The counts a ratio may be: ranks, every axis extent of the program, batch*seq.
 std::vector<NamedCount> program_counts(const Scenario& scenario);
 

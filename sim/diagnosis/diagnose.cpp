@@ -93,6 +93,8 @@ std::vector<Finding> measure(diag::Context& ctx, int id, const std::vector<Trend
           diag::optimizer_signature(ctx, id),
           diag::kv_group_signature(ctx, id),
           diag::unreduced_share_signature(ctx, id),
+          diag::vocab_signature(ctx, id),
+          diag::tied_uses_signature(ctx, id),
           precision_trend(points)};
 }
 

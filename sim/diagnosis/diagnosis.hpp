@@ -38,9 +38,12 @@ enum class Cause {
   softmax_merge,             // partial softmax results merged wrongly (ring / flash LSE merge)
   optimizer_convention,      // another update rule: AdamW's bias correction, decay, eps, step t
   head_grouping,             // query heads read the wrong kv heads (GQA group mapping)
+  vocab_reduction,           // a vocab-parallel softmax statistic not reduced over the vocab's ranks
+  tied_gradient,             // a parameter used twice (tied weights) gets one use's gradient
+  unreduced_partial,         // a Partial activation used as if reduced (no all-reduce)
   rounding,                  // not a bug: the gap shrinks with precision
 };
-inline constexpr int kCauseCount = 16;
+inline constexpr int kCauseCount = 19;
 
 // "wrong_divisor", ... (the report's "cause").
 std::string_view cause_name(Cause cause);

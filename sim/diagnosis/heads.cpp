@@ -104,11 +104,11 @@ Finding kv_group_signature(Context& ctx, int id) {
 Finding unreduced_share_signature(Context& ctx, int id) {
   Finding f{.signature = "unreduced_share", .cause = Cause::unreduced_gradients};
   const Observed& o = ctx.observed(id);
-  if (!is_grad_name(o.entry.tensor) || !o.entry.layout.is_replicate() || o.ranks.size() < 2 ||
-      o.dense.empty()) {
-    f.evidence = "n/a: not a gradient held Replicate on two or more ranks";
+  if (!o.entry.layout.is_replicate() || o.ranks.size() < 2 || o.dense.empty()) {
+    f.evidence = "n/a: not a tensor held Replicate on two or more ranks";
     return f;
   }
+  if (!is_grad_name(o.entry.tensor)) f.cause = Cause::unreduced_partial;
   std::vector<double> sum(o.dense.size(), 0.0);
   for (const std::vector<double>& local : o.ranks) {
     if (local.size() != sum.size()) {

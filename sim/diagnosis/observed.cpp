@@ -38,6 +38,12 @@ std::string_view cause_name(Cause cause) {
       return "optimizer_convention";
     case Cause::head_grouping:
       return "head_grouping";
+    case Cause::vocab_reduction:
+      return "vocab_reduction";
+    case Cause::tied_gradient:
+      return "tied_gradient";
+    case Cause::unreduced_partial:
+      return "unreduced_partial";
     case Cause::rounding:
       return "rounding";
   }
@@ -82,6 +88,16 @@ std::string_view cause_summary(Cause cause) {
     case Cause::head_grouping:
       return "head grouping: query heads read the wrong kv heads (the GQA group of query head h "
              "is h / (n_head / n_kv_head))";
+    case Cause::vocab_reduction:
+      return "vocab-parallel reduction: a softmax statistic over the vocabulary taken on each "
+             "rank's shard and never reduced (the maximum, the sum of exponentials), or the "
+             "target logit counted on ranks that do not own it";
+    case Cause::tied_gradient:
+      return "tied weights: a parameter used twice (the embedding and the LM head) gets the "
+             "gradient of one use only";
+    case Cause::unreduced_partial:
+      return "an unreduced Partial sum: a tensor-parallel output (a vocab- or row-parallel "
+             "result) used as if all-reduced, each rank holding only its share";
     case Cause::rounding:
       return "not a bug: rounding noise, the gap shrinks with precision";
   }

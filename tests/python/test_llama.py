@@ -3,7 +3,7 @@
     PYTHONPATH=python SHARDSIM_BINARY=build/shardsim SHARDSIM_SOURCE_DIR=. \
         /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python/test_llama.py
 
-scenarios/llama_tiny_dp2_tp2.toml (dp 2 x tp 2, sequence parallel) and its 1-rank twin
+scenarios/llama_tiny_dp2_cp2_tp2.toml (dp 2 x cp 2 x tp 2, sequence parallel) and its 1-rank twin
 scenarios/llama_tiny_1rank.toml are the same model: a vocab-parallel embedding (vocab 97, hidden
 48) tied to the LM head, 2 decoder layers (RMSNorm; GQA attention with 4 query heads and 2 kv
 heads of 12, RoPE rotate_half, causal; RMSNorm; SwiGLU MLP of 128; residuals), a final RMSNorm and
@@ -41,7 +41,7 @@ except ImportError:
 from test_cross_entropy import SOURCE, goldens, normwise  # noqa: E402
 
 BOUND = 16 * 2.0**-52
-SCENARIOS = {"dp 2 x tp 2": "llama_tiny_dp2_tp2.toml", "1 rank": "llama_tiny_1rank.toml"}
+SCENARIOS = {"dp 2 x cp 2 x tp 2": "llama_tiny_dp2_cp2_tp2.toml", "1 rank": "llama_tiny_1rank.toml"}
 LAYERS, HEADS, KV_HEADS, HEAD_DIM, THETA, EPS = 2, 4, 2, 12, 10000.0, 1e-5
 LR, BETAS, DECAY, STEPS = 1e-3, (0.9, 0.95), 0.1, 2
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace shardsim {
@@ -19,6 +20,9 @@ struct GqaAttentionArgs {
   std::int64_t head_dim = 2;
   double rope_theta = 10000.0;
   std::string rope = "rotate_half";  // rotate_half | interleaved | none
+  // With the input Shard(seq) on a mesh dim (context parallelism): allgather | ring. Unset:
+  // allgather where there is a cp dim; the loader refuses it where there is none.
+  std::optional<std::string> cp_mode;
 };
 
 }  // namespace shardsim

@@ -7,7 +7,50 @@ namespace shardsim {
 
 namespace {
 
-// x [batch, seq, hidden], Replicate on the step's dim and whole in seq and hidden elsewhere;
+// The input's placements: Replicate or Shard(seq) on the step's dim, whole in hidden everywhere,
+// seq split on at most one dim (the cp dim) and never padded, the heads not split on the cp dim,
+// and cp_mode only with a cp dim.
+void check_cp(const GqaAttentionArgs& args, const StepSpec& step, StepContext& ctx,
+              const TensorState& x) {
+  const Placement& own = x.placement(step);
+  if (!own.is_replicate() && !(own.is_shard() && own.axis == "seq")) {
+    ctx.fail(step, "input",
+             quote(args.input) + " must be Replicate on the step's dim (the heads split there) or "
+                                 "Shard(seq) (context parallelism), not " + own.str());
+  }
+  ctx.require_passive(step, "input", x, {"hidden"});
+  int cp_dim = -1;
+  for (int d = 0; d < x.layout.ndim(); ++d) {
+    const Placement& p = x.layout.on(d);
+    if (!p.is_shard() || p.axis != "seq") continue;
+    if (cp_dim >= 0) {
+      ctx.fail(step, "input",
+               quote(args.input) + " splits seq on two mesh dims; gqa_attention's context "
+                                   "parallelism needs the tokens split on one (all-gather the "
+                                   "sequence-parallel dim first)");
+    }
+    if (p.split == SplitPolicy::padded) {
+      ctx.fail(step, "input",
+               quote(args.input) + " is " + p.str() + ": context parallelism needs every "
+                                   "position a real token (chunk, balanced or zigzag)");
+    }
+    cp_dim = d;
+  }
+  if (cp_dim == step.mesh_dim && !ctx.tensor(step, "wq").placement(step).is_replicate()) {
+    ctx.fail(step, "wq",
+             "the heads split on the step's dim, where " + quote(args.input) +
+                 " is Shard(seq): context parallelism runs on another dim than the heads' "
+                 "(or make wq, wk, wv, wo Replicate here)");
+  }
+  if (cp_dim < 0 && args.cp_mode) {
+    ctx.fail(step, "cp_mode",
+             "cp_mode is set but " + quote(args.input) + " is not Shard(seq) on any mesh dim; "
+             "context parallelism needs the tokens split");
+  }
+}
+
+// x [batch, seq, hidden], Replicate or Shard(seq) on the step's dim, whole in hidden elsewhere,
+// seq split on at most one dim (the cp dim, check_cp);
 // wq [hidden, head, head_dim], wk and wv [hidden, kv_head, head_dim], wo [head, head_dim,
 // hidden], Replicate on every other dim. On the step's dim (P ranks): all four Replicate, or wq
 // and wo Shard(head) (P divides n_head) with wk and wv Shard(kv_head) (P divides n_kv_head) or
@@ -21,12 +64,7 @@ void gqa_rules(const GqaAttentionArgs& args, const StepSpec& step, StepContext& 
              "gqa_attention needs input axes [batch, seq, hidden]; " + quote(args.input) +
                  " is " + x.shape.str());
   }
-  if (!x.placement(step).is_replicate()) {
-    ctx.fail(step, "input",
-             quote(args.input) + " must be Replicate on the step's dim (the heads split there), "
-                                 "not " + x.placement(step).str());
-  }
-  ctx.require_passive(step, "input", x, {"seq", "hidden"});
+  check_cp(args, step, ctx, x);
   if (args.n_head % args.n_kv_head != 0) {
     ctx.fail(step, "n_kv_head",
              "n_kv_head must divide n_head: " + std::to_string(args.n_kv_head) + " kv heads for " +
@@ -70,6 +108,7 @@ void gqa_rules(const GqaAttentionArgs& args, const StepSpec& step, StepContext& 
     return true;
   };
   const bool heads = check("wq", "head");
+
   if (check("wo", "head") != heads) {
     ctx.fail(step, "wo",
              "wq and wo split the query heads together: both Shard(head) or both Replicate");
@@ -104,7 +143,9 @@ OpEntry op_entry<OpKind::gqa_attention>() {
                            "causal self-attention with grouped key/value heads (GQA; MQA at one "
                            "kv head) and RoPE, tensor-parallel by heads (Megatron): query head h "
                            "reads kv head h / (n_head / n_kv_head)")
-      .tensor("input", &A::input, "x, [batch, seq, hidden], Replicate on the step's dim")
+      .tensor("input", &A::input,
+              "x, [batch, seq, hidden], Replicate on the step's dim; Shard(seq) on one dim: "
+              "context parallelism there")
       .tensor("wq", &A::wq, "query projection, [hidden, head, head_dim]: Replicate or Shard(head)")
       .tensor("wk", &A::wk,
               "key projection, [hidden, kv_head, head_dim]: Replicate or Shard(kv_head)")
@@ -122,6 +163,10 @@ OpEntry op_entry<OpKind::gqa_attention>() {
                .note = "(the f32 range: f32 runs use float(rope_theta))"})
       .text("rope", &A::rope, "RoPE pairing (default rotate_half), or none",
             {"rotate_half", "interleaved", "none"})
+      .optional_text("cp_mode", &A::cp_mode,
+                     "context parallelism where the input is Shard(seq) on a mesh dim: allgather "
+                     "(default; K and V all-gathered) or ring (KV blocks passed around the group)",
+                     {"allgather", "ring"})
       .rules(gqa_rules)
       .build();
 }

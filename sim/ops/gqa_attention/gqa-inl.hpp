@@ -23,11 +23,11 @@ Tensor<T> renamed(const Tensor<T>& t, std::string_view from, std::string_view to
   return Tensor<T>(Shape(std::move(axes)), t.values());
 }
 
-// RoPE at positions 0 .. seq-1, or a copy without RoPE.
+// RoPE at `positions` (one per seq index), or a copy without RoPE.
 template <typename T>
-Tensor<T> rotate(const Tensor<T>& t, const GqaParams& p, bool inverse) {
+Tensor<T> rotate(const Tensor<T>& t, const std::vector<std::int64_t>& positions,
+                 const GqaParams& p, bool inverse) {
   if (!p.rope) return t;
-  const std::vector<std::int64_t> positions = position_range(0, t.shape().extent("seq"));
   Tensor<T> out;
   if (inverse) {
     rope_backward(t, positions, p.rope_params, out);
@@ -94,25 +94,108 @@ Tensor<T> reduce(const Tensor<T>& expanded, const std::vector<std::int64_t>& map
 }  // namespace gqa_detail
 
 template <typename T>
-void gqa_forward(const Tensor<T>& x, const Tensor<T>& wq, const Tensor<T>& wk, const Tensor<T>& wv,
-                 const Tensor<T>& wo, const GqaParams& params, GqaActivations<T>& acts) {
+void gqa_rows_forward(const Tensor<T>& x, const Tensor<T>& wq, const Tensor<T>& wk,
+                      const Tensor<T>& wv, const GqaParams& params,
+                      const std::vector<std::int64_t>& positions, GqaRows<T>& rows) {
   using namespace gqa_detail;
   Tensor<T> k, v;
-  project_heads(x, wq, acts.q);
+  project_heads(x, wq, rows.q);
   project_heads(x, renamed(wk, "kv_head", "head"), k);
   project_heads(x, renamed(wv, "kv_head", "head"), v);
-  const Tensor<T> k_rot = rotate(k, params, false);
-  acts.q_rot = rotate(acts.q, params, false);
+  const Tensor<T> k_rot = rotate(k, positions, params, false);
+  rows.q_rot = rotate(rows.q, positions, params, false);
+  rows.k = renamed(k, "head", "kv_head");
+  rows.v = renamed(v, "head", "kv_head");
+  rows.k_rot = renamed(k_rot, "head", "kv_head");
+}
+
+template <typename T>
+void gqa_attend(const Tensor<T>& q_rot, const std::vector<std::int64_t>& q_pos,
+                const Tensor<T>& k_rot, const Tensor<T>& v, const std::vector<std::int64_t>& k_pos,
+                const GqaParams& params, Tensor<T>& out, AttentionSaved<T>& saved) {
+  using namespace gqa_detail;
   const std::vector<std::int64_t> map =
-      kv_of_heads(params, acts.q.shape().extent("head"), k.shape().extent("head"));
+      kv_of_heads(params, q_rot.shape().extent("head"), k_rot.shape().extent("kv_head"));
+  attention_forward(q_rot, q_pos, expand(renamed(k_rot, "kv_head", "head"), map),
+                    expand(renamed(v, "kv_head", "head"), map), k_pos, AttentionParams{}, out,
+                    saved);
+}
+
+template <typename T>
+void gqa_attend_backward(const Tensor<T>& dout, const Tensor<T>& q_rot,
+                         const std::vector<std::int64_t>& q_pos, const Tensor<T>& k_rot,
+                         const Tensor<T>& v, const std::vector<std::int64_t>& k_pos,
+                         const AttentionSaved<T>& saved, const GqaParams& params, Tensor<T>& dq,
+                         Tensor<T>& dk, Tensor<T>& dv) {
+  using namespace gqa_detail;
+  const std::int64_t kv_heads = k_rot.shape().extent("kv_head");
+  const std::vector<std::int64_t> map = kv_of_heads(params, q_rot.shape().extent("head"), kv_heads);
+  Tensor<T> dk_exp, dv_exp;
+  attention_backward(dout, q_rot, q_pos, expand(renamed(k_rot, "kv_head", "head"), map),
+                     expand(renamed(v, "kv_head", "head"), map), k_pos, saved, AttentionParams{},
+                     dq, dk_exp, dv_exp);
+  dk = renamed(reduce(dk_exp, map, kv_heads), "head", "kv_head");
+  dv = renamed(reduce(dv_exp, map, kv_heads), "head", "kv_head");
+}
+
+template <typename T>
+void gqa_attend_block_backward(const Tensor<T>& dout, const Tensor<T>& q_rot,
+                               const std::vector<std::int64_t>& q_pos, const Tensor<T>& k_rot,
+                               const Tensor<T>& v, const std::vector<std::int64_t>& k_pos,
+                               const Tensor<T>& out, const Tensor<T>& lse, const GqaParams& params,
+                               Tensor<T>& dq, Tensor<T>& dk, Tensor<T>& dv) {
+  using namespace gqa_detail;
+  const std::int64_t kv_heads = k_rot.shape().extent("kv_head");
+  const std::vector<std::int64_t> map = kv_of_heads(params, q_rot.shape().extent("head"), kv_heads);
+  const Tensor<T> k_exp = expand(renamed(k_rot, "kv_head", "head"), map);
+  const Tensor<T> v_exp = expand(renamed(v, "kv_head", "head"), map);
+  Tensor<T> dk_exp(k_exp.shape());
+  Tensor<T> dv_exp(v_exp.shape());
+  attention_block_backward(dout, q_rot, q_pos, k_exp, v_exp, k_pos, out, lse, AttentionParams{},
+                           dq, dk_exp, dv_exp);
+  const Tensor<T> dk_block = reduce(dk_exp, map, kv_heads);
+  const Tensor<T> dv_block = reduce(dv_exp, map, kv_heads);
+  for (std::int64_t i = 0; i < dk.numel(); ++i) dk[i] = dk[i] + dk_block[i];
+  for (std::int64_t i = 0; i < dv.numel(); ++i) dv[i] = dv[i] + dv_block[i];
+}
+
+template <typename T>
+void gqa_rows_backward(const Tensor<T>& dq_rot, const Tensor<T>& dk_rot, const Tensor<T>& dv,
+                       const Tensor<T>& x, const Tensor<T>& wq, const Tensor<T>& wk,
+                       const Tensor<T>& wv, const GqaParams& params,
+                       const std::vector<std::int64_t>& positions, Tensor<T>& dq, Tensor<T>& dk,
+                       Tensor<T>& dx, Tensor<T>& dwq, Tensor<T>& dwk, Tensor<T>& dwv) {
+  using namespace gqa_detail;
+  dq = rotate(dq_rot, positions, params, true);
+  const Tensor<T> dk_h = rotate(renamed(dk_rot, "kv_head", "head"), positions, params, true);
+  Tensor<T> dx_q, dx_k, dx_v;
+  project_heads_backward(dq, x, wq, dx_q, dwq);
+  Tensor<T> dwk_h = renamed(dwk, "kv_head", "head");
+  Tensor<T> dwv_h = renamed(dwv, "kv_head", "head");
+  project_heads_backward(dk_h, x, renamed(wk, "kv_head", "head"), dx_k, dwk_h);
+  project_heads_backward(renamed(dv, "kv_head", "head"), x, renamed(wv, "kv_head", "head"), dx_v,
+                         dwv_h);
+  dwk = renamed(dwk_h, "head", "kv_head");
+  dwv = renamed(dwv_h, "head", "kv_head");
+  dk = renamed(dk_h, "head", "kv_head");
+  dx = Tensor<T>(x.shape());
+  for (std::int64_t i = 0; i < x.numel(); ++i) dx[i] = (dx_q[i] + dx_k[i]) + dx_v[i];
+}
+
+template <typename T>
+void gqa_forward(const Tensor<T>& x, const Tensor<T>& wq, const Tensor<T>& wk, const Tensor<T>& wv,
+                 const Tensor<T>& wo, const GqaParams& params, GqaActivations<T>& acts) {
   const std::vector<std::int64_t> positions = position_range(0, x.shape().extent("seq"));
-  attention_forward(acts.q_rot, positions, expand(k_rot, map), expand(v, map), positions,
-                    AttentionParams{}, acts.attn, acts.core);
+  GqaRows<T> rows;
+  gqa_rows_forward(x, wq, wk, wv, params, positions, rows);
+  gqa_attend(rows.q_rot, positions, rows.k_rot, rows.v, positions, params, acts.attn, acts.core);
   acts.lse = acts.core.lse;
   project_out(acts.attn, wo, acts.y);
-  acts.k = renamed(k, "head", "kv_head");
-  acts.v = renamed(v, "head", "kv_head");
-  acts.k_rot = renamed(k_rot, "head", "kv_head");
+  acts.q = std::move(rows.q);
+  acts.k = std::move(rows.k);
+  acts.v = std::move(rows.v);
+  acts.q_rot = std::move(rows.q_rot);
+  acts.k_rot = std::move(rows.k_rot);
 }
 
 template <typename T>
@@ -120,34 +203,12 @@ void gqa_backward(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T>& wq, 
                   const Tensor<T>& wv, const Tensor<T>& wo, const GqaActivations<T>& acts,
                   const GqaParams& params, GqaGrads<T>& grads, Tensor<T>& dwq, Tensor<T>& dwk,
                   Tensor<T>& dwv, Tensor<T>& dwo) {
-  using namespace gqa_detail;
-  project_out_backward(dy, acts.attn, wo, grads.attn, dwo);
-  const Tensor<T> k_rot = renamed(acts.k_rot, "kv_head", "head");
-  const Tensor<T> v = renamed(acts.v, "kv_head", "head");
-  const std::int64_t kv_heads = k_rot.shape().extent("head");
-  const std::vector<std::int64_t> map =
-      kv_of_heads(params, acts.q.shape().extent("head"), kv_heads);
   const std::vector<std::int64_t> positions = position_range(0, x.shape().extent("seq"));
-  Tensor<T> dk_exp, dv_exp;
-  attention_backward(grads.attn, acts.q_rot, positions, expand(k_rot, map), expand(v, map),
-                     positions, acts.core, AttentionParams{}, grads.q_rot, dk_exp, dv_exp);
-  const Tensor<T> dk_rot = reduce(dk_exp, map, kv_heads);
-  const Tensor<T> dv = reduce(dv_exp, map, kv_heads);
-  grads.q = rotate(grads.q_rot, params, true);
-  const Tensor<T> dk = rotate(dk_rot, params, true);
-  Tensor<T> dx_q, dx_k, dx_v;
-  project_heads_backward(grads.q, x, wq, dx_q, dwq);
-  Tensor<T> dwk_h = renamed(dwk, "kv_head", "head");
-  Tensor<T> dwv_h = renamed(dwv, "kv_head", "head");
-  project_heads_backward(dk, x, renamed(wk, "kv_head", "head"), dx_k, dwk_h);
-  project_heads_backward(dv, x, renamed(wv, "kv_head", "head"), dx_v, dwv_h);
-  dwk = renamed(dwk_h, "head", "kv_head");
-  dwv = renamed(dwv_h, "head", "kv_head");
-  grads.k_rot = renamed(dk_rot, "head", "kv_head");
-  grads.k = renamed(dk, "head", "kv_head");
-  grads.v = renamed(dv, "head", "kv_head");
-  grads.x = Tensor<T>(x.shape());
-  for (std::int64_t i = 0; i < x.numel(); ++i) grads.x[i] = (dx_q[i] + dx_k[i]) + dx_v[i];
+  project_out_backward(dy, acts.attn, wo, grads.attn, dwo);
+  gqa_attend_backward(grads.attn, acts.q_rot, positions, acts.k_rot, acts.v, positions, acts.core,
+                      params, grads.q_rot, grads.k_rot, grads.v);
+  gqa_rows_backward(grads.q_rot, grads.k_rot, grads.v, x, wq, wk, wv, params, positions, grads.q,
+                    grads.k, grads.x, dwq, dwk, dwv);
 }
 
 }  // namespace shardsim
@@ -161,4 +222,25 @@ void gqa_backward(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T>& wq, 
   template void gqa_backward(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&,            \
                              const Tensor<T>&, const Tensor<T>&, const Tensor<T>&,            \
                              const GqaActivations<T>&, const GqaParams&, GqaGrads<T>&,        \
-                             Tensor<T>&, Tensor<T>&, Tensor<T>&, Tensor<T>&);
+                             Tensor<T>&, Tensor<T>&, Tensor<T>&, Tensor<T>&);                 \
+  template void gqa_rows_forward(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&,        \
+                                 const Tensor<T>&, const GqaParams&,                          \
+                                 const std::vector<std::int64_t>&, GqaRows<T>&);              \
+  template void gqa_attend(const Tensor<T>&, const std::vector<std::int64_t>&,                \
+                           const Tensor<T>&, const Tensor<T>&,                                \
+                           const std::vector<std::int64_t>&, const GqaParams&, Tensor<T>&,    \
+                           AttentionSaved<T>&);                                               \
+  template void gqa_attend_backward(const Tensor<T>&, const Tensor<T>&,                       \
+                                    const std::vector<std::int64_t>&, const Tensor<T>&,       \
+                                    const Tensor<T>&, const std::vector<std::int64_t>&,       \
+                                    const AttentionSaved<T>&, const GqaParams&, Tensor<T>&,   \
+                                    Tensor<T>&, Tensor<T>&);                                  \
+  template void gqa_attend_block_backward(                                                    \
+      const Tensor<T>&, const Tensor<T>&, const std::vector<std::int64_t>&, const Tensor<T>&, \
+      const Tensor<T>&, const std::vector<std::int64_t>&, const Tensor<T>&, const Tensor<T>&, \
+      const GqaParams&, Tensor<T>&, Tensor<T>&, Tensor<T>&);                                  \
+  template void gqa_rows_backward(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&,       \
+                                  const Tensor<T>&, const Tensor<T>&, const Tensor<T>&,       \
+                                  const Tensor<T>&, const GqaParams&,                         \
+                                  const std::vector<std::int64_t>&, Tensor<T>&, Tensor<T>&,   \
+                                  Tensor<T>&, Tensor<T>&, Tensor<T>&, Tensor<T>&);

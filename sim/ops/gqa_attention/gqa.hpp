@@ -69,4 +69,57 @@ void gqa_backward(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T>& wq, 
                   const GqaParams& params, GqaGrads<T>& grads, Tensor<T>& dwq, Tensor<T>& dwk,
                   Tensor<T>& dwv, Tensor<T>& dwo);
 
+// ---- The per-rank pieces: gqa_forward and gqa_backward are these on the whole sequence at
+// positions 0 .. seq-1; context parallelism (gqa_cp_plan.hpp) runs them on a rank's tokens at
+// their global positions and moves the key/value rows between them. ----
+
+// A rank's rows: q, q_rot (batch, seq, head, head_dim); k, v, k_rot (batch, seq, kv_head,
+// head_dim).
+template <typename T>
+struct GqaRows {
+  Tensor<T> q, k, v, q_rot, k_rot;
+};
+
+// q, k, v = x wq, x wk, x wv on x's rows; q_rot, k_rot RoPE'd at `positions` (one per seq index).
+template <typename T>
+void gqa_rows_forward(const Tensor<T>& x, const Tensor<T>& wq, const Tensor<T>& wk,
+                      const Tensor<T>& wv, const GqaParams& params,
+                      const std::vector<std::int64_t>& positions, GqaRows<T>& rows);
+
+// Queries q_rot at q_pos against one block of rotated keys k_rot and values v (batch, seq,
+// kv_head, head_dim) at k_pos, causal on those positions; query head h reads kv head
+// gqa_kv_head(h) (a copy of it per query head, then attention_forward). out like q_rot.
+template <typename T>
+void gqa_attend(const Tensor<T>& q_rot, const std::vector<std::int64_t>& q_pos,
+                const Tensor<T>& k_rot, const Tensor<T>& v, const std::vector<std::int64_t>& k_pos,
+                const GqaParams& params, Tensor<T>& out, AttentionSaved<T>& saved);
+
+// gqa_attend's backward from its saved softmax (attention_backward): dq written; dk, dv (like
+// k_rot, v) written, each kv head the sum of its query heads' gradients in ascending head order.
+template <typename T>
+void gqa_attend_backward(const Tensor<T>& dout, const Tensor<T>& q_rot,
+                         const std::vector<std::int64_t>& q_pos, const Tensor<T>& k_rot,
+                         const Tensor<T>& v, const std::vector<std::int64_t>& k_pos,
+                         const AttentionSaved<T>& saved, const GqaParams& params, Tensor<T>& dq,
+                         Tensor<T>& dk, Tensor<T>& dv);
+
+// One block's share of the backward from the merged out and lse (attention_block_backward, ring
+// attention): dq += the block's share; dk, dv += the block's kv-head sums (query heads
+// ascending, summed first, then added).
+template <typename T>
+void gqa_attend_block_backward(const Tensor<T>& dout, const Tensor<T>& q_rot,
+                               const std::vector<std::int64_t>& q_pos, const Tensor<T>& k_rot,
+                               const Tensor<T>& v, const std::vector<std::int64_t>& k_pos,
+                               const Tensor<T>& out, const Tensor<T>& lse, const GqaParams& params,
+                               Tensor<T>& dq, Tensor<T>& dk, Tensor<T>& dv);
+
+// From the rows' gradients dq_rot, dk_rot, dv: RoPE's inverse at `positions` (dq, dk written),
+// the projections' backward (dwq, dwk, dwv accumulate), dx = (dx_q + dx_k) + dx_v written.
+template <typename T>
+void gqa_rows_backward(const Tensor<T>& dq_rot, const Tensor<T>& dk_rot, const Tensor<T>& dv,
+                       const Tensor<T>& x, const Tensor<T>& wq, const Tensor<T>& wk,
+                       const Tensor<T>& wv, const GqaParams& params,
+                       const std::vector<std::int64_t>& positions, Tensor<T>& dq, Tensor<T>& dk,
+                       Tensor<T>& dx, Tensor<T>& dwq, Tensor<T>& dwk, Tensor<T>& dwv);
+
 }  // namespace shardsim

@@ -99,27 +99,27 @@ DistTensor<T> gqa_sharded(const World<T>& world, const DistTensor<T>& x, const D
 
 template <typename T>
 struct GqaShardedGrads {
+  DistTensor<T> dy;  // grad(y) moved to Replicate on the step's dim
   DistTensor<T> dx, dwq, dwk, dwv, dwo;
   bool heads = false;  // the heads form: dx Partial, a Replicate kv weight's gradient Partial
 };
 
-// The gradients, named grad(x), grad(wq), ... by the caller's `names` (x, wq, wk, wv, wo).
+// grad(y) moved to Replicate on the step's dim, and the zero gradients laid out as above (also
+// the context-parallel plan's, gqa_cp_plan.hpp).
 template <typename T>
-GqaShardedGrads<T> gqa_backward_sharded(const World<T>& world, const DistTensor<T>& dy_held,
-                                        const DistTensor<T>& x, const DistTensor<T>& wq,
-                                        const DistTensor<T>& wk, const DistTensor<T>& wv,
-                                        const DistTensor<T>& wo, const GqaParams& params,
-                                        const GqaSaved<T>& saved, bool kv_grad_unreduced) {
+GqaShardedGrads<T> gqa_grad_tensors(const World<T>& world, const DistTensor<T>& dy_held,
+                                    const DistTensor<T>& x, const DistTensor<T>& wq,
+                                    const DistTensor<T>& wk, const DistTensor<T>& wv,
+                                    const DistTensor<T>& wo, bool kv_grad_unreduced) {
   const int dim = world.dim();
   GqaShardedGrads<T> g;
   g.heads = world.placement(wq).is_shard();
-  const DistTensor<T> dy =
-      align_grad(world, dy_held, elementwise_grad_target(x.layout, dy_held.layout)
-                                     .with(dim, Placement::replicate()));
+  g.dy = align_grad(world, dy_held, elementwise_grad_target(x.layout, dy_held.layout)
+                                        .with(dim, Placement::replicate()));
   // Off the step's dim, the weights' gradients sum over the rows a member holds.
   Layout rows = wq.layout;
   for (int d = 0; d < x.layout.ndim(); ++d) {
-    const bool whole = x.layout.on(d).is_replicate() && dy.layout.on(d).is_replicate();
+    const bool whole = x.layout.on(d).is_replicate() && g.dy.layout.on(d).is_replicate();
     rows.dims[d] = whole ? Placement::replicate() : Placement::partial();
   }
   const auto weight_grad = [&](const DistTensor<T>& w, bool kv) {
@@ -132,10 +132,21 @@ GqaShardedGrads<T> gqa_backward_sharded(const World<T>& world, const DistTensor<
   g.dwv = weight_grad(wv, true);
   g.dwo = weight_grad(wo, false);
   g.dx = world.make(grad_name(x.name), x.global,
-                    dy.layout.with(dim, g.heads ? Placement::partial() : Placement::replicate()));
+                    g.dy.layout.with(dim, g.heads ? Placement::partial() : Placement::replicate()));
+  return g;
+}
+
+// The gradients, named grad(x), grad(wq), ... by the caller's `names` (x, wq, wk, wv, wo).
+template <typename T>
+GqaShardedGrads<T> gqa_backward_sharded(const World<T>& world, const DistTensor<T>& dy_held,
+                                        const DistTensor<T>& x, const DistTensor<T>& wq,
+                                        const DistTensor<T>& wk, const DistTensor<T>& wv,
+                                        const DistTensor<T>& wo, const GqaParams& params,
+                                        const GqaSaved<T>& saved, bool kv_grad_unreduced) {
+  GqaShardedGrads<T> g = gqa_grad_tensors(world, dy_held, x, wq, wk, wv, wo, kv_grad_unreduced);
   world.for_each_rank([&](int r) {
     GqaGrads<T> grads;
-    gqa_backward(dy.local(r), x.local(r), wq.local(r), wk.local(r), wv.local(r), wo.local(r),
+    gqa_backward(g.dy.local(r), x.local(r), wq.local(r), wk.local(r), wv.local(r), wo.local(r),
                  saved.ranks[static_cast<std::size_t>(r)], gqa_rank_params(world, wq, wk, params, r),
                  grads, g.dwq.local(r), g.dwk.local(r), g.dwv.local(r), g.dwo.local(r));
     g.dx.local(r) = std::move(grads.x);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "ops/gqa_attention/gqa.hpp"
+#include "ops/gqa_attention/gqa_cp_plan.hpp"
 #include "ops/gqa_attention/gqa_plan.hpp"
 #include "runner/steps/step_env.hpp"
 
@@ -25,6 +26,7 @@ class GqaAttentionStep final : public StepOp<T> {
     sharded_params_.wrong_group = scenario.has_fault(Fault::gqa_wrong_group) && wk != nullptr &&
                                   wk->layout.on(step.mesh_dim).is_replicate();
     kv_grad_unreduced_ = scenario.has_fault(Fault::gqa_kv_grad_unreduced);
+    cp_mode_ = args_.cp_mode == std::optional<std::string>("ring") ? GqaCpMode::ring : GqaCpMode::allgather;
   }
 
   void forward(StepEnv<T>& env) override {
@@ -41,6 +43,15 @@ class GqaAttentionStep final : public StepOp<T> {
       env.set_dense(part_name(out, part), [&] { return dense_.*member; });
     }
     env.set_dense(out, [&] { return dense_.y; });
+    // Context parallelism where the input is Shard(seq) on a dim (the loader allows one).
+    cp_dim_ = gqa_cp::sequence_dim(env.sharded_at(args_.input));
+    if (cp_dim_ >= 0) {
+      env.sharded[out] = gqa_cp_sharded(
+          env.world, cp_dim_, cp_mode_, env.sharded_at(args_.input), env.sharded_at(args_.wq),
+          env.sharded_at(args_.wk), env.sharded_at(args_.wv), env.sharded_at(args_.wo),
+          sharded_params_, out, cp_saved_);
+      return;
+    }
     env.sharded[out] =
         gqa_sharded(env.world, env.sharded_at(args_.input), env.sharded_at(args_.wq),
                     env.sharded_at(args_.wk), env.sharded_at(args_.wv), env.sharded_at(args_.wo),
@@ -61,10 +72,13 @@ class GqaAttentionStep final : public StepOp<T> {
                    env.dense_at(args_.wq), env.dense_at(args_.wk), env.dense_at(args_.wv),
                    env.dense_at(args_.wo), dense_, params_, grads, dwq, dwk, dwv, dwo);
     }
-    GqaShardedGrads<T> g = gqa_backward_sharded(
-        env.world, env.sharded_at(grad_name(out)), env.sharded_at(args_.input),
-        env.sharded_at(args_.wq), env.sharded_at(args_.wk), env.sharded_at(args_.wv),
-        env.sharded_at(args_.wo), sharded_params_, saved_, kv_grad_unreduced_);
+    GqaShardedGrads<T> g =
+        cp_dim_ >= 0 ? cp_backward(env, grads)
+                     : gqa_backward_sharded(env.world, env.sharded_at(grad_name(out)),
+                                            env.sharded_at(args_.input), env.sharded_at(args_.wq),
+                                            env.sharded_at(args_.wk), env.sharded_at(args_.wv),
+                                            env.sharded_at(args_.wo), sharded_params_, saved_,
+                                            kv_grad_unreduced_);
     const std::vector<std::string> inputs{grad_name(out), part_name(out, "attn")};
     const auto label = [&](const DistTensor<T>& t) {
       return BoundaryLabel{.op = backward_label(OpKind::gqa_attention),
@@ -78,6 +92,20 @@ class GqaAttentionStep final : public StepOp<T> {
     env.add_grad(args_.input, std::move(grads.x), g.dx, label(g.dx));
   }
 
+  // The context-parallel backward, after the oracle's (whose grads it compares with).
+  GqaShardedGrads<T> cp_backward(StepEnv<T>& env, GqaGrads<T>& grads) {
+    const std::string& out = args_.output;
+    for (const auto& [part, member] : {std::pair{"q_rot", &GqaGrads<T>::q_rot},
+                                       std::pair{"k_rot", &GqaGrads<T>::k_rot},
+                                       std::pair{"v", &GqaGrads<T>::v}}) {
+      env.set_dense(grad_name(part_name(out, part)), [&] { return grads.*member; });
+    }
+    return gqa_cp_backward(env.world, cp_dim_, cp_mode_, env.sharded_at(grad_name(out)),
+                           env.sharded_at(args_.input), env.sharded_at(args_.wq),
+                           env.sharded_at(args_.wk), env.sharded_at(args_.wv),
+                           env.sharded_at(args_.wo), out, cp_saved_, kv_grad_unreduced_);
+  }
+
   // Backward reads the saved activations, not the output.
   bool backward_reads_output() const override { return false; }
 
@@ -88,6 +116,9 @@ class GqaAttentionStep final : public StepOp<T> {
   bool kv_grad_unreduced_ = false;
   GqaActivations<T> dense_;
   GqaSaved<T> saved_;
+  GqaCpMode cp_mode_ = GqaCpMode::allgather;
+  int cp_dim_ = -1;  // the mesh dim the input is Shard(seq) on in this forward, or -1
+  GqaCpSaved<T> cp_saved_;
 };
 
 // --oracle distributed (runner/oracle_rows.hpp): the weights' gradients sum over every row.
