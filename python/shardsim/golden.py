@@ -14,7 +14,8 @@ numpy only (Debian's /usr/bin/python3 with python3-numpy); no safetensors or tor
 Names (docs/goldens.md, "Golden tensors"): DTYPE/inputs/TENSOR for a scenario tensor's global
 initial value, DTYPE/sSTEP/cCHUNK/TENSOR[#K] for every boundary's global value (a streamed
 chunk's slice of an input included), NAME@rankR[SLICE] for rank R's local tensor; DTYPE is f64,
-f32, bf16, f16 (with run --golden --dtype), or u8 for dropout masks. A bf16 golden loads as a
+f32, bf16, f16 (with run --golden --dtype), u8 for dropout masks, or i64 for token ids and labels
+(i64/inputs/TENSOR). A bf16 golden loads as a
 float32 array holding the bf16 values exactly. Each tensor's boundary carries its op's parameters
 (GoldenTensor.params: eps, p, seed, window, rope_theta, learning_rate, ...).
 """
@@ -182,13 +183,14 @@ class Goldens:
 
     def tensor(self, name, dtype=None):
         """The GoldenTensor `name`; with dtype ("f64", "f32"), `name` is given without the
-        dtype prefix (masks are found under "u8/" whatever the dtype)."""
+        dtype prefix (masks are found under "u8/", token ids and labels under "i64/", whatever
+        the dtype)."""
         if dtype is None:
             return self.tensors[name]
-        for full in (f"{dtype}/{name}", f"u8/{name}"):
+        for full in (f"{dtype}/{name}", f"u8/{name}", f"i64/{name}"):
             if full in self.tensors:
                 return self.tensors[full]
-        raise KeyError(f"no golden {dtype}/{name} (nor u8/{name})")
+        raise KeyError(f"no golden {dtype}/{name} (nor u8/{name}, i64/{name})")
 
     def get(self, name, dtype="f64"):
         """The array of golden `name` (without the dtype prefix), e.g. get("s1/c1/y", "f32")."""

@@ -61,7 +61,12 @@ struct GoldenEntry {
 };
 
 struct GoldenSet {
-  std::vector<GoldenEntry> entries;  // in data order: f64, f32, bf16, f16, then u8
+  std::vector<GoldenEntry> entries;  // in data order: i64, f64, f32, bf16, f16, then u8
+  // The i64 tensors (token ids, labels) are never boundaries of the run (scenario.hpp): each gets
+  // an input boundary of its own here, numbered after the run's, which its entries (I64,
+  // "i64/inputs/NAME" and each rank's shard) point at: GoldenEntry::boundary =
+  // reference.boundaries.size() + k for id_boundaries[k].
+  std::vector<TraceEntry> id_boundaries;
   // Written whenever a BF16 or F16 family is (budget.hpp); its per_entry are in the entries.
   std::optional<GoldenBudgets> budgets;
   std::string manifest;              // manifest.json text
@@ -71,6 +76,14 @@ struct GoldenSet {
   // reference.
   std::vector<std::string> warnings;
 };
+
+// The boundary of entry `boundary` (GoldenEntry::boundary): the run's, or one of id_boundaries.
+inline const TraceEntry& golden_boundary(const GoldenSet& set, const RunReport& reference,
+                                         std::size_t boundary) {
+  return boundary < reference.boundaries.size()
+             ? reference.boundaries[boundary].entry
+             : set.id_boundaries.at(boundary - reference.boundaries.size());
+}
 
 // Builds the golden set of a run captured at the reference precision.
 // REQUIRES: `reference` was evaluated with RunOptions::capture_tensors.

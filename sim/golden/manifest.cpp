@@ -49,13 +49,12 @@ Json params_json(const Scenario& scenario, const TraceEntry& e) {
   return nullptr;
 }
 
-Json boundaries_json(const Scenario& scenario, const RunReport& reference,
-                     const std::vector<GoldenEntry>& entries) {
+Json boundaries_json(const Scenario& scenario, const RunReport& reference, const GoldenSet& set) {
   std::set<std::size_t> used;
-  for (const GoldenEntry& entry : entries) used.insert(entry.boundary);
+  for (const GoldenEntry& entry : set.entries) used.insert(entry.boundary);
   Json out = Json::array();
   for (std::size_t b : used) {
-    const TraceEntry& e = reference.boundaries[b].entry;
+    const TraceEntry& e = golden_boundary(set, reference, b);
     const StepSpec* step = e.scenario_step >= 0
                                ? &scenario.steps.at(static_cast<std::size_t>(e.scenario_step))
                                : nullptr;
@@ -231,7 +230,7 @@ std::string manifest_text(const Scenario& scenario, const RunReport& reference,
   const std::vector<GoldenEntry>& entries = set.entries;
   Json tensors = Json::array();
   for (const GoldenEntry& entry : entries) {
-    tensors.push_back(tensor_json(entry, reference.boundaries[entry.boundary].entry));
+    tensors.push_back(tensor_json(entry, golden_boundary(set, reference, entry.boundary)));
   }
   Json dtypes = Json::array();
   if (options.write_f64) dtypes.push_back("f64");
@@ -252,7 +251,7 @@ std::string manifest_text(const Scenario& scenario, const RunReport& reference,
                 {"verdict", reference.pass ? "pass" : "fail"},
                 {"storage", options.format == GoldenFormat::safetensors ? "safetensors" : "npy"},
                 {"dtypes", dtypes},
-                {"boundaries", boundaries_json(scenario, reference, entries)},
+                {"boundaries", boundaries_json(scenario, reference, set)},
                 {"tensors", tensors},
                 {std::string(kManifestDigestKey), zeros}};
   // N-D: the mesh's dims follow "ranks" (a 1-D manifest has no "mesh": its one dim is implied).

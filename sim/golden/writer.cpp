@@ -123,6 +123,41 @@ void add_family(const Family& family, const RunReport& reference,
   }
 }
 
+// The i64 tensors (token ids, labels), which the run holds outside its boundaries: each gets an
+// input boundary numbered after the run's (GoldenSet::id_boundaries) and its entries, I64, the
+// global value "i64/inputs/NAME" and each rank's shard as its placement gives it.
+void add_id_tensors(const Scenario& scenario, const RunReport& reference, GoldenSet& set) {
+  if (reference.boundaries.empty()) return;
+  const std::shared_ptr<const Mesh>& mesh = reference.boundaries.front().entry.mesh;
+  // Every rank's shard, also where this process holds only some of the ranks (a transport).
+  const auto whole = std::make_shared<const Mesh>(mesh->dims());
+  for (const TensorSpec& spec : scenario.id_tensors) {
+    TraceEntry e;
+    e.id = static_cast<int>(reference.boundaries.size() + set.id_boundaries.size());
+    e.kind = BoundaryKind::input;
+    e.op = "input";
+    e.tensor = e.dense = spec.name;
+    e.exact = true;
+    e.global = spec.shape;
+    e.layout = spec.layout;
+    e.mesh = mesh;
+    e.ranks = rank_extents(spec.shape, spec.layout, *mesh);
+    const std::size_t boundary = reference.boundaries.size() + set.id_boundaries.size();
+    set.id_boundaries.push_back(e);
+    const std::vector<double> values(spec.ids->begin(), spec.ids->end());
+    const std::string name = "i64/inputs/" + spec.name;
+    set.entries.push_back({raw_i64(name, extents(spec.shape), values), "", boundary, -1, ""});
+    const DistTensor<double> shards =
+        distribute(spec.name, Tensor<double>(spec.shape, values), spec.layout, whole);
+    for (int r = 0; r < shards.ranks(); ++r) {
+      const std::string slice = golden_detail::slice_label(spec.shape, spec.layout, *mesh, r);
+      set.entries.push_back({raw_i64(golden_detail::shard_name(name, *mesh, r, slice),
+                                     extents(shards.local(r).shape()), shards.local(r).values()),
+                             "", boundary, r, slice});
+    }
+  }
+}
+
 // Each entry's file: the safetensors file, or its own npy file (names must not collide).
 void assign_files(std::vector<GoldenEntry>& entries, GoldenFormat format) {
   std::set<std::string> files;
@@ -159,6 +194,7 @@ GoldenSet build_goldens(const Scenario& scenario, const RunReport& reference,
   if (options.write_f16) families.push_back({"f16/", format::Dtype::f16, kNearF16});
   families.push_back({"u8/", format::Dtype::u8, 0});
   GoldenSet set;
+  add_id_tensors(scenario, reference, set);  // first: 8-byte I64 before F64 keeps all aligned
   for (const Family& family : families) add_family(family, reference, kept, bases, set.entries);
   // One line per flagged tensor up to kListed, then one line for the rest (the manifest has all).
   constexpr std::size_t kListed = 8;

@@ -86,6 +86,17 @@ RawTensor raw_u8(std::string name, std::vector<std::int64_t> shape, const std::v
   return t;
 }
 
+RawTensor raw_i64(std::string name, std::vector<std::int64_t> shape, const std::vector<double>& v) {
+  RawTensor t{std::move(name), Dtype::i64, std::move(shape), {}};
+  t.bytes.reserve(v.size() * 8);
+  for (double x : v) {
+    SHARDSIM_ASSERT(x == std::floor(x) && std::abs(x) < 0x1p53, "raw_i64: value is not an id");
+    store_le(t.bytes, static_cast<std::uint64_t>(static_cast<std::int64_t>(x)), 8);
+  }
+  SHARDSIM_ASSERT(static_cast<std::int64_t>(v.size()) == t.numel(), "raw_i64: size != shape");
+  return t;
+}
+
 std::vector<double> raw_values(const RawTensor& tensor) {
   const format::DtypeInfo& info = format::dtype_info(tensor.dtype);
   const std::size_t n = tensor.bytes.size() / info.size;

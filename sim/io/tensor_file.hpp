@@ -36,6 +36,8 @@ RawTensor raw_bits16(std::string name, format::Dtype dtype, std::vector<std::int
                      const std::vector<std::uint16_t>& bits);
 RawTensor raw_f64(std::string name, std::vector<std::int64_t> shape, const std::vector<double>& v);
 RawTensor raw_u8(std::string name, std::vector<std::int64_t> shape, const std::vector<double>& v);
+// I64 from integral doubles (token ids and labels: |v| < 2^53, exact).
+RawTensor raw_i64(std::string name, std::vector<std::int64_t> shape, const std::vector<double>& v);
 
 // Every element as a double: exact for all dtypes except 64-bit integers beyond 2^53.
 std::vector<double> raw_values(const RawTensor& tensor);

@@ -33,6 +33,8 @@ LAYERNORM = os.path.join(SOURCE, "scenarios", "layernorm_sequence_sharded.toml")
 TRAIN = os.path.join(SOURCE, "scenarios", "layernorm_train_sequence_sharded.toml")
 STREAM = os.path.join(SOURCE, "scenarios", "attention_stream_cp1.toml")
 ZIGZAG = os.path.join(SOURCE, "scenarios", "attention_sequence_sharded_ulysses.toml")
+IDS = os.path.join(SOURCE, "scenarios", "lm_tied_embedding_tp2.toml")
+LABELS_FILE = os.path.join(SOURCE, "scenarios", "lm_ce_ignored_tokens_counted_clean.toml")
 
 
 def shardsim(*args):
@@ -105,6 +107,52 @@ class GoldenPythonTest(unittest.TestCase):
         for name in z.names("f64/s1/c1/y@rank"):
             t = z.tensor(name)
             np.testing.assert_array_equal(t.array, y[t.global_slices()])
+
+    def test_token_ids_and_labels_are_i64_goldens(self):
+        # Labels read from an npy file (with -100 for ignored tokens): the golden is that file's
+        # content, as I64, read here by numpy alone; on tp 2 each rank holds a Replicate copy.
+        d = os.path.join(self.tmp.name, "labels")
+        shardsim("run", "--quiet", LABELS_FILE, "--precision", "f64", "--golden", d,
+                 "--reference", "f64", "--dtype", "f64", "--format", "npy")
+        g = sg.load(d)
+        labels = g.get("inputs/labels", "f64")  # found under i64/ whatever the dtype asked
+        self.assertEqual(labels.dtype, np.int64)
+        expected = np.load(os.path.join(SOURCE, "scenarios", "data", "lm_labels_ignored.npy"))
+        np.testing.assert_array_equal(labels, expected)
+        self.assertEqual(int((labels == -100).sum()), 5)
+        t = g.tensor("i64/inputs/labels")
+        self.assertEqual(t.array.dtype, np.int64)
+        for name in g.names("i64/inputs/labels@rank"):
+            np.testing.assert_array_equal(g.tensor(name).array, expected)
+        # shardsim compare reads them back (its C++ reader) and judges ids exactly: the goldens
+        # against themselves pass; one label changed by 1 fails, naming the tensor.
+        shardsim("compare", d, d)
+        candidate = os.path.join(self.tmp.name, "labels_candidate")
+        shutil.copytree(d, candidate)
+        path = os.path.join(candidate, "i64__inputs__labels.npy")
+        changed = np.load(path)
+        changed[0, 0] += 1
+        np.save(path, changed)
+        result = subprocess.run([SHARDSIM, "compare", d, candidate], capture_output=True,
+                                text=True)
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("i64/inputs/labels", result.stdout)
+        # dp 2 x tp 2: the ids are Shard(batch) on dp; every rank's shard is its rows.
+        d = os.path.join(self.tmp.name, "ids")
+        shardsim("run", "--quiet", IDS, "--precision", "f64", "--golden", d, "--reference", "f64",
+                 "--dtype", "f64")
+        g = sg.load(d)
+        ids = g.get("inputs/ids")
+        self.assertEqual((ids.dtype, ids.shape), (np.int64, (4, 6)))
+        self.assertTrue(((ids >= 0) & (ids < 97)).all())
+        shards = g.names("i64/inputs/ids@rank")
+        self.assertEqual(len(shards), 4)
+        for name in shards:
+            t = g.tensor(name)
+            self.assertEqual(t.array.shape, (2, 6))
+            np.testing.assert_array_equal(t.array, ids[t.global_slices()])
+        boundary = next(b for b in g.manifest["boundaries"] if b["tensor"] == "ids")
+        self.assertEqual((boundary["kind"], boundary["op"]), ("input", "input"))
 
     def test_f32_goldens_are_the_f64_values_rounded_once(self):
         # Both are the mp256 value rounded once; f32(f64 value) can differ only by double
