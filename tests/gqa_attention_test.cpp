@@ -326,8 +326,19 @@ TEST_CASE("gqa_attention: the loader's context-parallel rules", "[gqa][cp][loade
                              "mesh dim"));
   CHECK_THAT(load_error(cp_scenario("{ cp = \"Shard(seq, padded)\" }")),
              Catch::Contains("context parallelism needs every position a real token"));
+  // ulysses splits each tp rank's heads again over cp: tp must come first in the mesh.
   CHECK_THAT(load_error(cp_scenario("{ cp = \"Shard(seq)\" }", "cp_mode = \"ulysses\"\n")),
-             Catch::Contains("ulysses"));
+             Catch::Contains("ulysses splits each rank's query heads over the cp dim 'cp': list "
+                             "the heads' dim 'tp' before it in [mesh] dims"));
+  std::string tp_first = cp_scenario("{ cp = \"Shard(seq)\" }", "cp_mode = \"ulysses\"\n");
+  tp_first.replace(tp_first.find("dims = { cp = 2, tp = 2 }"), 25, "dims = { tp = 2, cp = 2 }");
+  CHECK(load_error(tp_first).empty());
+  tp_first.replace(tp_first.find("dims = { tp = 2, cp = 2 }"), 25, "dims = { tp = 2, cp = 4 }");
+  CHECK_THAT(load_error(tp_first),
+             Catch::Contains("ulysses gives each cp rank whole query heads: 2 per rank do not "
+                             "divide over the 4 cp ranks"));
+  CHECK_THAT(load_error(cp_scenario("{ cp = \"Shard(seq)\" }", "cp_mode = \"halo\"\n")),
+             Catch::Contains("halo"));
   CHECK_THAT(load_error(cp_scenario("{ cp = \"Shard(seq)\", tp = \"Shard(seq)\" }")),
              Catch::Contains("splits seq on two mesh dims"));
   CHECK_THAT(load_error(cp_scenario("{ tp = \"Shard(seq)\" }", "", "tp")),

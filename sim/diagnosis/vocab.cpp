@@ -99,9 +99,10 @@ std::vector<Variant> ce_variants(const Logits& l, const std::vector<std::int64_t
                      Cause::padding_not_masked, same(padded_sum)});
     }
   } else if (part == "target_logit") {
-    out.push_back({"every rank adds a logit: the owner its target's, the others their shard's "
-                   "first column (the target not masked to its owner)",
-                   Cause::vocab_reduction, same(total)});
+    out.push_back(
+        {"every rank adds a logit: the owner its target's, the others their shard's "
+         "first column (the target not masked to its owner)",
+         Cause::vocab_reduction, same(total)});
   } else if (part == "lse" && l.pads > 0) {
     std::vector<double> lse;
     for (std::size_t t = 0; t < padded_max.size(); ++t) {
@@ -162,7 +163,7 @@ Finding vocab_signature(Context& ctx, int id) {
     // The count with the ignored tokens in it: every token of the labels.
     const auto every = static_cast<double>(l->tokens);
     if (o.dense[0] != every && ranks_gap(o, std::vector<std::vector<double>>(
-                                               o.ranks.size(), std::vector<double>{every})) == 0) {
+                                                o.ranks.size(), std::vector<double>{every})) == 0) {
       f.cause = Cause::padding_not_masked;
       f.confidence = 0.9;
       f.evidence = "the ranks count every one of the " + std::to_string(l->tokens) +
@@ -175,8 +176,8 @@ Finding vocab_signature(Context& ctx, int id) {
     f.evidence = "n/a: not a per-token part of the cross-entropy";
     return f;
   }
-  for (const Variant& v : ce_variants(*l, *labels->ids, a.ignore_index, part,
-                                      static_cast<int>(o.ranks.size()))) {
+  for (const Variant& v :
+       ce_variants(*l, *labels->ids, a.ignore_index, part, static_cast<int>(o.ranks.size()))) {
     const double gap = ranks_gap(o, v.per_rank);
     if (gap <= fit && correct > 16 * fit) {
       f.cause = v.cause;
@@ -225,13 +226,12 @@ Finding tied_uses_signature(Context& ctx, int id) {
   const std::pair<std::string, double> variants[] = {
       {"this use's (" + e.op + ") share alone, without the " + first + " share before it" + at,
        normwise_gap_to(o, this_use)},
-      {"the " + first + " share alone" + at + ", without this use's",
-       normwise_gap_to(o, before)}};
+      {"the " + first + " share alone" + at + ", without this use's", normwise_gap_to(o, before)}};
   for (const auto& [what, gap] : variants) {
     if (gap <= fit && correct > 16 * fit) {
       f.confidence = 0.9;
-      f.evidence = e.tensor + " sums two uses of its parameter; the ranks hold " + what +
-                   " (gap " + num(gap) + "; the sum's " + num(correct) + ")";
+      f.evidence = e.tensor + " sums two uses of its parameter; the ranks hold " + what + " (gap " +
+                   num(gap) + "; the sum's " + num(correct) + ")";
       return f;
     }
   }

@@ -1,7 +1,7 @@
 // Golden tensors: the values of a high-precision run, each correctly rounded once to F64, F32,
-// BF16 or F16 (a BF16 golden is rounded from the reference value, never from the F32 one), written as
-// safetensors (or one .npy per tensor) plus a JSON manifest, for other backends to check against.
-// The tensor-file codecs they use are in tensor_file.hpp.
+// BF16 or F16 (a BF16 golden is rounded from the reference value, never from the F32 one), written
+// as safetensors (or one .npy per tensor) plus a JSON manifest, for other backends to check
+// against. The tensor-file codecs they use are in tensor_file.hpp.
 //
 // Naming (docs/goldens.md "Golden tensors" has the full table):
 //   PREFIX/inputs/TENSOR               a scenario input, target or initial parameter
@@ -48,10 +48,10 @@ void parse_golden_dtypes(std::string_view text, GoldenOptions& options);
 // One tensor of a golden set with the facts the manifest records about it.
 struct GoldenEntry {
   RawTensor tensor;
-  std::string file;        // relative to the golden directory
+  std::string file;          // relative to the golden directory
   std::size_t boundary = 0;  // index into RunReport::boundaries
-  int rank = -1;           // the rank for a shard, -1 for a global (oracle) value
-  std::string slice;       // "seq=12:13", "seq=12:13+3pad", "replicate", "partial"; "" if global
+  int rank = -1;             // the rank for a shard, -1 for a global (oracle) value
+  std::string slice;         // "seq=12:13", "seq=12:13+3pad", "replicate", "partial"; "" if global
   std::optional<TensorBudget> budget;  // BF16/F16 entries with budgets (budget.hpp)
   // dd/qd references only (CapturedValues::near_midpoint): how many of this tensor's values lie
   // within the reference's error budget of a rounding midpoint of its dtype, and the row-major
@@ -69,8 +69,8 @@ struct GoldenSet {
   std::vector<TraceEntry> id_boundaries;
   // Written whenever a BF16 or F16 family is (budget.hpp); its per_entry are in the entries.
   std::optional<GoldenBudgets> budgets;
-  std::string manifest;              // manifest.json text
-  std::string safetensors;           // goldens.safetensors bytes (safetensors format only)
+  std::string manifest;     // manifest.json text
+  std::string safetensors;  // goldens.safetensors bytes (safetensors format only)
   // One line per tensor with near_midpoint > 0 (the first 8; then one line counting the rest),
   // for stderr: its golden might differ in the last bit from one rounded from an exact (or mp256)
   // reference.
@@ -96,8 +96,8 @@ GoldenSet build_goldens(const Scenario& scenario, const RunReport& reference,
 // nothing (not even the directory).
 void prepare_golden_dir(const std::string& dir);
 
-// Writes the set into `dir`, creating it when missing: every data file atomically (temporary name, then rename), the
-// manifest last, so a directory with a manifest is complete.
+// Writes the set into `dir`, creating it when missing: every data file atomically (temporary name,
+// then rename), the manifest last, so a directory with a manifest is complete.
 void write_goldens(const std::string& dir, const GoldenSet& set, const GoldenOptions& options);
 
 // ---------------------------------------------------------------------------------------------
@@ -108,26 +108,26 @@ struct GoldenInfo {
   std::string name;
   std::string file;
   format::Dtype dtype = format::Dtype::f64;
-  std::vector<std::string> axes;      // this tensor's axis names, outermost first
-  std::vector<std::int64_t> shape;    // this tensor's extents
-  int rank = -1;                      // shard: its rank; global: -1
+  std::vector<std::string> axes;    // this tensor's axis names, outermost first
+  std::vector<std::int64_t> shape;  // this tensor's extents
+  int rank = -1;                    // shard: its rank; global: -1
   std::string slice;
   std::map<std::string, std::int64_t> offset;  // shard: global offset per sharded axis
-  Shape global_shape;                 // the boundary's global shape
-  std::string placement;              // "Shard(seq)", ...; N-D: "[Replicate, Shard(seq)]"
-  Layout layout;                      // placement, parsed (one entry per mesh dim)
-  std::shared_ptr<const Mesh> mesh;   // the manifest's mesh ("ranks" alone: 1-D)
-  int ranks = 1;                      // mesh size
+  Shape global_shape;                          // the boundary's global shape
+  std::string placement;                       // "Shard(seq)", ...; N-D: "[Replicate, Shard(seq)]"
+  Layout layout;                               // placement, parsed (one entry per mesh dim)
+  std::shared_ptr<const Mesh> mesh;            // the manifest's mesh ("ranks" alone: 1-D)
+  int ranks = 1;                               // mesh size
   std::string sha256;
-  std::string boundary;               // "#5 step 1 chunk 1 layer_norm -> y"
-  std::optional<TensorBudget> budget; // a BF16/F16 tensor's error budget (budget.hpp)
+  std::string boundary;                // "#5 step 1 chunk 1 layer_norm -> y"
+  std::optional<TensorBudget> budget;  // a BF16/F16 tensor's error budget (budget.hpp)
 };
 
 struct GoldenDir {
   std::string path;
   std::string precision;
-  std::string storage;                         // "safetensors" or "npy"
-  std::vector<GoldenInfo> infos;               // manifest order
+  std::string storage;            // "safetensors" or "npy"
+  std::vector<GoldenInfo> infos;  // manifest order
   // The manifest's "budgets" (absent in manifests without BF16/F16 goldens, and in those
   // written before budgets were recorded): whether present, the programs they were taken over
   // ("accumulate f32; reduce orders rank, ring, tree; schedules rank, reverse") and, per
@@ -135,7 +135,7 @@ struct GoldenDir {
   bool has_budgets = false;
   std::string budget_programs;
   std::map<std::string, std::string> budgets_unavailable;
-  std::map<std::string, RawTensor> tensors;    // by name
+  std::map<std::string, RawTensor> tensors;  // by name
   // The "__metadata__" a safetensors golden file must hold, from the manifest.
   std::map<std::string, std::string> safetensors_metadata;
 };

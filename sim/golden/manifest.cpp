@@ -4,8 +4,8 @@
 
 #include <set>
 
-#include "report/report.hpp"
 #include "core/sha256.hpp"
+#include "report/report.hpp"
 
 namespace shardsim::golden_detail {
 
@@ -41,8 +41,8 @@ Json params_json(const Scenario& scenario, const TraceEntry& e) {
   }
   if (e.kind == BoundaryKind::update && scenario.adamw()) {
     const Scenario::Optimizer& o = scenario.optimizer;
-    return Json{{"optimizer", "adamw"},       {"learning_rate", scenario.learning_rate},
-                {"betas", {o.beta1, o.beta2}}, {"eps", o.eps},
+    return Json{{"optimizer", "adamw"},           {"learning_rate", scenario.learning_rate},
+                {"betas", {o.beta1, o.beta2}},    {"eps", o.eps},
                 {"weight_decay", o.weight_decay}, {"update", e.step}};
   }
   if (e.kind == BoundaryKind::update) return Json{{"learning_rate", scenario.learning_rate}};

@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "golden/golden_set.hpp"
 #include "core/io.hpp"
-#include "report/report.hpp"
 #include "core/scalar.hpp"
 #include "core/sha256.hpp"
+#include "golden/golden_set.hpp"
 #include "golden/manifest.hpp"
+#include "report/report.hpp"
 
 namespace shardsim {
 

@@ -15,8 +15,10 @@ void check_cp(const GqaAttentionArgs& args, const StepSpec& step, StepContext& c
   const Placement& own = x.placement(step);
   if (!own.is_replicate() && !(own.is_shard() && own.axis == "seq")) {
     ctx.fail(step, "input",
-             quote(args.input) + " must be Replicate on the step's dim (the heads split there) or "
-                                 "Shard(seq) (context parallelism), not " + own.str());
+             quote(args.input) +
+                 " must be Replicate on the step's dim (the heads split there) or "
+                 "Shard(seq) (context parallelism), not " +
+                 own.str());
   }
   ctx.require_passive(step, "input", x, {"hidden"});
   int cp_dim = -1;
@@ -25,14 +27,16 @@ void check_cp(const GqaAttentionArgs& args, const StepSpec& step, StepContext& c
     if (!p.is_shard() || p.axis != "seq") continue;
     if (cp_dim >= 0) {
       ctx.fail(step, "input",
-               quote(args.input) + " splits seq on two mesh dims; gqa_attention's context "
-                                   "parallelism needs the tokens split on one (all-gather the "
-                                   "sequence-parallel dim first)");
+               quote(args.input) +
+                   " splits seq on two mesh dims; gqa_attention's context "
+                   "parallelism needs the tokens split on one (all-gather the "
+                   "sequence-parallel dim first)");
     }
     if (p.split == SplitPolicy::padded) {
       ctx.fail(step, "input",
-               quote(args.input) + " is " + p.str() + ": context parallelism needs every "
-                                   "position a real token (chunk, balanced or zigzag)");
+               quote(args.input) + " is " + p.str() +
+                   ": context parallelism needs every "
+                   "position a real token (chunk, balanced or zigzag)");
     }
     cp_dim = d;
   }
@@ -42,10 +46,28 @@ void check_cp(const GqaAttentionArgs& args, const StepSpec& step, StepContext& c
                  " is Shard(seq): context parallelism runs on another dim than the heads' "
                  "(or make wq, wk, wv, wo Replicate here)");
   }
+  if (cp_dim >= 0 && args.cp_mode == std::optional<std::string>("ulysses") && ctx.mesh) {
+    const bool heads = !ctx.tensor(step, "wq").placement(step).is_replicate();
+    const std::int64_t local =
+        heads ? args.n_head / ctx.mesh->dim(step.mesh_dim).size : args.n_head;
+    const int cp_size = ctx.mesh->dim(cp_dim).size;
+    if (heads && cp_dim < step.mesh_dim) {
+      ctx.fail(step, "cp_mode",
+               "ulysses splits each rank's query heads over the cp dim '" +
+                   ctx.mesh->dim(cp_dim).name + "': list the heads' dim '" +
+                   ctx.mesh->dim(step.mesh_dim).name + "' before it in [mesh] dims");
+    }
+    if (local % cp_size != 0) {
+      ctx.fail(step, "cp_mode",
+               "ulysses gives each cp rank whole query heads: " + std::to_string(local) +
+                   " per rank do not divide over the " + std::to_string(cp_size) + " cp ranks");
+    }
+  }
   if (cp_dim < 0 && args.cp_mode) {
     ctx.fail(step, "cp_mode",
-             "cp_mode is set but " + quote(args.input) + " is not Shard(seq) on any mesh dim; "
-             "context parallelism needs the tokens split");
+             "cp_mode is set but " + quote(args.input) +
+                 " is not Shard(seq) on any mesh dim; "
+                 "context parallelism needs the tokens split");
   }
 }
 
@@ -61,8 +83,8 @@ void gqa_rules(const GqaAttentionArgs& args, const StepSpec& step, StepContext& 
   if (axes.size() != 3 || axes[0].name != "batch" || axes[1].name != "seq" ||
       axes[2].name != "hidden") {
     ctx.fail(step, "input",
-             "gqa_attention needs input axes [batch, seq, hidden]; " + quote(args.input) +
-                 " is " + x.shape.str());
+             "gqa_attention needs input axes [batch, seq, hidden]; " + quote(args.input) + " is " +
+                 x.shape.str());
   }
   check_cp(args, step, ctx, x);
   if (args.n_head % args.n_kv_head != 0) {
@@ -88,10 +110,9 @@ void gqa_rules(const GqaAttentionArgs& args, const StepSpec& step, StepContext& 
     if (!(w.shape == shape)) {
       ctx.fail(step, key,
                quote(step.str(key)) + " is " + w.shape.str() + "; with n_head = " +
-                   std::to_string(args.n_head) + ", n_kv_head = " +
-                   std::to_string(args.n_kv_head) + ", head_dim = " +
-                   std::to_string(args.head_dim) + " and " + quote(args.input) + " " +
-                   x.shape.str() + " it must be " + shape.str());
+                   std::to_string(args.n_head) + ", n_kv_head = " + std::to_string(args.n_kv_head) +
+                   ", head_dim = " + std::to_string(args.head_dim) + " and " + quote(args.input) +
+                   " " + x.shape.str() + " it must be " + shape.str());
     }
     ctx.require_replicate_elsewhere(step, key, w);
   }
@@ -102,8 +123,10 @@ void gqa_rules(const GqaAttentionArgs& args, const StepSpec& step, StepContext& 
     if (p.is_replicate()) return false;
     if (!p.is_shard() || p.axis != axis || p.split != SplitPolicy::chunk) {
       ctx.fail(step, key,
-               quote(step.str(key)) + " must be Replicate or Shard(" + axis + ") on the step's dim, "
-                                      "not " + p.str());
+               quote(step.str(key)) + " must be Replicate or Shard(" + axis +
+                   ") on the step's dim, "
+                   "not " +
+                   p.str());
     }
     return true;
   };
@@ -130,8 +153,8 @@ void gqa_rules(const GqaAttentionArgs& args, const StepSpec& step, StepContext& 
                  "shared by the ranks whose query heads read it)");
   }
   ctx.define(step, "output",
-             {x.shape, x.layout.with(step.mesh_dim,
-                                     heads ? Placement::partial() : Placement::replicate())});
+             {x.shape,
+              x.layout.with(step.mesh_dim, heads ? Placement::partial() : Placement::replicate())});
 }
 
 }  // namespace
@@ -165,8 +188,9 @@ OpEntry op_entry<OpKind::gqa_attention>() {
             {"rotate_half", "interleaved", "none"})
       .optional_text("cp_mode", &A::cp_mode,
                      "context parallelism where the input is Shard(seq) on a mesh dim: allgather "
-                     "(default; K and V all-gathered) or ring (KV blocks passed around the group)",
-                     {"allgather", "ring"})
+                     "(default; K and V all-gathered), ring (KV blocks passed around the group) or "
+                     "ulysses (all-to-all to head groups and back)",
+                     {"allgather", "ring", "ulysses"})
       .rules(gqa_rules)
       .build();
 }

@@ -25,8 +25,8 @@ Tensor<T> renamed(const Tensor<T>& t, std::string_view from, std::string_view to
 
 // RoPE at `positions` (one per seq index), or a copy without RoPE.
 template <typename T>
-Tensor<T> rotate(const Tensor<T>& t, const std::vector<std::int64_t>& positions,
-                 const GqaParams& p, bool inverse) {
+Tensor<T> rotate(const Tensor<T>& t, const std::vector<std::int64_t>& positions, const GqaParams& p,
+                 bool inverse) {
   if (!p.rope) return t;
   Tensor<T> out;
   if (inverse) {
@@ -62,8 +62,8 @@ Tensor<T> expand(const Tensor<T>& kv, const std::vector<std::int64_t>& map) {
   for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t h = 0; h < heads; ++h) {
       for (std::int64_t d = 0; d < dim; ++d) {
-        out[(r * heads + h) * dim + d] = kv[(r * kv_heads + map[static_cast<std::size_t>(h)]) *
-                                                dim + d];
+        out[(r * heads + h) * dim + d] =
+            kv[(r * kv_heads + map[static_cast<std::size_t>(h)]) * dim + d];
       }
     }
   }
@@ -151,8 +151,8 @@ void gqa_attend_block_backward(const Tensor<T>& dout, const Tensor<T>& q_rot,
   const Tensor<T> v_exp = expand(renamed(v, "kv_head", "head"), map);
   Tensor<T> dk_exp(k_exp.shape());
   Tensor<T> dv_exp(v_exp.shape());
-  attention_block_backward(dout, q_rot, q_pos, k_exp, v_exp, k_pos, out, lse, AttentionParams{},
-                           dq, dk_exp, dv_exp);
+  attention_block_backward(dout, q_rot, q_pos, k_exp, v_exp, k_pos, out, lse, AttentionParams{}, dq,
+                           dk_exp, dv_exp);
   const Tensor<T> dk_block = reduce(dk_exp, map, kv_heads);
   const Tensor<T> dv_block = reduce(dv_exp, map, kv_heads);
   for (std::int64_t i = 0; i < dk.numel(); ++i) dk[i] = dk[i] + dk_block[i];
@@ -215,32 +215,29 @@ void gqa_backward(const Tensor<T>& dy, const Tensor<T>& x, const Tensor<T>& wq, 
 
 // Explicit instantiation list: gqa.cpp instantiates float and double, and CMakeLists.txt finds
 // this macro and generates the Mp, NarrowFloat, Dd and Qd units.
-#define SHARDSIM_INSTANTIATE_GQA(T)                                                            \
-  template void gqa_forward(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&,             \
-                            const Tensor<T>&, const Tensor<T>&, const GqaParams&,             \
-                            GqaActivations<T>&);                                              \
-  template void gqa_backward(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&,            \
-                             const Tensor<T>&, const Tensor<T>&, const Tensor<T>&,            \
-                             const GqaActivations<T>&, const GqaParams&, GqaGrads<T>&,        \
-                             Tensor<T>&, Tensor<T>&, Tensor<T>&, Tensor<T>&);                 \
-  template void gqa_rows_forward(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&,        \
-                                 const Tensor<T>&, const GqaParams&,                          \
-                                 const std::vector<std::int64_t>&, GqaRows<T>&);              \
-  template void gqa_attend(const Tensor<T>&, const std::vector<std::int64_t>&,                \
-                           const Tensor<T>&, const Tensor<T>&,                                \
-                           const std::vector<std::int64_t>&, const GqaParams&, Tensor<T>&,    \
-                           AttentionSaved<T>&);                                               \
-  template void gqa_attend_backward(const Tensor<T>&, const Tensor<T>&,                       \
-                                    const std::vector<std::int64_t>&, const Tensor<T>&,       \
-                                    const Tensor<T>&, const std::vector<std::int64_t>&,       \
-                                    const AttentionSaved<T>&, const GqaParams&, Tensor<T>&,   \
-                                    Tensor<T>&, Tensor<T>&);                                  \
-  template void gqa_attend_block_backward(                                                    \
-      const Tensor<T>&, const Tensor<T>&, const std::vector<std::int64_t>&, const Tensor<T>&, \
-      const Tensor<T>&, const std::vector<std::int64_t>&, const Tensor<T>&, const Tensor<T>&, \
-      const GqaParams&, Tensor<T>&, Tensor<T>&, Tensor<T>&);                                  \
-  template void gqa_rows_backward(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&,       \
-                                  const Tensor<T>&, const Tensor<T>&, const Tensor<T>&,       \
-                                  const Tensor<T>&, const GqaParams&,                         \
-                                  const std::vector<std::int64_t>&, Tensor<T>&, Tensor<T>&,   \
-                                  Tensor<T>&, Tensor<T>&, Tensor<T>&, Tensor<T>&);
+#define SHARDSIM_INSTANTIATE_GQA(T)                                                                \
+  template void gqa_forward(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&,                  \
+                            const Tensor<T>&, const Tensor<T>&, const GqaParams&,                  \
+                            GqaActivations<T>&);                                                   \
+  template void gqa_backward(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&,                 \
+                             const Tensor<T>&, const Tensor<T>&, const Tensor<T>&,                 \
+                             const GqaActivations<T>&, const GqaParams&, GqaGrads<T>&, Tensor<T>&, \
+                             Tensor<T>&, Tensor<T>&, Tensor<T>&);                                  \
+  template void gqa_rows_forward(const Tensor<T>&, const Tensor<T>&, const Tensor<T>&,             \
+                                 const Tensor<T>&, const GqaParams&,                               \
+                                 const std::vector<std::int64_t>&, GqaRows<T>&);                   \
+  template void gqa_attend(const Tensor<T>&, const std::vector<std::int64_t>&, const Tensor<T>&,   \
+                           const Tensor<T>&, const std::vector<std::int64_t>&, const GqaParams&,   \
+                           Tensor<T>&, AttentionSaved<T>&);                                        \
+  template void gqa_attend_backward(                                                               \
+      const Tensor<T>&, const Tensor<T>&, const std::vector<std::int64_t>&, const Tensor<T>&,      \
+      const Tensor<T>&, const std::vector<std::int64_t>&, const AttentionSaved<T>&,                \
+      const GqaParams&, Tensor<T>&, Tensor<T>&, Tensor<T>&);                                       \
+  template void gqa_attend_block_backward(                                                         \
+      const Tensor<T>&, const Tensor<T>&, const std::vector<std::int64_t>&, const Tensor<T>&,      \
+      const Tensor<T>&, const std::vector<std::int64_t>&, const Tensor<T>&, const Tensor<T>&,      \
+      const GqaParams&, Tensor<T>&, Tensor<T>&, Tensor<T>&);                                       \
+  template void gqa_rows_backward(                                                                 \
+      const Tensor<T>&, const Tensor<T>&, const Tensor<T>&, const Tensor<T>&, const Tensor<T>&,    \
+      const Tensor<T>&, const Tensor<T>&, const GqaParams&, const std::vector<std::int64_t>&,      \
+      Tensor<T>&, Tensor<T>&, Tensor<T>&, Tensor<T>&, Tensor<T>&, Tensor<T>&);

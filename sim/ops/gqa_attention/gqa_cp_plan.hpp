@@ -34,16 +34,18 @@
 // that splits the rows), as gqa_plan.hpp says for the heads' dim.
 #pragma once
 
+#include <array>
 #include <string>
 #include <vector>
 
 #include "ops/attention/plan_common.hpp"
 #include "ops/attention/ring_plan.hpp"
 #include "ops/gqa_attention/gqa_plan.hpp"
+#include "ops/gqa_attention/gqa_ulysses_plan.hpp"
 
 namespace shardsim {
 
-enum class GqaCpMode { allgather, ring };
+enum class GqaCpMode { allgather, ring, ulysses };
 
 // What the forward keeps for backward, per mesh rank.
 template <typename T>
@@ -54,6 +56,7 @@ struct GqaCpSaved {
   std::vector<Tensor<T>> k_all, v_all;               // allgather: every position's
   std::vector<AttentionSaved<T>> core;               // allgather: its queries' softmax
   std::vector<Tensor<T>> attn, lse;                  // ring: the merged results
+  GqaUlyssesSaved<T> ulysses;                        // ulysses: the head groups
 };
 
 namespace gqa_cp {
@@ -74,12 +77,12 @@ DistTensor<T> record(const World<T>& world, const std::string& name, const Shape
                      const Layout& layout, std::vector<Tensor<T>> locals, bool exact,
                      std::vector<std::string> inputs, bool backward = false) {
   DistTensor<T> t = dist_from_locals(world, name, shape, layout, std::move(locals));
-  world.compare_boundary({.op = backward ? backward_label(OpKind::gqa_attention)
-                                         : op_label(OpKind::gqa_attention),
-                          .tensor = name,
-                          .exact = exact,
-                          .inputs = std::move(inputs)},
-                         t);
+  world.compare_boundary(
+      {.op = backward ? backward_label(OpKind::gqa_attention) : op_label(OpKind::gqa_attention),
+       .tensor = name,
+       .exact = exact,
+       .inputs = std::move(inputs)},
+      t);
   return t;
 }
 
@@ -131,10 +134,10 @@ void ring_backward(const World<T>& cp, const DistTensor<T>& dattn, const GqaCpSa
     cp.for_each_rank([&](int r) {
       const auto at = static_cast<std::size_t>(r);
       const int owner = cp.peer(r, detail::ring_owner(cp.coord(r), hop, k));
-      gqa_attend_block_backward(dattn.local(r), saved.q_rot[at], saved.positions[at],
-                                k_blocks[at], v_blocks[at],
-                                saved.positions[static_cast<std::size_t>(owner)], saved.attn[at],
-                                saved.lse[at], saved.params[at], dq[at], dk[at], dv[at]);
+      gqa_attend_block_backward(dattn.local(r), saved.q_rot[at], saved.positions[at], k_blocks[at],
+                                v_blocks[at], saved.positions[static_cast<std::size_t>(owner)],
+                                saved.attn[at], saved.lse[at], saved.params[at], dq[at], dk[at],
+                                dv[at]);
     });
     if (hop + 1 < k) {
       k_blocks = cp.ring_send_recv(k_blocks);
@@ -145,19 +148,14 @@ void ring_backward(const World<T>& cp, const DistTensor<T>& dattn, const GqaCpSa
   }
 }
 
-}  // namespace gqa_cp
-
-// The forward above; `world` is bound to the heads' dim. Records NAME.q, .k, .v, .q_rot, .k_rot,
-// (allgather) .k_all, .v_all, then .attn and NAME.
+// Step 1 of the forward: each rank's rows (saved.q_rot, k_rot, v; its positions and heads),
+// recorded as NAME.q, .k, .v, .q_rot, .k_rot. Returns q_rot, k_rot and v.
 template <typename T>
-DistTensor<T> gqa_cp_sharded(const World<T>& world, int cp_dim, GqaCpMode mode,
-                             const DistTensor<T>& x, const DistTensor<T>& wq,
-                             const DistTensor<T>& wk, const DistTensor<T>& wv,
-                             const DistTensor<T>& wo, const GqaParams& params,
-                             const std::string& output, GqaCpSaved<T>& saved) {
-  const World<T> cp = world.on(cp_dim);
+std::array<DistTensor<T>, 3> rows_forward(const World<T>& world, const DistTensor<T>& x,
+                                          const DistTensor<T>& wq, const DistTensor<T>& wk,
+                                          const DistTensor<T>& wv, const GqaParams& params,
+                                          const std::string& output, GqaCpSaved<T>& saved) {
   const int dim = world.dim();
-  const bool heads = world.placement(wq).is_shard();
   const auto count = static_cast<std::size_t>(x.ranks());
   saved = GqaCpSaved<T>();
   for (auto* v : {&saved.q_rot, &saved.k_rot, &saved.v, &saved.k_all, &saved.v_all, &saved.attn,
@@ -188,19 +186,39 @@ DistTensor<T> gqa_cp_sharded(const World<T>& world, int cp_dim, GqaCpMode mode,
   const Layout q_layout = x.layout.with(dim, world.placement(wq));
   const Layout kv_layout = x.layout.with(dim, world.placement(wk));
   const auto part = [&](const char* p) { return part_name(output, p); };
-  using gqa_cp::record;
   record(world, part("q"), q_shape, q_layout, std::move(q), true, {x.name, wq.name});
   record(world, part("k"), kv_shape, kv_layout, std::move(k), true, {x.name, wk.name});
-  const DistTensor<T> v =
-      record(world, part("v"), kv_shape, kv_layout, saved.v, true, {x.name, wv.name});
-  record(world, part("q_rot"), q_shape, q_layout, saved.q_rot, true, {part("q")});
-  const DistTensor<T> k_rot =
+  DistTensor<T> v = record(world, part("v"), kv_shape, kv_layout, saved.v, true, {x.name, wv.name});
+  DistTensor<T> q_rot =
+      record(world, part("q_rot"), q_shape, q_layout, saved.q_rot, true, {part("q")});
+  DistTensor<T> k_rot =
       record(world, part("k_rot"), kv_shape, kv_layout, saved.k_rot, true, {part("k")});
+  return {std::move(q_rot), std::move(k_rot), std::move(v)};
+}
+
+}  // namespace gqa_cp
+
+// The forward above; `world` is bound to the heads' dim. Records NAME.q, .k, .v, .q_rot, .k_rot,
+// (allgather) .k_all, .v_all, then .attn and NAME.
+template <typename T>
+DistTensor<T> gqa_cp_sharded(const World<T>& world, int cp_dim, GqaCpMode mode,
+                             const DistTensor<T>& x, const DistTensor<T>& wq,
+                             const DistTensor<T>& wk, const DistTensor<T>& wv,
+                             const DistTensor<T>& wo, const GqaParams& params,
+                             const std::string& output, GqaCpSaved<T>& saved) {
+  const World<T> cp = world.on(cp_dim);
+  const int dim = world.dim();
+  const bool heads = world.placement(wq).is_shard();
+  const auto count = static_cast<std::size_t>(x.ranks());
+  const auto [q_rot, k_rot, v] = gqa_cp::rows_forward(world, x, wq, wk, wv, params, output, saved);
+  const Shape& xs = x.global;
+  const auto part = [&](const char* p) { return part_name(output, p); };
   const std::vector<std::int64_t> all = position_range(0, xs.extent("seq"));
   if (mode == GqaCpMode::allgather) {
-    const DistTensor<T> k_all = cp.all_gather(
-        k_rot, {.tensor = part("k_all"), .dense = part("k_rot"), .exact = true,
-                .inputs = {part("k_rot")}});
+    const DistTensor<T> k_all = cp.all_gather(k_rot, {.tensor = part("k_all"),
+                                                      .dense = part("k_rot"),
+                                                      .exact = true,
+                                                      .inputs = {part("k_rot")}});
     const DistTensor<T> v_all = cp.all_gather(
         v, {.tensor = part("v_all"), .dense = part("v"), .exact = true, .inputs = {part("v")}});
     world.for_each_rank([&](int r) {
@@ -210,19 +228,25 @@ DistTensor<T> gqa_cp_sharded(const World<T>& world, int cp_dim, GqaCpMode mode,
       gqa_attend(saved.q_rot[at], saved.positions[at], saved.k_all[at], saved.v_all[at], all,
                  saved.params[at], saved.attn[at], saved.core[at]);
     });
-  } else {
+  } else if (mode == GqaCpMode::ring) {
     gqa_cp::ring_forward(cp, saved);
+  } else {
+    const DistTensor<T> attn = gqa_ulysses_forward(
+        cp, q_rot, k_rot, v, saved.params,
+        gqa_ulysses_kv_to_heads(world, cp.group_size(), wq, wk, params), output, saved.ulysses);
+    world.for_each_rank([&](int r) { saved.attn[static_cast<std::size_t>(r)] = attn.local(r); });
   }
-  const bool exact = mode == GqaCpMode::allgather;
-  record(world, part("attn"), q_shape, q_layout, saved.attn, exact,
-         {part("q_rot"), part("k_rot"), part("v")});
+  const bool exact = mode != GqaCpMode::ring;
+  if (mode != GqaCpMode::ulysses) {  // ulysses' all-to-all back recorded it
+    gqa_cp::record(world, part("attn"), q_rot.global, q_rot.layout, saved.attn, exact,
+                   {part("q_rot"), part("k_rot"), part("v")});
+  }
   std::vector<Tensor<T>> ys(count);
   world.for_each_rank([&](int r) {
     const auto at = static_cast<std::size_t>(r);
     project_out(saved.attn[at], wo.local(r), ys[at]);
   });
-  const Layout y_layout =
-      x.layout.with(dim, heads ? Placement::partial() : Placement::replicate());
+  const Layout y_layout = x.layout.with(dim, heads ? Placement::partial() : Placement::replicate());
   DistTensor<T> y = dist_from_locals(world, output, xs, y_layout, std::move(ys));
   world.compare_boundary({.op = op_label(OpKind::gqa_attention),
                           .tensor = output,
@@ -257,8 +281,8 @@ GqaShardedGrads<T> gqa_cp_backward(const World<T>& world, int cp_dim, GqaCpMode 
   // A kv head's gradient is each rank's query heads' share when the heads are split and the kv
   // heads are not.
   const bool kv_partial = g.heads && world.placement(wk).is_replicate();
-  const Layout kv_layout = dy.layout.with(
-      world.dim(), kv_partial ? Placement::partial() : world.placement(wk));
+  const Layout kv_layout =
+      dy.layout.with(world.dim(), kv_partial ? Placement::partial() : world.placement(wk));
   const DistTensor<T> dattn_d =
       dist_from_locals(world, grad_name(part("attn")), q_rows, q_layout, std::move(dattn));
   if (mode == GqaCpMode::allgather) {
@@ -283,6 +307,8 @@ GqaShardedGrads<T> gqa_cp_backward(const World<T>& world, int cp_dim, GqaCpMode 
     };
     scatter("k_rot", dk);
     scatter("v", dv);
+  } else if (mode == GqaCpMode::ulysses) {
+    gqa_ulysses_backward(cp, dattn_d, kv_layout, kv_rows, output, saved.ulysses, dq, dk, dv);
   } else {
     gqa_cp::ring_backward(cp, dattn_d, saved, dq, dk, dv);
     const std::vector<std::string> inputs{grad_name(part("attn")), part("q_rot"), part("k_rot"),
@@ -290,8 +316,10 @@ GqaShardedGrads<T> gqa_cp_backward(const World<T>& world, int cp_dim, GqaCpMode 
     gqa_cp::record(world, grad_name(part("k_rot")), kv_rows, kv_layout, dk, false, inputs, true);
     gqa_cp::record(world, grad_name(part("v")), kv_rows, kv_layout, dv, false, inputs, true);
   }
-  gqa_cp::record(world, grad_name(part("q_rot")), q_rows, q_layout, dq, false,
-                 {grad_name(part("attn")), part("q_rot")}, true);
+  if (mode != GqaCpMode::ulysses) {  // ulysses' all-to-all back recorded it
+    gqa_cp::record(world, grad_name(part("q_rot")), q_rows, q_layout, dq, false,
+                   {grad_name(part("attn")), part("q_rot")}, true);
+  }
   world.for_each_rank([&](int r) {
     const auto at = static_cast<std::size_t>(r);
     Tensor<T> dq_pre, dk_pre;

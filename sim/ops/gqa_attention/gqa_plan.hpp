@@ -52,16 +52,16 @@ GqaParams gqa_rank_params(const World<T>& world, const DistTensor<T>& wq, const 
 // Records NAME.q, .k, .v, .q_rot, .k_rot, .attn and NAME. REQUIRES: the placements above.
 template <typename T>
 DistTensor<T> gqa_sharded(const World<T>& world, const DistTensor<T>& x, const DistTensor<T>& wq,
-                          const DistTensor<T>& wk, const DistTensor<T>& wv,
-                          const DistTensor<T>& wo, const GqaParams& params,
-                          const std::string& output, GqaSaved<T>& saved) {
+                          const DistTensor<T>& wk, const DistTensor<T>& wv, const DistTensor<T>& wo,
+                          const GqaParams& params, const std::string& output, GqaSaved<T>& saved) {
   const int dim = world.dim();
   const bool heads = world.placement(wq).is_shard();
   SHARDSIM_ASSERT(world.placement(x).is_replicate(), "gqa_attention: x Replicate on its dim");
   saved.ranks.assign(static_cast<std::size_t>(x.ranks()), {});
   world.for_each_rank([&](int r) {
     gqa_forward(x.local(r), wq.local(r), wk.local(r), wv.local(r), wo.local(r),
-                gqa_rank_params(world, wq, wk, params, r), saved.ranks[static_cast<std::size_t>(r)]);
+                gqa_rank_params(world, wq, wk, params, r),
+                saved.ranks[static_cast<std::size_t>(r)]);
   });
   const Shape& xs = x.global;
   const std::int64_t hd = wq.global.extent("head_dim");
@@ -86,8 +86,8 @@ DistTensor<T> gqa_sharded(const World<T>& world, const DistTensor<T>& x, const D
   record("k_rot", kv_shape, kv_layout, &GqaActivations<T>::k_rot, {part_name(output, "k")});
   record("attn", q_shape, q_layout, &GqaActivations<T>::attn,
          {part_name(output, "q_rot"), part_name(output, "k_rot"), part_name(output, "v")});
-  DistTensor<T> y = world.make(output, xs, x.layout.with(dim, heads ? Placement::partial()
-                                                                     : Placement::replicate()));
+  DistTensor<T> y = world.make(
+      output, xs, x.layout.with(dim, heads ? Placement::partial() : Placement::replicate()));
   world.for_each_rank([&](int r) { y.local(r) = saved.ranks[static_cast<std::size_t>(r)].y; });
   world.compare_boundary({.op = op_label(OpKind::gqa_attention),
                           .tensor = output,
@@ -114,8 +114,9 @@ GqaShardedGrads<T> gqa_grad_tensors(const World<T>& world, const DistTensor<T>& 
   const int dim = world.dim();
   GqaShardedGrads<T> g;
   g.heads = world.placement(wq).is_shard();
-  g.dy = align_grad(world, dy_held, elementwise_grad_target(x.layout, dy_held.layout)
-                                        .with(dim, Placement::replicate()));
+  g.dy = align_grad(
+      world, dy_held,
+      elementwise_grad_target(x.layout, dy_held.layout).with(dim, Placement::replicate()));
   // Off the step's dim, the weights' gradients sum over the rows a member holds.
   Layout rows = wq.layout;
   for (int d = 0; d < x.layout.ndim(); ++d) {
@@ -147,8 +148,9 @@ GqaShardedGrads<T> gqa_backward_sharded(const World<T>& world, const DistTensor<
   world.for_each_rank([&](int r) {
     GqaGrads<T> grads;
     gqa_backward(g.dy.local(r), x.local(r), wq.local(r), wk.local(r), wv.local(r), wo.local(r),
-                 saved.ranks[static_cast<std::size_t>(r)], gqa_rank_params(world, wq, wk, params, r),
-                 grads, g.dwq.local(r), g.dwk.local(r), g.dwv.local(r), g.dwo.local(r));
+                 saved.ranks[static_cast<std::size_t>(r)],
+                 gqa_rank_params(world, wq, wk, params, r), grads, g.dwq.local(r), g.dwk.local(r),
+                 g.dwv.local(r), g.dwo.local(r));
     g.dx.local(r) = std::move(grads.x);
   });
   return g;

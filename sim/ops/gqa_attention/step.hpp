@@ -26,7 +26,10 @@ class GqaAttentionStep final : public StepOp<T> {
     sharded_params_.wrong_group = scenario.has_fault(Fault::gqa_wrong_group) && wk != nullptr &&
                                   wk->layout.on(step.mesh_dim).is_replicate();
     kv_grad_unreduced_ = scenario.has_fault(Fault::gqa_kv_grad_unreduced);
-    cp_mode_ = args_.cp_mode == std::optional<std::string>("ring") ? GqaCpMode::ring : GqaCpMode::allgather;
+    const std::string mode = args_.cp_mode.value_or("allgather");
+    cp_mode_ = mode == "ring"      ? GqaCpMode::ring
+               : mode == "ulysses" ? GqaCpMode::ulysses
+                                   : GqaCpMode::allgather;
   }
 
   void forward(StepEnv<T>& env) override {
@@ -46,16 +49,15 @@ class GqaAttentionStep final : public StepOp<T> {
     // Context parallelism where the input is Shard(seq) on a dim (the loader allows one).
     cp_dim_ = gqa_cp::sequence_dim(env.sharded_at(args_.input));
     if (cp_dim_ >= 0) {
-      env.sharded[out] = gqa_cp_sharded(
-          env.world, cp_dim_, cp_mode_, env.sharded_at(args_.input), env.sharded_at(args_.wq),
-          env.sharded_at(args_.wk), env.sharded_at(args_.wv), env.sharded_at(args_.wo),
-          sharded_params_, out, cp_saved_);
+      env.sharded[out] = gqa_cp_sharded(env.world, cp_dim_, cp_mode_, env.sharded_at(args_.input),
+                                        env.sharded_at(args_.wq), env.sharded_at(args_.wk),
+                                        env.sharded_at(args_.wv), env.sharded_at(args_.wo),
+                                        sharded_params_, out, cp_saved_);
       return;
     }
-    env.sharded[out] =
-        gqa_sharded(env.world, env.sharded_at(args_.input), env.sharded_at(args_.wq),
-                    env.sharded_at(args_.wk), env.sharded_at(args_.wv), env.sharded_at(args_.wo),
-                    sharded_params_, out, saved_);
+    env.sharded[out] = gqa_sharded(env.world, env.sharded_at(args_.input), env.sharded_at(args_.wq),
+                                   env.sharded_at(args_.wk), env.sharded_at(args_.wv),
+                                   env.sharded_at(args_.wo), sharded_params_, out, saved_);
   }
 
   void backward(StepEnv<T>& env) override {
@@ -68,17 +70,17 @@ class GqaAttentionStep final : public StepOp<T> {
       dwk = Tensor<T>(env.dense_at(args_.wk).shape());
       dwv = Tensor<T>(env.dense_at(args_.wv).shape());
       dwo = Tensor<T>(env.dense_at(args_.wo).shape());
-      gqa_backward(env.dense_at(grad_name(out)), env.dense_at(args_.input),
-                   env.dense_at(args_.wq), env.dense_at(args_.wk), env.dense_at(args_.wv),
-                   env.dense_at(args_.wo), dense_, params_, grads, dwq, dwk, dwv, dwo);
+      gqa_backward(env.dense_at(grad_name(out)), env.dense_at(args_.input), env.dense_at(args_.wq),
+                   env.dense_at(args_.wk), env.dense_at(args_.wv), env.dense_at(args_.wo), dense_,
+                   params_, grads, dwq, dwk, dwv, dwo);
     }
     GqaShardedGrads<T> g =
-        cp_dim_ >= 0 ? cp_backward(env, grads)
-                     : gqa_backward_sharded(env.world, env.sharded_at(grad_name(out)),
-                                            env.sharded_at(args_.input), env.sharded_at(args_.wq),
-                                            env.sharded_at(args_.wk), env.sharded_at(args_.wv),
-                                            env.sharded_at(args_.wo), sharded_params_, saved_,
-                                            kv_grad_unreduced_);
+        cp_dim_ >= 0
+            ? cp_backward(env, grads)
+            : gqa_backward_sharded(
+                  env.world, env.sharded_at(grad_name(out)), env.sharded_at(args_.input),
+                  env.sharded_at(args_.wq), env.sharded_at(args_.wk), env.sharded_at(args_.wv),
+                  env.sharded_at(args_.wo), sharded_params_, saved_, kv_grad_unreduced_);
     const std::vector<std::string> inputs{grad_name(out), part_name(out, "attn")};
     const auto label = [&](const DistTensor<T>& t) {
       return BoundaryLabel{.op = backward_label(OpKind::gqa_attention),
@@ -95,9 +97,9 @@ class GqaAttentionStep final : public StepOp<T> {
   // The context-parallel backward, after the oracle's (whose grads it compares with).
   GqaShardedGrads<T> cp_backward(StepEnv<T>& env, GqaGrads<T>& grads) {
     const std::string& out = args_.output;
-    for (const auto& [part, member] : {std::pair{"q_rot", &GqaGrads<T>::q_rot},
-                                       std::pair{"k_rot", &GqaGrads<T>::k_rot},
-                                       std::pair{"v", &GqaGrads<T>::v}}) {
+    for (const auto& [part, member] :
+         {std::pair{"attn", &GqaGrads<T>::attn}, std::pair{"q_rot", &GqaGrads<T>::q_rot},
+          std::pair{"k_rot", &GqaGrads<T>::k_rot}, std::pair{"v", &GqaGrads<T>::v}}) {
       env.set_dense(grad_name(part_name(out, part)), [&] { return grads.*member; });
     }
     return gqa_cp_backward(env.world, cp_dim_, cp_mode_, env.sharded_at(grad_name(out)),
