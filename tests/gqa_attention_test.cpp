@@ -339,6 +339,10 @@ TEST_CASE("gqa_attention: the loader's context-parallel rules", "[gqa][cp][loade
                              "divide over the 4 cp ranks"));
   CHECK_THAT(load_error(cp_scenario("{ cp = \"Shard(seq)\" }", "cp_mode = \"halo\"\n")),
              Catch::Contains("halo"));
+  // No KV cache across streamed chunks: [stream] on seq is refused at the step.
+  CHECK_THAT(load_error(cp_scenario("{ cp = \"Shard(seq)\" }") +
+                        "[stream]\naxis = \"seq\"\nchunks = [2, 1]\n"),
+             Catch::Contains("steps[0]: gqa_attention keeps no KV cache across streamed chunks"));
   CHECK_THAT(load_error(cp_scenario("{ cp = \"Shard(seq)\", tp = \"Shard(seq)\" }")),
              Catch::Contains("splits seq on two mesh dims"));
   CHECK_THAT(load_error(cp_scenario("{ tp = \"Shard(seq)\" }", "", "tp")),

@@ -162,6 +162,13 @@ StreamSpec Loader::stream(const toml::table& t, const Scenario& s) const {
                                  "cross_entropy reads its labels by global token, and [stream] "
                                  "cuts the tokens into chunks; it is not supported with [stream]"));
     }
+    if (step.kind == OpKind::gqa_attention && spec.axis == "seq") {
+      throw LocatedError(located(file_, step.loc, "steps[" + std::to_string(step.index) + "]",
+                                 "gqa_attention keeps no KV cache across streamed chunks (each "
+                                 "chunk would attend only to itself, at positions from 0); it "
+                                 "is not supported with [stream] on seq "
+                                 "(sliding_window_attention streams)"));
+    }
     if (step.kind == OpKind::mse_loss && step.has("valid_lengths")) {
       throw LocatedError(located(file_, step.params.at("valid_lengths").loc,
                                  "steps[" + std::to_string(step.index) + "].valid_lengths",
